@@ -1,0 +1,181 @@
+"""Typed parameters of every notebook, profiles that set them, env-var overrides, validation.
+Defaults live in each notebook's `parameters` cell; this module only checks and resolves values."""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+PARAMS_DIR = REPO_ROOT / "params"
+PROFILES = ("smoke", "cpu", "h100")
+
+# Budgets the original system read from the environment; they win over profiles (recorded in config.json).
+ENV_OVERRIDES = {
+    "MAX_TREE_DEPTH": "max_tree_depth",
+    "NUM_MCTS_ITERATIONS": "num_mcts_iterations",
+    "MAX_TOKENS": "max_tokens",
+}
+
+
+class ParamsError(ValueError):
+    """A parameter is unknown, mistyped, out of range, or names a missing file."""
+
+
+
+def repo_path(path: str | Path) -> Path:
+    """A path from params: absolute as given, relative ones under the repo root."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def _existing_data_source(value: str) -> str:
+    if value not in ("auto", "hub") and not repo_path(value).is_dir():
+        raise ValueError(f"dataset folder not found: {repo_path(value)} (use a folder, 'hub' or 'auto')")
+    return value
+
+
+# A dataset parameter: "auto" (local copy if present, else the hub, else skipped with a note),
+# "hub", or a folder (relative to the repo root) that must exist.
+DataSource = Annotated[str, AfterValidator(_existing_data_source)]
+
+
+class NotebookParams(BaseModel):
+    """Fields every notebook has. Strict: a YAML "0.1" is not a float, an unknown key is an error."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    seed: int = Field(ge=0, description="seed of every random draw in the notebook")
+    output_dir: str = Field(min_length=1, description="run folder; relative paths are under the repo root")
+
+    @field_validator("*")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        numbers = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(x, float) and not math.isfinite(x) for x in numbers):
+            raise ValueError("must be finite")
+        return value
+
+
+class ToyBanditParams(NotebookParams):
+    """Notebook 01: GRPO vs REINFORCE vs PPO on a prompt bandit (see azlib.bandit)."""
+
+    correct_answers: list[int] = Field(min_length=1, description="correct token of each prompt")
+    num_tokens: int = Field(ge=2, le=64, description="answer tokens a prompt can be answered with")
+    group_size: int = Field(ge=2, description="G: sampled answers per update, the same for every algorithm")
+    group_sizes: list[int] = Field(min_length=1, description="G values of the sensitivity sweep")
+    num_updates: int = Field(ge=1, description="updates per run (each draws group_size answers)")
+    num_seeds: int = Field(ge=1, le=100, description="independent runs averaged in every curve")
+    learning_rate: float = Field(gt=0, description="SGD step on the logits")
+    beta: float = Field(ge=0, description="GRPO's weight of the k3 KL to the reference policy")
+    clip_epsilon: float = Field(gt=0, lt=1, description="PPO/GRPO ratio clip")
+    ppo_epochs: int = Field(ge=1, description="PPO passes over each batch")
+    baseline_rate: float = Field(gt=0, le=1, description="step of REINFORCE's running-mean baseline")
+    chain_correct_answers: list[list[int]] = Field(min_length=1, description="length-2 chain exercise")
+
+    @model_validator(mode="after")
+    def _answers_in_range(self) -> ToyBanditParams:
+        tokens = [*self.correct_answers, *(t for pair in self.chain_correct_answers for t in pair)]
+        if any(not 0 <= t < self.num_tokens for t in tokens):
+            raise ValueError(f"correct answers must lie in 0..{self.num_tokens - 1}")
+        if any(len(pair) != 2 for pair in self.chain_correct_answers):
+            raise ValueError("chain_correct_answers: each entry is a pair [first, second]")
+        if any(g < 2 for g in self.group_sizes):
+            raise ValueError("group_sizes: a group needs at least 2 answers")
+        return self
+
+
+NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
+    "01_toy_bandit_grpo": ToyBanditParams,
+}
+
+
+def params_model(notebook: str) -> type[NotebookParams]:
+    try:
+        return NOTEBOOK_PARAMS[notebook]
+    except KeyError:
+        raise ParamsError(f"no parameter schema for notebook {notebook!r}; known: {sorted(NOTEBOOK_PARAMS)}") from None
+
+
+def validate(notebook: str, values: dict[str, Any]) -> NotebookParams:
+    """Check `values` against the notebook's schema; errors name the notebook and each bad key."""
+    model = params_model(notebook)
+    try:
+        return model(**values)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            key = ".".join(str(p) for p in e["loc"]) or "(all)"
+            msg = "unknown parameter" if e["type"] == "extra_forbidden" else e["msg"]
+            problems.append(f"  {key}: {msg} (got {e.get('input')!r})")
+        raise ParamsError(f"notebook {notebook}: invalid parameters\n" + "\n".join(problems)) from None
+
+
+def from_namespace(notebook: str, namespace: dict[str, Any]) -> NotebookParams:
+    """Validate a notebook's parameters from its globals (what the `parameters` cell defined)."""
+    fields = params_model(notebook).model_fields
+    return validate(notebook, {k: namespace[k] for k in fields if k in namespace})
+
+
+def notebook_defaults(notebook_path: Path) -> dict[str, Any]:
+    """The literals of a notebook's `parameters` cell, read with papermill's inspection."""
+    import papermill
+
+    inspected = papermill.inspect_notebook(str(notebook_path))
+    if not inspected:
+        raise ParamsError(f"{notebook_path.name}: no cell tagged 'parameters'")
+    return {name: ast.literal_eval(p["default"]) for name, p in inspected.items()}
+
+
+def load_profile(profile: str, notebook: str) -> dict[str, Any]:
+    if profile not in PROFILES:
+        raise ParamsError(f"unknown profile {profile!r}; choose one of {PROFILES}")
+    path = PARAMS_DIR / profile / f"{notebook}.yaml"
+    if not path.is_file():
+        raise ParamsError(f"profile {profile!r} has no file for notebook {notebook}: {path} is missing")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise ParamsError(f"{path}: expected a mapping of parameter names to values")
+    return values
+
+
+def env_overrides(fields: set[str]) -> dict[str, int]:
+    """The budget env vars that are set and that this notebook has a parameter for."""
+    out = {}
+    for var, name in ENV_OVERRIDES.items():
+        if name in fields and (raw := os.environ.get(var)) is not None:
+            try:
+                out[name] = int(raw)
+            except ValueError:
+                raise ParamsError(f"environment variable {var}={raw!r} is not an integer") from None
+    return out
+
+
+def resolve(notebook_path: Path, profile: str, output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
+    """Notebook defaults < profile YAML < env overrides, validated. Returns params and the overrides used."""
+    notebook = notebook_path.stem
+    defaults = notebook_defaults(notebook_path)
+    schema = set(params_model(notebook).model_fields)
+    if set(defaults) != schema:
+        raise ParamsError(
+            f"notebook {notebook}: parameters cell and schema disagree: "
+            f"cell only {sorted(set(defaults) - schema)}, schema only {sorted(schema - set(defaults))}"
+        )
+    profile_values = load_profile(profile, notebook)
+    unknown = sorted(set(profile_values) - schema)
+    if unknown:
+        raise ParamsError(
+            f"notebook {notebook}: unknown parameter(s) {unknown} in params/{profile}/{notebook}.yaml; "
+            f"known: {sorted(schema)}"
+        )
+    overrides = env_overrides(schema)
+    values = {**defaults, **profile_values, **overrides, "output_dir": str(output_dir)}
+    return validate(notebook, values), overrides
+

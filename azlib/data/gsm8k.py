@@ -1,0 +1,81 @@
+"""GSM8K as rows of the kit's schema, from the Hugging Face hub or a local JSONL folder.
+Reads and normalises only; answer extraction from model text lives in azlib.rewards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from azlib.config import REPO_ROOT, repo_path
+from azlib.data.rows import Row
+
+HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
+# Where the tests and the cpu profile find the local copy (beside the repo, never inside it).
+LOCAL_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+Split = Literal["train", "test"]
+
+
+class DataUnavailable(RuntimeError):
+    """The requested dataset source cannot be read; the message names it and the alternatives."""
+
+
+def gold_answer(solution: str) -> str:
+    """The reference number of a GSM8K solution: text after the last '####', commas removed."""
+    return solution.split("####")[-1].strip().replace(",", "")
+
+
+def to_rows(records: list[dict], split: str) -> list[Row]:
+    return [
+        {
+            "prompt": r["question"],
+            "answer": gold_answer(r["answer"]),
+            "info": {"id": f"gsm8k-{split}-{i}", "solution": r["answer"], "source": "gsm8k"},
+        }
+        for i, r in enumerate(records)
+    ]
+
+
+def load_local(directory: str | Path, split: Split) -> list[Row]:
+    path = repo_path(directory) / f"{split}.jsonl"
+    if not path.is_file():
+        raise DataUnavailable(f"GSM8K {split} split not found: {path} does not exist")
+    records = []
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise DataUnavailable(f"{path}, line {n}: not JSON ({err})") from None
+    if any({"question", "answer"} - r.keys() for r in records):
+        raise DataUnavailable(f"{path}: every line needs 'question' and 'answer'")
+    return to_rows(records, split)
+
+
+def load_hub(split: Split) -> list[Row]:
+    try:
+        import datasets
+
+        records = datasets.load_dataset(HUB_NAME, HUB_CONFIG, split=split)
+    except Exception as err:  # offline, no such dataset, auth: all mean "not from the hub"
+        raise DataUnavailable(f"GSM8K could not be loaded from the hub ({HUB_NAME}, {HUB_CONFIG}): {err}") from err
+    return to_rows(list(records), split)
+
+
+def load_gsm8k(source: str, split: Split = "test", limit: int | None = None) -> list[Row]:
+    """source: a local folder holding {train,test}.jsonl, "hub", or "auto" (the local copy beside
+    the repo when present, else the hub). Raises DataUnavailable naming what was tried."""
+    if source == "hub":
+        rows = load_hub(split)
+    elif source == "auto":
+        if (LOCAL_DEFAULT / f"{split}.jsonl").is_file():
+            rows = load_local(LOCAL_DEFAULT, split)
+        else:
+            try:
+                rows = load_hub(split)
+            except DataUnavailable as err:
+                raise DataUnavailable(f"no local copy at {LOCAL_DEFAULT}, and {err}") from None
+    else:
+        rows = load_local(source, split)
+    return rows[:limit] if limit is not None else rows

@@ -1,0 +1,121 @@
+"""Batch runs: execute the ordered notebooks with papermill under a profile, into one run folder.
+Validates every notebook's parameters before anything runs; stops at the first failing notebook."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from azlib import config
+from azlib.config import REPO_ROOT, NotebookParams, resolve
+from azlib.runs import RunFolder, write_json
+
+RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
+
+
+def list_notebooks(only: list[str] | None = None) -> list[Path]:
+    """Notebooks in run order; `only` keeps those whose names start with one of the prefixes."""
+    notebooks = sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        notebooks = [nb for nb in notebooks if any(nb.name.startswith(p) for p in only)]
+        if not notebooks:
+            raise SystemExit(f"--only {','.join(only)} matches no notebook in {config.NOTEBOOKS_DIR}")
+    return notebooks
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if out.returncode:
+        return "unknown"
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def default_run_dir(profile: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return REPO_ROOT / "outputs" / f"{stamp}-{profile}"
+
+
+def run(profile: str, only: list[str] | None = None, out: Path | None = None) -> int:
+    """Execute the notebooks; return a process exit code (0 = all succeeded)."""
+    run_dir = RunFolder(out or default_run_dir(profile))
+    notebooks = list_notebooks(only)
+
+    # Validate everything first: a typo in notebook 05's params must not cost a 04 run.
+    resolved: dict[str, tuple[NotebookParams, dict[str, int]]] = {
+        nb.stem: resolve(nb, profile, run_dir.path) for nb in notebooks
+    }
+    config = {
+        "profile": profile,
+        "run_dir": str(run_dir.path),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "versions": _versions(),
+        "argv": sys.argv,
+        "env_overrides": {stem: overrides for stem, (_, overrides) in resolved.items() if overrides},
+        "notebooks": {stem: params.model_dump() for stem, (params, _) in resolved.items()},
+        "status": {},
+    }
+    write_json(run_dir.config_path, config)
+
+    import papermill  # slow import; only once the params are known to be good
+
+    failed = None
+    for nb in tqdm(notebooks, desc=f"notebooks ({profile})", unit="nb"):
+        params, _ = resolved[nb.stem]
+        run_dir.clear_metrics(nb.stem)
+        start = time.perf_counter()
+        try:
+            papermill.execute_notebook(
+                str(nb),
+                str(run_dir.path / nb.name),
+                parameters=params.model_dump(),
+                kernel_name="python3",
+                cwd=str(REPO_ROOT),
+                progress_bar=False,
+            )
+            status = "ok"
+        except papermill.PapermillExecutionError as err:
+            status = f"failed: {err.ename}: {err.evalue}"
+            failed = nb.name
+        config["status"][nb.stem] = {"status": status, "seconds": round(time.perf_counter() - start, 1)}
+        write_json(run_dir.config_path, config)
+        if failed:
+            break
+
+    print(summary(run_dir, config["status"]))
+    if failed:
+        print(f"\n{failed} failed; its partial output is {run_dir.path / failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def summary(run_dir: RunFolder, status: dict[str, dict]) -> str:
+    metrics = run_dir.metrics()
+    rows = [("notebook", "status", "seconds", "metrics")]
+    for stem, s in status.items():
+        rows.append((stem, s["status"][:60], f"{s['seconds']:.1f}", str(len(metrics.get(stem, {})))))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return f"\nrun folder: {run_dir.path}\n" + "\n".join(lines)

@@ -1,0 +1,88 @@
+"""Params validation: unknown keys, wrong types, ranges, missing folders, env overrides."""
+
+import pytest
+from pydantic import TypeAdapter
+
+from azlib import config
+from azlib.config import ParamsError
+
+NB01 = config.NOTEBOOKS_DIR / "01_toy_bandit_grpo.ipynb"
+
+
+def good_bandit_values(**changes):
+    values = config.notebook_defaults(NB01)
+    values.update(changes)
+    return values
+
+
+def test_notebook_defaults_are_valid():
+    params = config.validate("01_toy_bandit_grpo", good_bandit_values())
+    assert params.group_size == 8 and params.correct_answers == [2, 0, 3]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"grup_size": 8}, "grup_size: unknown parameter"),
+        ({"learning_rate": "0.1"}, "learning_rate: Input should be a valid number"),
+        ({"num_updates": 1.5}, "num_updates: Input should be a valid integer"),
+        ({"num_updates": -3}, "num_updates: Input should be greater than or equal to 1"),
+        ({"beta": float("inf")}, "beta: Value error, must be finite"),
+        ({"correct_answers": [2, 0, 9]}, "correct answers must lie in 0..3"),
+        ({"group_sizes": [1, 4]}, "a group needs at least 2 answers"),
+    ],
+)
+def test_bad_values_are_named(changes, message):
+    with pytest.raises(ParamsError) as err:
+        config.validate("01_toy_bandit_grpo", good_bandit_values(**changes))
+    assert "notebook 01_toy_bandit_grpo" in str(err.value)
+    assert message in str(err.value)
+
+
+def test_profile_with_an_unknown_key_fails_before_anything_runs(tmp_path, monkeypatch):
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / "01_toy_bandit_grpo.yaml").write_text("num_update: 10\n")
+    monkeypatch.setattr(config, "PARAMS_DIR", tmp_path)
+    with pytest.raises(ParamsError, match=r"unknown parameter\(s\) \['num_update'\] in params/smoke/01_toy_bandit_grpo"):
+        config.resolve(NB01, "smoke", tmp_path / "run")
+
+
+def test_missing_profile_file_and_unknown_profile(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "PARAMS_DIR", tmp_path)
+    with pytest.raises(ParamsError, match="01_toy_bandit_grpo.yaml is missing"):
+        config.load_profile("smoke", "01_toy_bandit_grpo")
+    with pytest.raises(ParamsError, match="unknown profile 'gpu'"):
+        config.load_profile("gpu", "01_toy_bandit_grpo")
+
+
+def test_every_profile_resolves_for_every_notebook(tmp_path):
+    for nb in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        for profile in config.PROFILES:
+            params, _ = config.resolve(nb, profile, tmp_path)
+            assert params.output_dir == str(tmp_path)
+
+
+def test_data_source_must_exist(gsm8k_dir):
+    source = TypeAdapter(config.DataSource)
+    assert source.validate_python("auto") == "auto"
+    assert source.validate_python("hub") == "hub"
+    assert source.validate_python("../shared/data/gsm8k") == "../shared/data/gsm8k"
+    assert source.validate_python(str(gsm8k_dir)) == str(gsm8k_dir)
+    with pytest.raises(ValueError, match="dataset folder not found: .*no/such/gsm8k"):
+        source.validate_python("no/such/gsm8k")
+
+
+def test_env_overrides_apply_only_to_known_params(monkeypatch):
+    monkeypatch.setenv("MAX_TREE_DEPTH", "7")
+    monkeypatch.setenv("MAX_TOKENS", "64")
+    assert config.env_overrides({"max_tree_depth", "seed"}) == {"max_tree_depth": 7}
+    monkeypatch.setenv("MAX_TREE_DEPTH", "deep")
+    with pytest.raises(ParamsError, match="MAX_TREE_DEPTH='deep' is not an integer"):
+        config.env_overrides({"max_tree_depth"})
+
+
+def test_from_namespace_validates_a_notebooks_globals():
+    namespace = good_bandit_values(num_seeds=3) | {"plt": object(), "__name__": "__main__"}
+    assert config.from_namespace("01_toy_bandit_grpo", namespace).num_seeds == 3
+    with pytest.raises(ParamsError, match="num_seeds"):
+        config.from_namespace("01_toy_bandit_grpo", good_bandit_values(num_seeds=0))

@@ -1,0 +1,70 @@
+"""Every notebook in notebooks/, executed for real through the runner with the smoke profile."""
+
+import json
+import math
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from azlib import config
+
+NOTEBOOKS = sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_clean(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert not any(c.outputs or c.execution_count for c in code), "commit notebooks without outputs"
+    assert nb.metadata.kernelspec.name == "python3"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    assert set(config.notebook_defaults(path)) == set(config.params_model(path.stem).model_fields)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke-run")
+    proc = subprocess.run([sys.executable, "-m", "azlib", "run", "--profile", "smoke", "--out", str(out)],
+                          capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout, json.loads((out / "metrics.json").read_text())
+
+
+def check_01(m):
+    assert m["initial_reward"] == pytest.approx(0.25)
+    assert m["sampled_answers_per_run"] == 120 * 8
+    for algo in ("reinforce", "reinforce_baseline", "ppo", "grpo", "grpo_without_std"):
+        assert 0.25 < m[f"{algo}_final_reward"] <= 1.0
+        assert m[f"{algo}_final_kl"] > 0
+        assert 0 < m[f"{algo}_final_entropy"] < math.log(4)
+    assert m["grpo_final_reward"] > m["reinforce_final_reward"]
+    assert set(m) >= {"grpo_g4_final_reward", "grpo_g8_final_reward", "chain_p_token1", "chain_p_token2"}
+
+
+METRIC_CHECKS = {"01_toy_bandit_grpo": check_01}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_in_the_smoke_profile(smoke_run, path):
+    out, stdout, metrics = smoke_run
+    executed = nbformat.read(out / path.name, as_version=4)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    assert path.stem in stdout, "the summary table lists every notebook"
+    assert metrics.get(path.stem), f"{path.stem} recorded no metrics"
+    assert path.stem in METRIC_CHECKS, f"add a metrics check for {path.stem}"
+    METRIC_CHECKS[path.stem](metrics[path.stem])
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["profile"] == "smoke" and cfg["status"][path.stem]["status"] == "ok"
+    assert cfg["notebooks"][path.stem]["output_dir"] == str(out)
+
+
+def test_figures_are_written(smoke_run):
+    out, _, _ = smoke_run
+    figures = sorted(p.name for p in (out / "figures").iterdir())
+    assert {"01_algorithms.png", "01_group_size.png", "01_chain.png"} <= set(figures)
+    assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)

@@ -1,0 +1,85 @@
+"""The papermill runner: validation before execution, failure handling, env overrides, CLI."""
+
+import json
+
+import nbformat
+import pytest
+
+from azlib import config, runner
+from azlib.__main__ import main
+
+
+def write_notebook(path, params_source, body_source):
+    params = nbformat.v4.new_code_cell(params_source)
+    params.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell(body_source)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+class BudgetParams(config.NotebookParams):
+    max_tokens: int
+
+
+@pytest.fixture
+def fake_kit(tmp_path, monkeypatch):
+    """A notebooks/ and params/ pair: 01 works, 02 fails after recording a metric, 03 must never run."""
+    notebooks, params = tmp_path / "notebooks", tmp_path / "params"
+    notebooks.mkdir()
+    (params / "smoke").mkdir(parents=True)
+    record = ("from azlib.runs import RunFolder\n"
+              "RunFolder(output_dir).record_metrics({name!r}, {{'max_tokens': max_tokens}})\n")
+    write_notebook(notebooks / "01_ok.ipynb", "seed = 0\nmax_tokens = 16\noutput_dir = 'x'",
+                   record.format(name="01_ok"))
+    write_notebook(notebooks / "02_broken.ipynb", "seed = 0\nmax_tokens = 16\noutput_dir = 'x'",
+                   record.format(name="02_broken") + "raise RuntimeError('boom')")
+    write_notebook(notebooks / "03_never.ipynb", "seed = 0\nmax_tokens = 16\noutput_dir = 'x'",
+                   record.format(name="03_never"))
+    for stem in ("01_ok", "02_broken", "03_never"):
+        (params / "smoke" / f"{stem}.yaml").write_text("max_tokens: 32\n")
+        monkeypatch.setitem(config.NOTEBOOK_PARAMS, stem, BudgetParams)
+    monkeypatch.setattr(config, "NOTEBOOKS_DIR", notebooks)
+    monkeypatch.setattr(config, "PARAMS_DIR", params)
+    return tmp_path
+
+
+def test_a_failing_notebook_stops_the_run_and_keeps_its_partial_output(fake_kit, monkeypatch, capsys):
+    monkeypatch.setenv("MAX_TOKENS", "48")
+    out = fake_kit / "run"
+    assert main(["run", "--profile", "smoke", "--out", str(out)]) == 1
+    assert "02_broken.ipynb failed" in capsys.readouterr().err
+
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["status"]["01_ok"]["status"] == "ok"
+    assert cfg["status"]["02_broken"]["status"] == "failed: RuntimeError: boom"
+    assert "03_never" not in cfg["status"] and not (out / "03_never.ipynb").exists()
+    assert cfg["env_overrides"]["01_ok"] == {"max_tokens": 48}
+    assert cfg["notebooks"]["01_ok"]["max_tokens"] == 48, "env var beats the profile"
+    assert cfg["versions"]["torch"].startswith("2.") and cfg["git_commit"]
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["01_ok"] == {"max_tokens": 48}, "the notebook received the overridden value"
+    partial = nbformat.read(out / "02_broken.ipynb", as_version=4)
+    assert any(o.get("ename") == "RuntimeError" for c in partial.cells for o in c.get("outputs", []))
+    assert (out / "01_ok.ipynb").exists()
+
+
+def test_invalid_params_stop_everything_before_execution(fake_kit, capsys):
+    (config.PARAMS_DIR / "smoke" / "03_never.yaml").write_text("max_tokens: '32'\n")
+    out = fake_kit / "run"
+    assert main(["run", "--profile", "smoke", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "notebook 03_never: invalid parameters" in err and "max_tokens: Input should be a valid integer" in err
+    assert not list(out.glob("*.ipynb")), "nothing may run when any notebook's params are bad"
+
+
+def test_only_selects_by_prefix(fake_kit):
+    assert [p.name for p in runner.list_notebooks(["01", "03"])] == ["01_ok.ipynb", "03_never.ipynb"]
+    with pytest.raises(SystemExit, match="--only 09 matches no notebook"):
+        runner.list_notebooks(["09"])
+
+
+def test_bad_env_override_is_reported(fake_kit, monkeypatch, capsys):
+    monkeypatch.setenv("MAX_TOKENS", "lots")
+    assert main(["run", "--profile", "smoke", "--out", str(fake_kit / "run")]) == 2
+    assert "MAX_TOKENS='lots' is not an integer" in capsys.readouterr().err
