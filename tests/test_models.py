@@ -24,6 +24,7 @@ def test_gguf_conversion_is_faithful_and_cached(tmp_path, monkeypatch):
     direct = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model, tokenizer = load_model(DEFAULT_MODEL)
     assert model.config.architectures == ["LlamaForCausalLM"]
+    assert "quantization_config" not in (folder / "config.json").read_text(), "vLLM rejects a GGUF claim"
     ids = tokenizer("Natalia sold clips to 48 of her friends", return_tensors="pt").input_ids
     with torch.no_grad():
         assert torch.equal(model(ids).logits, direct(ids).logits)

@@ -84,8 +84,11 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     dequantised = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    # save_pretrained refuses a GGUF-loaded model, so copy its weights into a fresh one.
-    model = AutoModelForCausalLM.from_config(dequantised.config)
+    # save_pretrained refuses a GGUF-loaded model, so copy its weights into a fresh one whose
+    # config no longer claims GGUF quantisation (the weights are plain float32 now; vLLM checks).
+    config = dequantised.config
+    del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(dequantised.state_dict())
     model.config.architectures = [type(model).__name__]  # vLLM picks the implementation from this
     model.save_pretrained(out)

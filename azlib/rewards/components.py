@@ -1,0 +1,76 @@
+"""The rewards of the system azlib grows from: HRE, PRE (discounted along the path), length
+penalty, direction bonus, and their weighted sum. Plain functions of text, log-probs and path."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from azlib.rewards.answers import extract_answer, is_correct
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Defaults from the original system (shared/docs/reference.md)."""
+
+    hre: float = 0.4  # weight of the hard correctness reward
+    pre: float = 0.6  # weight of the accumulated perplexity reward
+    gamma: float = 0.95  # discount of step PREs along the path
+    length_penalty: float = 0.01  # per depth step
+    right_bonus: float = 0.1  # per right branch (path code 1)
+    wrong_penalty: float = 0.05  # per wrong branch (path code 0)
+
+
+def hard_reward(completion: str, gold: str) -> float:
+    """HRE: 1.0 if the extracted final answer equals the gold, else 0.0 (meaningful at terminals)."""
+    return float(is_correct(extract_answer(completion), gold))
+
+
+def perplexity_reward(token_logprobs: Sequence[float]) -> float:
+    """PRE = -log(perplexity) = mean token log-prob under the student; 0.0 for no tokens."""
+    return math.fsum(token_logprobs) / len(token_logprobs) if token_logprobs else 0.0
+
+
+def accumulated_pre(step_pres: Sequence[float], gamma: float) -> float:
+    """sum_i gamma^i * PRE_i over the steps of a root-to-leaf path (step 0 is the root's child)."""
+    return math.fsum(gamma**i * pre for i, pre in enumerate(step_pres))
+
+
+def length_penalty(depth: int, per_step: float) -> float:
+    return -per_step * depth
+
+
+def direction_bonus(path_code: str, right_bonus: float, wrong_penalty: float) -> float:
+    """path_code: one character per step, '1' = right branch, '0' = wrong branch."""
+    return right_bonus * path_code.count("1") - wrong_penalty * path_code.count("0")
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    hre: float
+    accumulated_pre: float
+    length_penalty: float
+    direction_bonus: float
+    total: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def combined_reward(
+    completion: str,
+    gold: str,
+    step_logprobs: Sequence[Sequence[float]],
+    path_code: str,
+    weights: RewardWeights = RewardWeights(),
+    terminal: bool = True,
+) -> RewardBreakdown:
+    """total = w_hre * HRE + w_pre * accumulated PRE + length penalty + direction bonus.
+    step_logprobs: the student's token log-probs of each step's chunk; HRE counts only at terminals."""
+    hre = hard_reward(completion, gold) if terminal else 0.0
+    acc = accumulated_pre([perplexity_reward(lp) for lp in step_logprobs], weights.gamma)
+    penalty = length_penalty(len(step_logprobs), weights.length_penalty)
+    bonus = direction_bonus(path_code, weights.right_bonus, weights.wrong_penalty)
+    total = weights.hre * hre + weights.pre * acc + penalty + bonus
+    return RewardBreakdown(hre, acc, penalty, bonus, total)
