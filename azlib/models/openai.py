@@ -42,6 +42,9 @@ class OpenAIBackend(Backend):
         self.max_retries, self.backoff, self.max_concurrency = max_retries, backoff, max_concurrency
         self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
+    def close(self) -> None:
+        self.client.close()
+
     def _post(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST with retries: connection errors, timeouts, 429/5xx and malformed JSON are retried with
         exponential backoff; other 4xx are the caller's mistake and raised at once."""

@@ -39,6 +39,10 @@ class VLLMBackend(TokenizerPrompts, Backend):
         )
         self.tokenizer = self.llm.get_tokenizer()
 
+    def close(self) -> None:
+        # Stop the engine-core process now, not whenever the garbage collector gets to it.
+        self.llm.llm_engine.engine_core.shutdown()
+
     def _run(self, token_lists: list[list[int]], params):
         from vllm.inputs import TokensPrompt
 

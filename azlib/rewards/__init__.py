@@ -12,8 +12,10 @@ from azlib.rewards.components import (
     length_penalty,
     perplexity_reward,
 )
+from azlib.rewards.trl import correctness_reward, perplexity_reward_under
 
 __all__ = [
     "RewardBreakdown", "RewardWeights", "accumulated_pre", "combined_reward", "direction_bonus",
-    "extract_answer", "hard_reward", "is_correct", "length_penalty", "normalize_number", "perplexity_reward",
+    "correctness_reward", "extract_answer", "hard_reward", "is_correct", "length_penalty", "normalize_number",
+    "perplexity_reward", "perplexity_reward_under",
 ]

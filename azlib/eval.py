@@ -1,0 +1,224 @@
+"""Accuracy of a model on rows of the kit's schema, through the generation interface: protocols,
+per-problem JSONL records, Wilson intervals, and the paired comparison (exact McNemar). No training."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from azlib.data.rows import Row
+from azlib.models.generation import Backend, Prompt
+from azlib.rewards import extract_answer, is_correct
+
+CHAT_INSTRUCTION = "Solve the problem step by step. End with a final line of the form '#### <number>'."
+# lm-evaluation-harness `gsm8k` (5-shot): prompt, stop sequences and answer filters as it defines them.
+LM_EVAL_STOP = ("Question:", "</s>", "<|im_end|>")
+LM_EVAL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+PROTOCOLS = ("chat-0shot", "lm-eval-5shot")
+
+
+def chat_prompt(question: str) -> list[dict[str, str]]:
+    """The kit's zero-shot chat prompt (also what training asks the student)."""
+    return [{"role": "user", "content": f"{question}\n\n{CHAT_INSTRUCTION}"}]
+
+
+def lm_eval_prompt(question: str, shots: Sequence[Row]) -> str:
+    """'Question: q\\nAnswer: <reference solution>' x shots, then the question (lm-eval's format)."""
+    examples = [f"Question: {r['prompt']}\nAnswer: {r['info']['solution']}" for r in shots]
+    return "\n\n".join([*examples, f"Question: {question}\nAnswer:"])
+
+
+def _lm_eval_clean(text: str) -> str:
+    """lm-eval's exact_match ignores ',', '$' and a trailing '.' and compares strings."""
+    return re.sub(r"\.$", "", text.replace(",", "").replace("$", "")).strip()
+
+
+def lm_eval_extract(output: str) -> dict[str, str | None]:
+    strict = LM_EVAL_STRICT.search(output)
+    flexible = LM_EVAL_FLEXIBLE.findall(output)
+    last = next((g for g in flexible[-1] if g), None) if flexible else None
+    return {"strict-match": _lm_eval_clean(strict.group(1)) if strict else None,
+            "flexible-extract": _lm_eval_clean(last) if last else None}
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sound at 0%, 100% and small n)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class Score:
+    correct: int
+    n: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.n)
+
+
+@dataclass
+class EvalResult:
+    protocol: str
+    seed: int
+    scores: dict[str, Score]  # metric name -> score; the first is the protocol's headline
+    tokens_generated: int
+    seconds: float
+    records: list[dict] = field(repr=False)
+
+    @property
+    def headline(self) -> str:
+        return next(iter(self.scores))
+
+    @property
+    def accuracy(self) -> float:
+        return self.scores[self.headline].accuracy
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_generated / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> str:
+        """Every accuracy with its protocol, n and seed beside it."""
+        lines = []
+        for metric, s in self.scores.items():
+            lo, hi = s.interval
+            lines.append(f"{self.protocol} [{metric}]: {s.accuracy:.1%} (95% CI {lo:.1%}-{hi:.1%}), "
+                         f"{s.correct}/{s.n} correct, seed {self.seed}")
+        lines.append(f"{self.tokens_generated} tokens in {self.seconds:.1f} s ({self.tokens_per_second:.1f} tok/s)")
+        return "\n".join(lines)
+
+    def metrics(self, prefix: str = "") -> dict[str, float | int | str]:
+        """Flat numbers for metrics.json."""
+        out: dict[str, float | int | str] = {f"{prefix}protocol": self.protocol, f"{prefix}n": self.scores[self.headline].n,
+                                             f"{prefix}tokens_generated": self.tokens_generated,
+                                             f"{prefix}tokens_per_second": round(self.tokens_per_second, 2)}
+        for metric, s in self.scores.items():
+            key = prefix + metric.replace("-", "_")
+            out |= {f"{key}_accuracy": s.accuracy, f"{key}_ci_low": s.interval[0], f"{key}_ci_high": s.interval[1]}
+        return out
+
+
+def evaluate(
+    backend: Backend,
+    rows: Sequence[Row],
+    protocol: str = "chat-0shot",
+    *,
+    fewshot: Sequence[Row] = (),
+    max_new_tokens: int = 256,
+    seed: int = 0,
+    chunk_size: int = 64,
+    records_path: str | Path | None = None,
+) -> EvalResult:
+    """Greedy answers to every row; records (id, prompt, output, extracted, gold, correct, tokens)
+    go to `records_path` as JSONL. lm-eval-5shot takes its 5 shots from `fewshot` (train rows)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose one of {PROTOCOLS}")
+    if protocol == "lm-eval-5shot" and len(fewshot) < 5:
+        raise ValueError("lm-eval-5shot needs 5 few-shot rows (lm-eval takes the first 5 of the train split)")
+    if protocol == "chat-0shot":
+        prompts: list[Prompt] = [chat_prompt(r["prompt"]) for r in rows]
+        stop = None
+    else:
+        prompts = [lm_eval_prompt(r["prompt"], fewshot[:5]) for r in rows]
+        stop = LM_EVAL_STOP
+    # Longest first within a sorted order: batches pad little, and a too-long prompt fails early.
+    order = sorted(range(len(rows)), key=lambda i: -len(str(prompts[i])))
+    outputs = [None] * len(rows)
+    start = time.perf_counter()
+    with tqdm(total=len(rows), desc=f"evaluate {protocol}", unit="problem") as bar:
+        for at in range(0, len(order), chunk_size):
+            chunk = order[at : at + chunk_size]
+            samples = backend.generate([prompts[i] for i in chunk], max_new_tokens=max_new_tokens, temperature=0.0,
+                                       stop=stop, seed=seed)
+            for i, group in zip(chunk, samples):
+                outputs[i] = group[0]
+            bar.update(len(chunk))
+    seconds = time.perf_counter() - start
+
+    records = []
+    for row, sample in zip(rows, outputs):
+        record = {"id": row["info"].get("id"), "prompt": row["prompt"], "output": sample.text, "gold": row["answer"],
+                  "tokens": sample.completion_tokens, "finish_reason": sample.finish_reason}
+        if protocol == "chat-0shot":
+            record["extracted"] = extract_answer(sample.text)
+            record["correct"] = is_correct(record["extracted"], row["answer"])
+        else:
+            record["extracted"] = lm_eval_extract(sample.text)
+            record["correct"] = {k: v == row["answer"] for k, v in record["extracted"].items()}  # strict first
+        records.append(record)
+    if protocol == "chat-0shot":
+        scores = {"exact": Score(sum(r["correct"] for r in records), len(records))}
+    else:
+        scores = {m: Score(sum(r["correct"][m] for r in records), len(records))
+                  for m in ("strict-match", "flexible-extract")}
+    if records_path is not None:
+        path = Path(records_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return EvalResult(protocol, seed, scores, sum(s.completion_tokens for s in outputs), seconds, records)
+
+
+def headline_correct(record: dict) -> bool:
+    c = record["correct"]
+    return c if isinstance(c, bool) else next(iter(c.values()))
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: the discordant pairs as Binomial(b + c, 1/2)."""
+    n, k = only_a + only_b, min(only_a, only_b)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    both: int
+    only_a: int
+    only_b: int
+    neither: int
+    p_value: float
+    fixed: list[str]  # ids B gets right and A got wrong
+    broken: list[str]  # ids A got right and B gets wrong
+
+    def table(self, a: str = "A", b: str = "B") -> str:
+        return (f"{'':14s}{b + ' right':>12s}{b + ' wrong':>12s}\n"
+                f"{a + ' right':14s}{self.both:12d}{self.only_a:12d}\n"
+                f"{a + ' wrong':14s}{self.only_b:12d}{self.neither:12d}\n"
+                f"exact McNemar p = {self.p_value:.4g} (n = {self.both + self.only_a + self.only_b + self.neither})")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def compare(records_a: Sequence[dict], records_b: Sequence[dict]) -> Comparison:
+    """Paired comparison of two evaluations of the same problems (matched by id)."""
+    a = {r["id"]: headline_correct(r) for r in records_a}
+    b = {r["id"]: headline_correct(r) for r in records_b}
+    if a.keys() != b.keys():
+        raise ValueError(f"the two evaluations cover different problems ({len(a.keys() ^ b.keys())} ids differ)")
+    cells = {(x, y): [i for i in a if (a[i], b[i]) == (x, y)] for x in (True, False) for y in (True, False)}
+    only_a, only_b = len(cells[True, False]), len(cells[False, True])
+    return Comparison(len(cells[True, True]), only_a, only_b, len(cells[False, False]),
+                      mcnemar_exact(only_a, only_b), cells[False, True], cells[True, False])
+
+
+def load_records(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -1,0 +1,176 @@
+"""The generation interface: hf on the real embedded model; openai against real local HTTP servers."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from azlib.models import BackendError, make_backend
+from azlib.models.openai import OpenAIBackend
+
+QUESTIONS = ["What is 12 + 7?", "What is the capital of France?", "Say hi.",
+             "Tom has 3 apples and buys 5 more. How many apples does he have?"]
+CHATS = [[{"role": "user", "content": q}] for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def hf():
+    return make_backend("hf", batch_size=3)  # 3: the four prompts span two batches of different widths
+
+
+def test_batching_gives_the_same_greedy_text_as_one_at_a_time(hf):
+    batched = hf.generate(CHATS, max_new_tokens=24)
+    single = [hf.generate([c], max_new_tokens=24)[0][0] for c in CHATS]
+    assert [s[0].token_ids for s in batched] == [s.token_ids for s in single]
+    assert [s[0].text for s in batched] == [s.text for s in single]
+    assert "Paris" in batched[1][0].text
+
+
+def test_sample_records_are_consistent(hf):
+    (sample,), = hf.generate(CHATS[1:2], max_new_tokens=40)
+    assert sample.finish_reason == "stop" and sample.token_ids[-1] in hf.eos_ids
+    assert sample.completion_tokens == len(sample.token_ids) == len(sample.logprobs)
+    assert sample.prompt_tokens == len(hf.encode_prompt(CHATS[1]))
+    assert all(lp <= 0 for lp in sample.logprobs)
+    (short,), = hf.generate(CHATS[3:4], max_new_tokens=5)
+    assert short.finish_reason == "length" and short.completion_tokens == 5
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_score_reproduces_generation_logprobs(hf, temperature):
+    out = hf.generate(CHATS, n=2, max_new_tokens=20, temperature=temperature, top_p=0.9, seed=3)
+    flat = [(c, s) for c, samples in zip(CHATS, out) for s in samples]
+    scores = hf.score([c for c, _ in flat], [s.token_ids for _, s in flat])
+    for (_, s), sc in zip(flat, scores):
+        assert len(sc) == len(s.logprobs)
+        assert max(abs(a - b) for a, b in zip(sc, s.logprobs)) < 1e-3
+
+
+def test_score_ranks_a_fact_above_a_falsehood(hf):
+    paris, london = hf.score(["The capital of France is"] * 2, [" Paris", " London"])
+    assert sum(paris) > sum(london) + 2
+
+
+def test_sampling_is_seeded(hf):
+    a = hf.generate(CHATS[:2], n=3, max_new_tokens=12, temperature=1.0, seed=11)
+    b = hf.generate(CHATS[:2], n=3, max_new_tokens=12, temperature=1.0, seed=11)
+    assert [[s.text for s in g] for g in a] == [[s.text for s in g] for g in b]
+    assert len({s.text for s in a[0]}) > 1, "three samples at temperature 1 should differ"
+
+
+def test_stop_strings_end_a_sample_and_are_cut(hf):
+    prompt = "Question: What is 2 + 2?\nAnswer:"
+    (free,), = hf.generate([prompt], max_new_tokens=30)
+    assert "\n" in free.text, "the check needs a completion that goes on past a newline"
+    (stopped,), = hf.generate([prompt], max_new_tokens=30, stop=["\n"])
+    assert "\n" not in stopped.text and free.text.startswith(stopped.text)
+    assert stopped.finish_reason == "stop"
+    assert "\n" in hf.tokenizer.decode(stopped.token_ids), "the stop string's tokens stay in token_ids"
+    assert stopped.completion_tokens < free.completion_tokens
+
+
+def test_a_final_assistant_message_is_continued(hf):
+    partial = [{"role": "user", "content": "What is 12 + 7?"}, {"role": "assistant", "content": "12 + 7 ="}]
+    rendered = hf.render(partial)
+    assert rendered.endswith("12 + 7 =") and rendered.count("<|im_start|>assistant") == 1
+
+
+def test_bad_sampling_arguments_are_refused(hf):
+    with pytest.raises(ValueError, match="top_p"):
+        hf.generate(CHATS[:1], top_p=0.0)
+    with pytest.raises(ValueError, match="n >= 1"):
+        hf.generate(CHATS[:1], n=0)
+    with pytest.raises(ValueError, match="unknown backend 'tgi'"):
+        make_backend("tgi")
+
+
+# --- openai backend against real HTTP servers on 127.0.0.1 -------------------------------------
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    """An OpenAI-shaped server that answers from a script: 'ok', 'http500', 'http400', 'garbage'."""
+
+    def __init__(self, script):
+        self.script, self.requests = list(script), []
+        super().__init__(("127.0.0.1", 0), ScriptedHandler)
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append((self.path, dict(self.headers), body))
+        step = self.server.script.pop(0) if self.server.script else "ok"
+        if step.startswith("http"):
+            return self._send(int(step[4:]), b'{"error": "scripted"}')
+        if step == "garbage":
+            return self._send(200, b"<html>not json</html>")
+        choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "#### 4"},
+                  "logprobs": {"content": [{"token": "####", "logprob": -0.5}, {"token": " 4", "logprob": -0.25}]}}
+        self._send(200, json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}).encode())
+
+    def _send(self, code, payload):
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def server_factory():
+    servers = []
+
+    def start(script=()):
+        server = ScriptedServer(script)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    yield start
+    for s in servers:
+        s.shutdown()
+
+
+def test_openai_backend_retries_server_errors_and_garbage(server_factory):
+    server, url = server_factory(["http500", "garbage", "http503"])
+    backend = OpenAIBackend("m", url, max_retries=3, backoff=0.01)
+    (sample,), = backend.generate([[{"role": "user", "content": "2+2?"}]], max_new_tokens=5, seed=1)
+    assert sample.text == "#### 4" and sample.logprobs == (-0.5, -0.25) and sample.prompt_tokens == 9
+    assert len(server.requests) == 4
+    path, _, body = server.requests[-1]
+    assert path == "/v1/chat/completions" and body["max_tokens"] == 5 and body["seed"] == 1 and body["logprobs"]
+
+
+def test_openai_backend_gives_up_with_a_clear_error(server_factory):
+    server, url = server_factory(["http500"] * 10)
+    with pytest.raises(BackendError, match=r"/v1/chat/completions failed after 3 attempts; last error: HTTP 500"):
+        OpenAIBackend("m", url, max_retries=2, backoff=0.01).generate(CHATS[:1])
+    server, url = server_factory(["http400"])
+    with pytest.raises(BackendError, match="answered HTTP 400"):
+        OpenAIBackend("m", url, backoff=0.01).generate(CHATS[:1])
+    assert len(server.requests) == 1, "a client error is not retried"
+
+
+def test_openai_backend_reports_a_dead_server():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(BackendError, match=rf"127.0.0.1:{port}/v1/completions failed after 2 attempts; last error: Connect"):
+        OpenAIBackend("m", f"http://127.0.0.1:{port}/v1", max_retries=1, backoff=0.01).generate(["hi"])
+
+
+def test_api_key_comes_from_the_environment_and_is_never_echoed(server_factory, monkeypatch):
+    server, url = server_factory(["http401"])
+    with pytest.raises(BackendError, match="environment variable AZLIB_TEST_KEY .* is not set"):
+        OpenAIBackend("m", url, api_key_env="AZLIB_TEST_KEY")
+    monkeypatch.setenv("AZLIB_TEST_KEY", "sk-secret-123")
+    with pytest.raises(BackendError) as err:
+        OpenAIBackend("m", url, api_key_env="AZLIB_TEST_KEY").generate(CHATS[:1])
+    assert server.requests[0][1]["Authorization"] == "Bearer sk-secret-123"
+    assert "sk-secret-123" not in str(err.value)

