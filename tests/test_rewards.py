@@ -84,7 +84,7 @@ def test_reward_components_by_hand():
 def test_combined_reward_uses_the_reference_defaults():
     w = RewardWeights()
     assert (w.hre, w.pre, w.gamma, w.length_penalty, w.right_bonus, w.wrong_penalty) == (0.4, 0.6, 0.95, 0.01, 0.1, 0.05)
-    steps = [[-1.0, -1.0], [-2.0], [-0.5, -1.5]]
+    steps = [perplexity_reward(lp) for lp in ([-1.0, -1.0], [-2.0], [-0.5, -1.5])]
     r = combined_reward("12 + 7 = 19\n#### 19", "19", steps, "110")
     acc = -1.0 + 0.95 * -2.0 + 0.95**2 * -1.0
     assert r.hre == 1.0 and r.accumulated_pre == pytest.approx(acc)

@@ -61,16 +61,17 @@ class RewardBreakdown:
 def combined_reward(
     completion: str,
     gold: str,
-    step_logprobs: Sequence[Sequence[float]],
+    step_pres: Sequence[float],
     path_code: str,
     weights: RewardWeights = RewardWeights(),
     terminal: bool = True,
 ) -> RewardBreakdown:
     """total = w_hre * HRE + w_pre * accumulated PRE + length penalty + direction bonus.
-    step_logprobs: the student's token log-probs of each step's chunk; HRE counts only at terminals."""
+    step_pres: PRE of each step's chunk along the path (its depth is their count); HRE counts only
+    at terminals."""
     hre = hard_reward(completion, gold) if terminal else 0.0
-    acc = accumulated_pre([perplexity_reward(lp) for lp in step_logprobs], weights.gamma)
-    penalty = length_penalty(len(step_logprobs), weights.length_penalty)
+    acc = accumulated_pre(step_pres, weights.gamma)
+    penalty = length_penalty(len(step_pres), weights.length_penalty)
     bonus = direction_bonus(path_code, weights.right_bonus, weights.wrong_penalty)
     total = weights.hre * hre + weights.pre * acc + penalty + bonus
     return RewardBreakdown(hre, acc, penalty, bonus, total)

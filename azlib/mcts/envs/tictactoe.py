@@ -1,0 +1,96 @@
+"""Tic-tac-toe as a search environment, with exact minimax as ground truth.
+The teaching bridge: the same search as for text, on a game whose optimum is known."""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+from typing import Callable, Sequence
+
+from azlib.mcts.search import Child, Expansion
+
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+EMPTY = "." * 9
+
+
+def to_move(board: str) -> str:
+    return "X" if board.count("X") == board.count("O") else "O"
+
+
+def winner(board: str) -> str | None:
+    for a, b, c in LINES:
+        if board[a] != "." and board[a] == board[b] == board[c]:
+            return board[a]
+    return None
+
+
+def legal_moves(board: str) -> list[int]:
+    return [] if winner(board) else [i for i, s in enumerate(board) if s == "."]
+
+
+def play(board: str, move: int) -> str:
+    return board[:move] + to_move(board) + board[move + 1 :]
+
+
+def outcome(board: str) -> float:
+    """For the player to move at a finished board: -1 (the opponent just won) or 0 (draw)."""
+    return -1.0 if winner(board) else 0.0
+
+
+@lru_cache(maxsize=None)
+def minimax(board: str) -> int:
+    """Exact game value for the player to move: +1 win, 0 draw, -1 loss."""
+    moves = legal_moves(board)
+    if not moves:
+        return int(outcome(board))
+    return max(-minimax(play(board, m)) for m in moves)
+
+
+def reachable_positions() -> list[str]:
+    seen, frontier = {EMPTY}, [EMPTY]
+    while frontier:
+        board = frontier.pop()
+        for m in legal_moves(board):
+            if (child := play(board, m)) not in seen:
+                seen.add(child)
+                frontier.append(child)
+    return sorted(seen)
+
+
+# A policy-value function: board -> (prior per legal move, value for the player to move).
+PolicyValue = Callable[[str], tuple[Sequence[float], float]]
+
+
+class TicTacToe:
+    """Leaves are valued by one random playout (classic MCTS) unless a policy-value net is given."""
+
+    two_player = True
+
+    def __init__(self, policy_value: PolicyValue | None = None):
+        self.policy_value = policy_value
+
+    def is_terminal(self, board: str) -> bool:
+        return not legal_moves(board)
+
+    def terminal_value(self, board: str) -> float:
+        return outcome(board)
+
+    def expand(self, boards: Sequence[str], rng: random.Random) -> list[Expansion]:
+        return [self._expand(b, rng) for b in boards]
+
+    def _expand(self, board: str, rng: random.Random) -> Expansion:
+        moves = legal_moves(board)
+        if self.policy_value is None:
+            priors, value = [1 / len(moves)] * len(moves), self._playout(board, rng)
+        else:
+            priors, value = self.policy_value(board)
+        return Expansion([Child(m, play(board, m), p) for m, p in zip(moves, priors)], value)
+
+    @staticmethod
+    def _playout(board: str, rng: random.Random) -> float:
+        """Random moves to the end; the result for the player to move at `board`."""
+        sign = 1.0
+        while moves := legal_moves(board):
+            board = play(board, rng.choice(moves))
+            sign = -sign
+        return sign * outcome(board)

@@ -1,0 +1,77 @@
+"""The search tree: flat list of nodes with visit counts, value sums and priors; JSON in and out.
+Data only: selection, expansion and backup are azlib.mcts.search's job."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(slots=True)
+class Node:
+    """One state. `value_sum` is from the view of whoever chose the move into this node."""
+
+    state: Any  # what the environment needs (a board, a partial answer); must be JSON-serialisable
+    parent: int  # -1 for the root
+    action: Any  # label of the edge from the parent (a move, a text chunk)
+    prior: float
+    depth: int
+    visits: int = 0
+    value_sum: float = 0.0
+    children: list[int] = field(default_factory=list)
+    expanded: bool = False
+    terminal: bool = False
+    solved: bool = False  # terminal, or every child solved: nothing left to learn below
+    info: dict[str, Any] = field(default_factory=dict)  # environment extras (rewards, proposer, text)
+    expanded_at: int = -1  # the iteration that expanded it (for replaying the growth step by step)
+
+    @property
+    def q(self) -> float:
+        return self.value_sum / self.visits if self.visits else 0.0
+
+
+@dataclass
+class Tree:
+    nodes: list[Node]
+
+    @classmethod
+    def with_root(cls, state: Any) -> Tree:
+        return cls([Node(state=state, parent=-1, action=None, prior=1.0, depth=0)])
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def add_child(self, parent: int, state: Any, action: Any, prior: float, **fields) -> int:
+        self.nodes.append(Node(state=state, parent=parent, action=action, prior=prior,
+                               depth=self.nodes[parent].depth + 1, **fields))
+        self.nodes[parent].children.append(len(self.nodes) - 1)
+        return len(self.nodes) - 1
+
+    def path_to(self, index: int) -> list[int]:
+        """Node indices from the root to `index`, both included."""
+        path = [index]
+        while self.nodes[path[-1]].parent >= 0:
+            path.append(self.nodes[path[-1]].parent)
+        return path[::-1]
+
+    def leaves(self) -> list[int]:
+        """Evaluated nodes none of whose children were: the ends of the paths the search walked."""
+        return [i for i, n in enumerate(self.nodes)
+                if n.visits > 0 and i > 0 and not any(self.nodes[c].visits for c in n.children)]
+
+    def to_json(self) -> dict:
+        return {"nodes": [asdict(n) for n in self.nodes]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Tree:
+        return cls([Node(**n) for n in data["nodes"]])
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tree:
+        return cls.from_json(json.loads(Path(path).read_text()))

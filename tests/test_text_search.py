@@ -1,0 +1,84 @@
+"""Tree search over text with the real embedded model: batching, priors, rewards, determinism."""
+
+import math
+import random
+
+import pytest
+
+from azlib.data import arithmetic_problems
+from azlib.mcts import SearchConfig, search
+from azlib.mcts.envs.text import ANSWER_LINE, TextEnv, TextSearchSettings, trajectories, word_similarity
+from azlib.models import make_backend
+
+
+class Spy:
+    """Counts the calls a real backend receives (a pass-through, not a stand-in)."""
+
+    def __init__(self, backend):
+        self.backend, self.generate_calls, self.score_calls = backend, 0, 0
+
+    def generate(self, *args, **kwargs):
+        self.generate_calls += 1
+        return self.backend.generate(*args, **kwargs)
+
+    def score(self, *args, **kwargs):
+        self.score_calls += 1
+        return self.backend.score(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def student():
+    return make_backend("hf")
+
+
+def run_search(student, teacher=None, seed=0):
+    rows = arithmetic_problems(2, seed=3, steps=(1,))
+    settings = TextSearchSettings(student_samples=3, chunk_tokens=8, max_answer_tokens=48)
+    env = TextEnv(student, rows, settings, teacher=teacher)
+    config = SearchConfig(num_simulations=6, max_depth=6, leaves_per_step=2, skip_solved=True)
+    return env, search(env, [env.root(i) for i in range(2)], config, random.Random(seed))
+
+
+def test_one_generate_call_per_step_for_all_problems_and_leaves(student):
+    spy_student, spy_teacher = Spy(student), Spy(student)
+    env, results = run_search(spy_student, teacher=spy_teacher)
+    steps = env.calls
+    assert steps <= 4, "2 problems x 6 simulations at 2 leaves per step: a handful of steps, not 12 calls"
+    assert spy_student.generate_calls == steps and spy_teacher.generate_calls == steps
+    assert spy_student.score_calls == steps, "teacher chunks are scored by the student in one call per step"
+    for result in results:
+        tree = result.tree
+        children = [tree.nodes[i] for i in tree.root.children]
+        assert sum(c.prior for c in children) == pytest.approx(1.0)
+        proposers = {p for c in children for p in c.info["proposers"]}
+        assert proposers >= {"student", "teacher-1", "teacher-0"}
+        assert len({c.action for c in children}) == len(children), "duplicate chunks are merged"
+        for c in children:
+            assert c.state["code"] in ("1", "0") and len(c.state["step_pres"]) == 1
+            assert c.prior == pytest.approx(math.exp(c.info["pre"]) / sum(math.exp(x.info["pre"]) for x in children))
+
+
+def test_trajectories_carry_the_combined_reward(student):
+    env, results = run_search(student)
+    for result in results:
+        paths = trajectories(result, env)
+        assert paths, "every search yields root-to-leaf paths"
+        states = {n.state["text"]: n.state for n in result.tree.nodes}
+        for p in paths:
+            assert set(p["code"]) <= {"s"}, "without a teacher, student chunks are unlabelled"
+            pres = states[p["completion"]]["step_pres"]
+            assert p["accumulated_pre"] == pytest.approx(sum(0.95**i * x for i, x in enumerate(pres)))
+            assert p["total"] == pytest.approx(0.4 * p["hre"] + 0.6 * p["accumulated_pre"] + p["length_penalty"]
+                                               + p["direction_bonus"])
+            assert p["length_penalty"] == pytest.approx(-0.01 * len(p["code"]))
+
+
+def test_seeded_text_search_is_reproducible(student):
+    _, first = run_search(student, seed=5)
+    _, second = run_search(student, seed=5)
+    assert [r.tree.to_json() for r in first] == [r.tree.to_json() for r in second]
+
+
+def test_answer_line_and_similarity():
+    assert ANSWER_LINE.search("so 3 + 4 = 7\n#### 7\n") and not ANSWER_LINE.search("#### 7")
+    assert word_similarity("a b c", "a b d") == pytest.approx(0.5)
