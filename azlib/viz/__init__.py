@@ -1,6 +1,8 @@
-"""Visualisation: training and evaluation curves (and, later, search trees).
+"""Visualisation: training and evaluation curves, search trees (static SVG and a JupyterLab widget).
 Draws only; every number it shows was computed elsewhere in azlib."""
 
 from azlib.viz.curves import plot_seed_curves
+from azlib.viz.tree import TreeWidget, describe_board_node, describe_node, describe_text_node, save_tree, tree_svg
 
-__all__ = ["plot_seed_curves"]
+__all__ = ["TreeWidget", "describe_board_node", "describe_node", "describe_text_node", "plot_seed_curves", "save_tree",
+           "tree_svg"]
