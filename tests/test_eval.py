@@ -1,6 +1,5 @@
 """Evaluation end to end on the real model, lm-eval's answer filters, Wilson CIs, McNemar."""
 
-import json
 import math
 
 import pytest

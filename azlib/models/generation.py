@@ -32,12 +32,29 @@ class Sample:
     completion_tokens: int
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample: temperature 0 is greedy; stop strings end a sample and are cut from its text."""
+
+    n: int = 1
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={self.n}, max_new_tokens={self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
+
+
 class Backend(ABC):
     """generate(prompts, n, ...) -> one list of n samples per prompt; score -> log-probs per token."""
 
     name: str
 
-    @abstractmethod
     def generate(
         self,
         prompts: Sequence[Prompt],
@@ -49,7 +66,11 @@ class Backend(ABC):
         stop: Sequence[str] | None = None,
         seed: int | None = None,
     ) -> list[list[Sample]]:
-        """temperature 0 is greedy. Stop strings end a sample and are cut from its text."""
+        return self._generate(list(prompts), Sampling(n, max_new_tokens, temperature, top_p, tuple(stop or ()), seed))
+
+    @abstractmethod
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
+        """The backend's batched generation; `sampling` is already validated."""
 
     @abstractmethod
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
@@ -81,13 +102,6 @@ class TokenizerPrompts:
         if isinstance(continuation, str):
             return self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
         return list(continuation)
-
-
-def validate_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
-    if n < 1 or max_new_tokens < 1:
-        raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={n}, max_new_tokens={max_new_tokens}")
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
 
 
 def cut_at_stop(text: str, stop: Sequence[str] | None) -> tuple[str, bool]:

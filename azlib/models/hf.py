@@ -9,7 +9,7 @@ import torch
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-from azlib.models.generation import Backend, Prompt, Sample, TokenizerPrompts, cut_at_stop, validate_sampling
+from azlib.models.generation import Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop
 from azlib.models.loading import load_model
 
 MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
@@ -78,41 +78,29 @@ class HFBackend(TokenizerPrompts, Backend):
         return shared, cache
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-    ) -> list[list[Sample]]:
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
         """Samples depend on the seed and on how prompts fall into batches (global torch RNG)."""
-        validate_sampling(n, max_new_tokens, temperature, top_p)
-        if seed is not None:
-            torch.manual_seed(seed)
-        encoded = [self.encode_prompt(p) for p in prompts]
-        rows = [ids for ids in encoded for _ in range(n)]
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        n = sampling.n
+        rows = [ids for ids in (self.encode_prompt(p) for p in prompts) for _ in range(n)]
         samples: list[Sample | None] = [None] * len(rows)
         for batch in self._batches(rows):
-            for i, sample in zip(batch, self._generate_batch([rows[i] for i in batch], max_new_tokens,
-                                                               temperature, top_p, stop)):
+            for i, sample in zip(batch, self._generate_batch([rows[i] for i in batch], sampling)):
                 samples[i] = sample
         return [samples[p * n : (p + 1) * n] for p in range(len(prompts))]
 
-    def _generate_batch(self, rows, max_new_tokens, temperature, top_p, stop) -> list[Sample]:
+    def _generate_batch(self, rows: list[list[int]], sampling: Sampling) -> list[Sample]:
         recorder = _ChosenTokenLogprobs()
         processors = [recorder]
-        if temperature > 0:  # our own warpers, after the recorder, so it sees raw logits
-            processors.append(TemperatureLogitsWarper(temperature))
-            if top_p < 1:
-                processors.append(TopPLogitsWarper(top_p))
+        if sampling.temperature > 0:  # our own warpers, after the recorder, so it sees raw logits
+            processors.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_p < 1:
+                processors.append(TopPLogitsWarper(sampling.top_p))
         config = GenerationConfig(
-            max_new_tokens=max_new_tokens, do_sample=temperature > 0, top_k=None, top_p=None, temperature=None,
-            eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id,
-            stop_strings=list(stop) if stop else None,
+            max_new_tokens=sampling.max_new_tokens, do_sample=sampling.temperature > 0, top_k=None, top_p=None,
+            temperature=None, eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id,
+            stop_strings=list(sampling.stop) or None,
         )
         shared, cache = self._prefix_cache(rows)
         inputs = self._left_pad(rows, shared)
@@ -120,7 +108,8 @@ class HFBackend(TokenizerPrompts, Backend):
                                   logits_processor=LogitsProcessorList(processors), tokenizer=self.tokenizer)
         new = out[:, inputs["input_ids"].shape[1] :]
         logprobs = recorder.finish(new[:, -1])
-        return [self._sample(new[r].tolist(), logprobs[r].tolist(), len(rows[r]), stop) for r in range(len(rows))]
+        return [self._sample(new[r].tolist(), logprobs[r].tolist(), len(rows[r]), sampling.stop)
+                for r in range(len(rows))]
 
     def _sample(self, tokens: list[int], logprobs: list[float], prompt_tokens: int, stop) -> Sample:
         end = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), None)

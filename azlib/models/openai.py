@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from azlib.models.generation import Backend, BackendError, Prompt, Sample, validate_sampling
+from azlib.models.generation import Backend, BackendError, Prompt, Sample, Sampling
 
 RETRYABLE_STATUS = {408, 409, 425, 429} | set(range(500, 600))
 
@@ -71,21 +71,11 @@ class OpenAIBackend(Backend):
                 time.sleep(self.backoff * 2**attempt)
         raise BackendError(f"{url} failed after {self.max_retries + 1} attempts; last error: {problem}")
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-    ) -> list[list[Sample]]:
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
         """One request per prompt, up to max_concurrency in flight (servers batch them)."""
-        validate_sampling(n, max_new_tokens, temperature, top_p)
-        common = {"model": self.model, "n": n, "max_tokens": max_new_tokens, "temperature": temperature,
-                  "top_p": top_p, "stop": list(stop) if stop else None, "seed": seed}
+        common = {"model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
+                  "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(sampling.stop) or None,
+                  "seed": sampling.seed}
 
         def one(prompt: Prompt) -> list[Sample]:
             if isinstance(prompt, str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from azlib.models.generation import Backend, BackendError, Prompt, Sample, TokenizerPrompts, validate_sampling
+from azlib.models.generation import Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts
 from azlib.models.loading import resolve_model_path
 
 
@@ -49,23 +49,12 @@ class VLLMBackend(TokenizerPrompts, Backend):
         # Token ids, not text: the same tokens the hf backend sees, so both backends compare exactly.
         return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params, use_tqdm=False)
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-    ) -> list[list[Sample]]:
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
         from vllm import SamplingParams
 
-        validate_sampling(n, max_new_tokens, temperature, top_p)
         # logprobs=0: only the chosen token's log-prob; vLLM's default logprobs mode is the raw model's
-        params = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                stop=list(stop) if stop else None, seed=seed, logprobs=0)
+        params = SamplingParams(n=sampling.n, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                                top_p=sampling.top_p, stop=list(sampling.stop) or None, seed=sampling.seed, logprobs=0)
         results = []
         for out in self._run([self.encode_prompt(p) for p in prompts], params):
             results.append([
