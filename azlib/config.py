@@ -97,6 +97,10 @@ class MctsTreeParams(NotebookParams):
 
     ttt_position: str = Field(pattern=r"^[XO.]{9}$", description="board, row by row, '.' for empty")
     ttt_simulations: int = Field(ge=1)
+    az_iterations: int = Field(ge=1, description="AlphaZero loop on tic-tac-toe: self-play/train rounds")
+    az_games: int = Field(ge=1, description="self-play games per round")
+    az_simulations: int = Field(ge=2, description="search simulations per move in self-play and matches")
+    az_eval_games: int = Field(ge=2, description="games against perfect play after each round")
     model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource

@@ -127,3 +127,31 @@ def test_solved_subtrees_are_skipped_and_search_stops_when_everything_is_solved(
     by_state = {n.state: n for n in result.tree.nodes}
     assert by_state["ab"].terminal and by_state["ab"].info["terminal_value"] == 1.0
     assert by_state["aa"].terminal, "a node with nothing to expand is a dead end"
+
+
+def test_alphazero_targets_and_learning():
+    from azlib.mcts import alphazero as az
+
+    settings = az.AlphaZeroSettings(iterations=3, games_per_iteration=8, simulations=8, eval_games=4, epochs=2)
+    rng = random.Random(0)
+    net = az.PolicyValueNet()
+    data = az.self_play(net, settings, rng)
+    for board, pi, z in data:
+        assert sum(pi) == pytest.approx(1.0) and all(pi[m] == 0 for m in range(9) if board[m] != ".")
+        assert z in (-1.0, 0.0, 1.0)
+    games = [i for i, (b, _, _) in enumerate(data) if b == ttt.EMPTY] + [len(data)]
+    assert len(games) == 9
+    for start, end in zip(games, games[1:]):
+        zs = [z for _, _, z in data[start:end]]
+        assert all(a == -b for a, b in zip(zs, zs[1:])), "z flips with the player to move"
+        last_board, last_z = data[end - 1][0], zs[-1]
+        if last_z == 1.0:  # the last mover won: a winning move was there
+            assert any(ttt.winner(ttt.play(last_board, m)) for m in ttt.legal_moves(last_board))
+        else:
+            assert last_z == 0.0 and last_board.count(".") == 1, "the last mover cannot lose; else a full-board draw"
+    x = az.encode(["X...O...."])
+    assert x.shape == (1, 27) and x[0, :9].sum() == 1 and x[0, 9:18].sum() == 1 and x[0, 18:].sum() == 7
+    _, history = az.alphazero(settings, seed=0)
+    assert [h["iteration"] for h in history] == [0, 1, 2, 3]
+    assert all(h["win"] == 0 for h in history), "nobody beats perfect play"
+    assert history[-1]["policy_loss"] < history[1]["policy_loss"]

@@ -1,0 +1,79 @@
+"""Text search cost on the embedded model: tokens/s generated during a search against raw batched
+generate of the same backend in the same run (goal >= 0.7x), and the share of wall time spent in
+tree bookkeeping rather than in the model (goal < 5%).
+
+    .venv/bin/python benchmarks/mcts_throughput.py [--problems 4] [--simulations 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from azlib.data import arithmetic_problems
+from azlib.mcts import SearchConfig, search
+from azlib.mcts.envs.text import TextEnv, TextSearchSettings, messages
+from azlib.models import make_backend
+
+
+class Timed:
+    """Pass-through that times the backend's calls (so the rest of the search is bookkeeping)."""
+
+    def __init__(self, backend):
+        self.backend, self.seconds = backend, 0.0
+
+    def generate(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.backend.generate(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def score(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.backend.score(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", type=int, default=4)
+    parser.add_argument("--simulations", type=int, default=16)
+    parser.add_argument("--leaves-per-step", type=int, default=4)
+    args = parser.parse_args()
+
+    backend = make_backend("hf")
+    rows = arithmetic_problems(args.problems, seed=0)
+    settings = TextSearchSettings(student_samples=4, chunk_tokens=16, max_answer_tokens=128)
+    timed = Timed(backend)
+    env = TextEnv(timed, rows, settings)
+    config = SearchConfig(num_simulations=args.simulations, max_depth=8, leaves_per_step=args.leaves_per_step,
+                          skip_solved=True)
+    start = time.perf_counter()
+    results = search(env, [env.root(i) for i in range(len(rows))], config, random.Random(0))
+    wall = time.perf_counter() - start
+    tokens = results[0].tokens
+    search_rate = tokens / wall
+
+    # The same shape of work without a tree: one batched call per step, as many calls and samples.
+    prompts = [messages(r["prompt"], "") for r in rows] * args.leaves_per_step
+    start, raw_tokens = time.perf_counter(), 0
+    for _ in range(env.calls):
+        out = backend.generate(prompts, n=settings.student_samples, max_new_tokens=settings.chunk_tokens,
+                               temperature=settings.temperature, top_p=settings.top_p, seed=0)
+        raw_tokens += sum(s.completion_tokens for group in out for s in group)
+    raw_rate = raw_tokens / (time.perf_counter() - start)
+
+    bookkeeping = (wall - timed.seconds) / wall
+    print(f"{args.problems} problems x {args.simulations} simulations, {args.leaves_per_step} leaves per step: "
+          f"{env.calls} batched steps, {tokens} tokens in {wall:.1f} s")
+    print(f"search: {search_rate:.1f} tok/s; raw batched generate: {raw_rate:.1f} tok/s; "
+          f"ratio {search_rate / raw_rate:.2f}x (goal >= 0.7x)")
+    print(f"tree bookkeeping: {bookkeeping:.1%} of wall time (goal < 5%)")
+
+
+if __name__ == "__main__":
+    main()
