@@ -69,7 +69,13 @@ def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            page.wait_for_function("document.querySelectorAll('.azlib-tree').length >= 2", timeout=600_000)
+            try:
+                page.wait_for_function("document.querySelectorAll('.azlib-tree').length >= 2", timeout=900_000)
+            except Exception:
+                page.screenshot(path=str(tmp_path / "timeout.png"), full_page=True)
+                errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+                pytest.fail(f"widgets did not appear (screenshot in {tmp_path}); stderr outputs: "
+                            f"{[errors.nth(i).text_content()[-500:] for i in range(errors.count())]}")
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=600_000)
             page.screenshot(path=str(tmp_path / "notebook02.png"), full_page=True)
 
