@@ -7,7 +7,9 @@ import pytest
 
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchConfig, search
-from azlib.mcts.envs.text import ANSWER_LINE, TextEnv, TextSearchSettings, trajectories, word_similarity
+from azlib.mcts.envs.text import (
+    ANSWER_LINE, TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
+)
 from azlib.models import make_backend
 
 
@@ -71,6 +73,10 @@ def test_trajectories_carry_the_combined_reward(student):
             assert p["total"] == pytest.approx(0.4 * p["hre"] + 0.6 * p["accumulated_pre"] + p["length_penalty"]
                                                + p["direction_bonus"])
             assert p["length_penalty"] == pytest.approx(-0.01 * len(p["code"]))
+        targets = visit_targets(result)
+        assert targets and targets[0]["text"] == "", "the root's visit distribution comes first"
+        for t in targets:
+            assert sum(t["pi"]) == pytest.approx(1.0) and len(t["pi"]) == len(t["chunks"])
 
 
 def test_seeded_text_search_is_reproducible(student):

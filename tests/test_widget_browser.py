@@ -67,8 +67,15 @@ def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
             page.goto(f"{url}/lab/tree/02_mcts_tree.ipynb?token={token}")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            started = "[...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))"
+            for _ in range(10):  # on a fresh install the kernel can connect after the page says idle
+                page.get_by_role("menuitem", name="Run", exact=True).click()
+                page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+                try:
+                    page.wait_for_function(started, timeout=15_000)
+                    break
+                except Exception:
+                    continue
             try:
                 page.wait_for_function("document.querySelectorAll('.azlib-tree').length >= 2", timeout=900_000)
             except Exception:

@@ -136,6 +136,19 @@ class TextEnv:
         return Expansion(children, self.rewards(state, terminal=False).total, tokens)
 
 
+def visit_targets(result: SearchResult, min_visits: int = 2) -> list[dict[str, Any]]:
+    """AlphaZero-style policy targets: at every node visited at least `min_visits` times, the
+    partial answer and the visit distribution over the chunks that continue it."""
+    tree, out = result.tree, []
+    for node in tree.nodes:
+        children = [tree.nodes[c] for c in node.children]
+        total = sum(c.visits for c in children)
+        if node.visits >= min_visits and total:
+            out.append({"problem": node.state["problem"], "text": node.state["text"],
+                        "chunks": [c.action for c in children], "pi": [c.visits / total for c in children]})
+    return out
+
+
 def trajectories(result: SearchResult, env: TextEnv) -> list[dict[str, Any]]:
     """Every root-to-leaf path of a searched tree with its rewards: the raw material for GRPO groups."""
     tree, out = result.tree, []
