@@ -72,7 +72,7 @@ def main() -> None:
           f"{env.calls} batched steps, {tokens} tokens in {wall:.1f} s")
     print(f"search: {search_rate:.1f} tok/s; raw batched generate: {raw_rate:.1f} tok/s; "
           f"ratio {search_rate / raw_rate:.2f}x (goal >= 0.7x)")
-    print(f"tree bookkeeping: {bookkeeping:.1%} of wall time (goal < 5%)")
+    print(f"tree bookkeeping: {bookkeeping:.2%} of wall time (goal < 5%)")
 
 
 if __name__ == "__main__":
