@@ -23,19 +23,18 @@ class Timed:
     def __init__(self, backend):
         self.backend, self.seconds = backend, 0.0
 
-    def generate(self, *args, **kwargs):
+    def _timed(self, method: str, *args, **kwargs):
         start = time.perf_counter()
         try:
-            return self.backend.generate(*args, **kwargs)
+            return getattr(self.backend, method)(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
 
+    def generate(self, *args, **kwargs):
+        return self._timed("generate", *args, **kwargs)
+
     def score(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return self.backend.score(*args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - start
+        return self._timed("score", *args, **kwargs)
 
 
 def main() -> None:

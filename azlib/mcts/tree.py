@@ -50,13 +50,6 @@ class Tree:
         self.nodes[parent].children.append(len(self.nodes) - 1)
         return len(self.nodes) - 1
 
-    def path_to(self, index: int) -> list[int]:
-        """Node indices from the root to `index`, both included."""
-        path = [index]
-        while self.nodes[path[-1]].parent >= 0:
-            path.append(self.nodes[path[-1]].parent)
-        return path[::-1]
-
     def leaves(self) -> list[int]:
         """Evaluated nodes none of whose children were: the ends of the paths the search walked."""
         return [i for i, n in enumerate(self.nodes)
