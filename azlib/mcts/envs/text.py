@@ -40,7 +40,6 @@ class TextSearchSettings:
     temperature: float = 0.8
     top_p: float = 0.95
     max_answer_tokens: int = 256  # a partial answer this long is terminal
-    seed: int = 0
 
 
 def messages(question: str, partial: str, system: str | None = None) -> list[dict[str, str]]:
