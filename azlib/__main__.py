@@ -1,5 +1,5 @@
-"""Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`.
-Parses arguments and hands over to azlib.runner; holds no logic of its own."""
+"""Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`, and
+`python -m azlib serve [--model M] [--port P]` (a local OpenAI-compatible server). Parses, hands over."""
 
 from __future__ import annotations
 
@@ -18,8 +18,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--only", type=lambda s: [p.strip() for p in s.split(",") if p.strip()],
                      help="comma-separated notebook prefixes, e.g. 01,04")
     run.add_argument("--out", type=Path, help="run folder (default outputs/<timestamp>-<profile>)")
+    serve = commands.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (hf backend)")
+    serve.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    serve.add_argument("--served-model-name", help="name clients send (default: --model)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key-env", help="require the key held in this environment variable")
     args = parser.parse_args(argv)
 
+    if args.command == "serve":
+        return _serve(args)
     from azlib.runner import run as run_notebooks
 
     try:
@@ -27,6 +35,26 @@ def main(argv: list[str] | None = None) -> int:
     except ParamsError as err:
         print(f"azlib: {err}", file=sys.stderr)
         return 2
+
+
+def _serve(args) -> int:
+    import os
+
+    from azlib.models import make_backend
+    from azlib.models.serve import BatchingServer
+
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:
+        print(f"azlib: environment variable {args.api_key_env} is not set", file=sys.stderr)
+        return 2
+    server = BatchingServer(make_backend("hf", args.model), args.served_model_name or args.model, args.host,
+                            args.port, api_key=key).start()
+    print(f"serving {args.model} at {server.url} (Ctrl-C stops)", flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        server.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -116,9 +116,58 @@ class MctsTreeParams(NotebookParams):
     leaves_per_step: int = Field(ge=1, description="leaves expanded together, in one generate call")
 
 
+class TeacherSpec(BaseModel):
+    """One teacher of the ensemble (azlib.teachers). backend 'openai' needs base_url ('local' starts
+    a server over the embedded model on 127.0.0.1); its key comes only from the env var api_key_env."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="short label used in tables and path records")
+    backend: Literal["hf", "vllm", "openai"]
+    model: str = Field(min_length=1)
+    tier: Literal["free", "production", "vllm", "cpu"]
+    persona: Literal["tutor", "terse"] = Field("tutor", description="the right/wrong instructions it gets")
+    temperature: float = Field(0.7, ge=0)
+    max_tokens: int = Field(500, ge=1, description="cap on a proposal's tokens (the search asks for chunks)")
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
+    max_retries: int = Field(2, ge=0)
+    options: dict[str, Any] = Field(default_factory=dict, description="extra backend arguments (vllm memory...)")
+
+    @model_validator(mode="after")
+    def _remote_needs_url(self) -> TeacherSpec:
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError(f"teacher {self.name}: backend 'openai' needs base_url (or 'local')")
+        return self
+
+
+class TeacherEnsembleParams(NotebookParams):
+    """Notebook 03: the teacher ensemble proposing right and wrong chunks (see azlib.teachers)."""
+
+    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
+    task: Literal["arithmetic", "gsm8k"]
+    gsm8k: DataSource
+    num_problems: int = Field(ge=1, description="problems searched one after another (weights adapt between)")
+    teacher_tier: Literal["free", "production", "vllm", "cpu"] = Field(description="preset used when teachers is []")
+    teachers: list[TeacherSpec] = Field(description="explicit teachers; [] takes the tier's preset")
+    failing_teacher: bool = Field(description="add a teacher whose server is down, to show fault tolerance")
+    teachers_per_node: int = Field(ge=1, description="teachers asked per expanded node, drawn by weight")
+    teacher_samples: int = Field(ge=1, description="right and as many wrong chunks per asked teacher")
+    student_samples: int = Field(ge=1)
+    chunk_tokens: int = Field(ge=1)
+    num_mcts_iterations: int = Field(ge=1)
+    max_tree_depth: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, description="tokens a search may generate in all")
+    leaves_per_step: int = Field(ge=1)
+    ema_rate: float = Field(gt=0, le=1, description="step of each teacher's moving average of backed-up value")
+    use_checker: bool = Field(description="ask the student model whether undecided leaves are complete")
+
+
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "01_toy_bandit_grpo": ToyBanditParams,
     "02_mcts_tree": MctsTreeParams,
+    "03_teacher_ensemble": TeacherEnsembleParams,
 }
 
 

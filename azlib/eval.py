@@ -30,6 +30,12 @@ def chat_prompt(question: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"{question}\n\n{CHAT_INSTRUCTION}"}]
 
 
+def continuation_prompt(question: str, partial: str, system: str | None = None) -> list[dict[str, str]]:
+    """The chat prompt with a partial answer as an assistant message to be continued (tree search)."""
+    out = ([{"role": "system", "content": system}] if system else []) + chat_prompt(question)
+    return out + [{"role": "assistant", "content": partial}] if partial else out
+
+
 def lm_eval_prompt(question: str, shots: Sequence[Row]) -> str:
     """'Question: q\\nAnswer: <reference solution>' x shots, then the question (lm-eval's format)."""
     examples = [f"Question: {r['prompt']}\nAnswer: {r['info']['solution']}" for r in shots]

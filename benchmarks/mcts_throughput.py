@@ -12,8 +12,9 @@ import random
 import time
 
 from azlib.data import arithmetic_problems
+from azlib.eval import continuation_prompt
 from azlib.mcts import SearchConfig, search
-from azlib.mcts.envs.text import TextEnv, TextSearchSettings, messages
+from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import make_backend
 
 
@@ -58,7 +59,7 @@ def main() -> None:
     search_rate = tokens / wall
 
     # The same shape of work without a tree: one batched call per step, as many calls and samples.
-    prompts = [messages(r["prompt"], "") for r in rows] * args.leaves_per_step
+    prompts = [continuation_prompt(r["prompt"], "") for r in rows] * args.leaves_per_step
     start, raw_tokens = time.perf_counter(), 0
     for _ in range(env.calls):
         out = backend.generate(prompts, n=settings.student_samples, max_new_tokens=settings.chunk_tokens,

@@ -1,9 +1,5 @@
 """The generation interface: hf on the real embedded model; openai against real local HTTP servers."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from azlib.models import BackendError, make_backend
@@ -88,53 +84,6 @@ def test_bad_sampling_arguments_are_refused(hf):
 # --- openai backend against real HTTP servers on 127.0.0.1 -------------------------------------
 
 
-class ScriptedServer(ThreadingHTTPServer):
-    """An OpenAI-shaped server that answers from a script: 'ok', 'http500', 'http400', 'garbage'."""
-
-    def __init__(self, script):
-        self.script, self.requests = list(script), []
-        super().__init__(("127.0.0.1", 0), ScriptedHandler)
-
-
-class ScriptedHandler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append((self.path, dict(self.headers), body))
-        step = self.server.script.pop(0) if self.server.script else "ok"
-        if step.startswith("http"):
-            return self._send(int(step[4:]), b'{"error": "scripted"}')
-        if step == "garbage":
-            return self._send(200, b"<html>not json</html>")
-        choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "#### 4"},
-                  "logprobs": {"content": [{"token": "####", "logprob": -0.5}, {"token": " 4", "logprob": -0.25}]}}
-        self._send(200, json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}).encode())
-
-    def _send(self, code, payload):
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-
-@pytest.fixture
-def server_factory():
-    servers = []
-
-    def start(script=()):
-        server = ScriptedServer(script)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
-
-    yield start
-    for s in servers:
-        s.shutdown()
-
-
 def test_openai_backend_retries_server_errors_and_garbage(server_factory):
     server, url = server_factory(["http500", "garbage", "http503"])
     backend = OpenAIBackend("m", url, max_retries=3, backoff=0.01)
@@ -155,12 +104,8 @@ def test_openai_backend_gives_up_with_a_clear_error(server_factory):
     assert len(server.requests) == 1, "a client error is not retried"
 
 
-def test_openai_backend_reports_a_dead_server():
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_openai_backend_reports_a_dead_server(dead_port):
+    port = dead_port
     with pytest.raises(BackendError, match=rf"127.0.0.1:{port}/v1/completions failed after 2 attempts; last error: Connect"):
         OpenAIBackend("m", f"http://127.0.0.1:{port}/v1", max_retries=1, backoff=0.01).generate(["hi"])
 

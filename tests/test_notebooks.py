@@ -2,6 +2,8 @@
 
 import json
 import math
+import os
+import secrets
 import subprocess
 import sys
 
@@ -25,11 +27,16 @@ def test_notebook_is_clean(path):
     assert set(config.notebook_defaults(path)) == set(config.params_model(path.stem).model_fields)
 
 
+# The smoke profile's HTTP teacher (notebook 03) reads its key from this variable; it must never be written out.
+SECRET = "sk-azlib-" + secrets.token_hex(16)
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke-run")
     proc = subprocess.run([sys.executable, "-m", "azlib", "run", "--profile", "smoke", "--out", str(out)],
-                          capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=1800)
+                          capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=1800,
+                          env={**os.environ, "AZLIB_SMOKE_KEY": SECRET})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout, json.loads((out / "metrics.json").read_text())
 
@@ -53,7 +60,17 @@ def check_02(m):
     assert m["note"] == "", "the smoke profile searches the arithmetic task: nothing may be skipped"
 
 
-METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02}
+def check_03(m):
+    assert m["teachers"] == 3 and m["searches"] == 2 and m["teachers_answering"] == 2
+    assert m["down_failures"] == 1 and m["down_weight"] == 0.0 and m["failed_teachers"] == 1
+    for name in ("tutor", "http-tutor"):  # the HTTP teacher answered: its key reached the local server
+        assert m[f"{name}_failures"] == 0 and m[f"{name}_tokens"] > 0 and m[f"{name}_weight"] > 0
+    assert m["weights_sum"] == pytest.approx(1.0)
+    assert m["checker_decided"] > 0 and 0 <= m["checker_agreement"] <= 1 and m["checker_by_model"] > 0
+    assert m["note"] == ""
+
+
+METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_teacher_ensemble": check_03}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -74,7 +91,8 @@ def test_notebook_runs_in_the_smoke_profile(smoke_run, path):
 def test_figures_are_written(smoke_run):
     out, _, _ = smoke_run
     figures = sorted(p.name for p in (out / "figures").iterdir())
-    assert {"01_algorithms.png", "01_group_size.png", "01_chain.png"} <= set(figures)
+    assert {"01_algorithms.png", "01_group_size.png", "01_chain.png", "03_weights.png", "03_teacher_speed.png",
+            "03_similarity.png"} <= set(figures)
     assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
 
 
@@ -87,3 +105,12 @@ def test_trees_are_written_as_json_and_svg(smoke_run):
         assert tree.root.visits > 0
         svg = (out / "trees" / f"{name}.svg").read_text()
         assert svg.startswith("<svg") and svg.count("<circle") == len(tree.nodes)
+
+
+def test_api_keys_never_reach_notebooks_or_outputs(smoke_run):
+    out, stdout, _ = smoke_run
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".ipynb" for p in files) and (out / "config.json").is_file()
+    leaked = [str(p) for p in files if SECRET.encode() in p.read_bytes()]
+    assert not leaked and SECRET not in stdout
+    assert "AZLIB_SMOKE_KEY" in (out / "config.json").read_text(), "the variable's name is recorded, its value not"

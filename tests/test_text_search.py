@@ -10,7 +10,9 @@ from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import (
     ANSWER_LINE, TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
 )
-from azlib.models import make_backend
+from azlib.config import TeacherSpec
+from azlib.models import DEFAULT_MODEL, make_backend
+from azlib.teachers import TeacherEnsemble
 
 
 class Spy:
@@ -36,7 +38,11 @@ def student():
 def run_search(student, teacher=None, seed=0):
     rows = arithmetic_problems(2, seed=3, steps=(1,))
     settings = TextSearchSettings(student_samples=3, chunk_tokens=8, max_answer_tokens=48)
-    env = TextEnv(student, rows, settings, teacher=teacher)
+    teachers = None
+    if teacher is not None:
+        spec = TeacherSpec(name="tutor", backend="hf", model=DEFAULT_MODEL, tier="cpu")
+        teachers = TeacherEnsemble([spec], shared={DEFAULT_MODEL: teacher})
+    env = TextEnv(student, rows, settings, teachers=teachers)
     config = SearchConfig(num_simulations=6, max_depth=6, leaves_per_step=2, skip_solved=True)
     return env, search(env, [env.root(i) for i in range(2)], config, random.Random(seed))
 
@@ -53,7 +59,7 @@ def test_one_generate_call_per_step_for_all_problems_and_leaves(student):
         children = [tree.nodes[i] for i in tree.root.children]
         assert sum(c.prior for c in children) == pytest.approx(1.0)
         proposers = {p for c in children for p in c.info["proposers"]}
-        assert proposers >= {"student", "teacher-1", "teacher-0"}
+        assert proposers >= {"student", "tutor:1", "tutor:0"}
         assert len({c.action for c in children}) == len(children), "duplicate chunks are merged"
         for c in children:
             assert c.state["code"] in ("1", "0") and len(c.state["step_pres"]) == 1

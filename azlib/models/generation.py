@@ -3,6 +3,8 @@ Defines the sample record and prompt rendering; the backends (hf, vllm, openai) 
 
 from __future__ import annotations
 
+import functools
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence, Union
@@ -78,6 +80,18 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release processes, connections or memory the backend holds (idempotent)."""
+
+
+def one_call_at_a_time(method):
+    """For backends holding a model in this process (tokenizers and engines are not thread-safe): calls
+    through `self.lock` run one at a time, so threads (teachers, a server, the student) can share one."""
+
+    @functools.wraps(method)
+    def serialised(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return serialised
 
 
 class TokenizerPrompts:

@@ -3,13 +3,16 @@ The CPU default; it reads raw token log-probs during generation, without a secon
 
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import torch
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-from azlib.models.generation import Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop
+from azlib.models.generation import (
+    Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
+)
 from azlib.models.loading import load_model
 
 MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
@@ -43,6 +46,7 @@ class HFBackend(TokenizerPrompts, Backend):
 
     def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 32):
         self.model, self.tokenizer = load_model(model, dtype=dtype, device=device)
+        self.lock = threading.RLock()
         self.batch_size = batch_size
         self.device = device
         eos = self.model.generation_config.eos_token_id
@@ -78,6 +82,7 @@ class HFBackend(TokenizerPrompts, Backend):
         return shared, cache
 
     @torch.no_grad()
+    @one_call_at_a_time
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
         """Samples depend on the seed and on how prompts fall into batches (global torch RNG)."""
         if sampling.seed is not None:
@@ -128,6 +133,7 @@ class HFBackend(TokenizerPrompts, Backend):
         return Sample(text, tuple(tokens), tuple(logprobs[: len(tokens)]), finish, prompt_tokens, len(tokens))
 
     @torch.no_grad()
+    @one_call_at_a_time
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
         if len(prompts) != len(continuations):
             raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")

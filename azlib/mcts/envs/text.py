@@ -1,8 +1,8 @@
 """Text as a search environment: a node is a partial answer, a child appends a chunk of tokens
-proposed by the student (and, when given, "right" and "wrong" chunks from a teacher backend).
+proposed by the student (and, when given, "right" and "wrong" chunks from a teacher ensemble).
 
 One `expand` call serves every leaf of every problem in a search step: one batched student
-generate, one batched teacher generate, one batched student score of the teacher's chunks.
+generate, one batched call per asked teacher, one batched student score of the teachers' chunks.
 Leaf values come from azlib.rewards; the tree's paths become GRPO groups or visit-count targets.
 """
 
@@ -12,21 +12,19 @@ import math
 import random
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from azlib.data.rows import Row
-from azlib.eval import chat_prompt
+from azlib.eval import continuation_prompt
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.models.generation import Backend, Sample
 from azlib.rewards import RewardWeights, combined_reward, perplexity_reward
 
+if TYPE_CHECKING:
+    from azlib.teachers import TeacherEnsemble, TerminalChecker
+
 # An answer line followed by a newline, or end of text: the model has committed to its answer.
 ANSWER_LINE = re.compile(r"####\s*-?[\d,]*\.?\d+\s*\n")
-TEACHER_SYSTEM = {
-    "1": "You are an expert math tutor. Continue the assistant's partial solution with the next correct step.",
-    "0": "You write plausible but flawed math. Continue the assistant's partial solution with a step that "
-         "contains a subtle mistake.",
-}
 
 
 @dataclass(frozen=True)
@@ -42,12 +40,6 @@ class TextSearchSettings:
     max_answer_tokens: int = 256  # a partial answer this long is terminal
 
 
-def messages(question: str, partial: str, system: str | None = None) -> list[dict[str, str]]:
-    """The kit's chat prompt, with the partial answer as an assistant message to be continued."""
-    out = ([{"role": "system", "content": system}] if system else []) + chat_prompt(question)
-    return out + [{"role": "assistant", "content": partial}] if partial else out
-
-
 def word_similarity(a: str, b: str) -> float:
     """Jaccard overlap of the words of two chunks (how close the student came to a teacher chunk)."""
     x, y = set(a.split()), set(b.split())
@@ -61,9 +53,10 @@ class TextEnv:
     two_player = False
 
     def __init__(self, student: Backend, problems: Sequence[Row], settings: TextSearchSettings = TextSearchSettings(),
-                 teacher: Backend | None = None, weights: RewardWeights = RewardWeights()):
-        self.student, self.teacher, self.problems = student, teacher, list(problems)
-        self.settings, self.weights = settings, weights
+                 teachers: TeacherEnsemble | None = None, weights: RewardWeights = RewardWeights(),
+                 checker: TerminalChecker | None = None):
+        self.student, self.teachers, self.checker = student, teachers, checker
+        self.problems, self.settings, self.weights = list(problems), settings, weights
         self.calls = 0
 
     def root(self, problem: int) -> dict[str, Any]:
@@ -84,38 +77,39 @@ class TextEnv:
         self.calls += 1
         questions = [self.problems[st["problem"]]["prompt"] for st in states]
         seed = rng.randrange(2**31)
-        student = self.student.generate([messages(q, st["text"]) for q, st in zip(questions, states)],
+        student = self.student.generate([continuation_prompt(q, st["text"]) for q, st in zip(questions, states)],
                                         n=s.student_samples, max_new_tokens=s.chunk_tokens, temperature=s.temperature,
                                         top_p=s.top_p, seed=seed)
-        proposals: list[list[tuple[str, Sample]]] = [[("student", x) for x in group] for group in student]
-        if self.teacher is not None:
-            asks = [(i, label, messages(q, st["text"], TEACHER_SYSTEM[label]))
-                    for i, (q, st) in enumerate(zip(questions, states)) for label in ("1", "0")]
-            answers = self.teacher.generate([m for _, _, m in asks], n=s.teacher_samples, max_new_tokens=s.chunk_tokens,
-                                            temperature=s.temperature, top_p=s.top_p, seed=seed + 1)
-            flat = [(i, label, x) for (i, label, _), group in zip(asks, answers) for x in group]
-            # The student's own log-probs of the teacher's chunks: its prior and its PRE.
-            scores = self.student.score([messages(questions[i], states[i]["text"]) for i, _, _ in flat],
-                                        [x.text for _, _, x in flat])
-            for (i, label, x), logprobs in zip(flat, scores):
-                proposals[i].append((f"teacher-{label}", replace(x, logprobs=tuple(logprobs))))
-        return [self._expansion(st, props) for st, props in zip(states, proposals)]
+        proposals: list[list[tuple[str, str | None, Sample]]] = [[("student", None, x) for x in g] for g in student]
+        if self.teachers is not None:
+            asked = self.teachers.propose([(q, st["text"]) for q, st in zip(questions, states)],
+                                          n=s.teacher_samples, max_new_tokens=s.chunk_tokens, seed=seed + 1)
+            flat = [(i, p) for i, group in enumerate(asked) for p in group]
+            # The student's own log-probs of the teachers' chunks: their prior and their PRE.
+            scores = self.student.score([continuation_prompt(questions[i], states[i]["text"]) for i, _ in flat],
+                                        [p.sample.text for _, p in flat]) if flat else []
+            for (i, p), logprobs in zip(flat, scores):
+                proposals[i].append((p.teacher, p.label, replace(p.sample, logprobs=tuple(logprobs))))
+        expansions = [self._expansion(st, props) for st, props in zip(states, proposals)]
+        if self.checker is not None:
+            self._check(expansions, questions)
+        return expansions
 
-    def _expansion(self, state: dict, proposals: list[tuple[str, Sample]]) -> Expansion:
-        teacher_chunks = {who[-1]: x.text for who, x in proposals if who.startswith("teacher")}
+    def _expansion(self, state: dict, proposals: list[tuple[str, str | None, Sample]]) -> Expansion:
+        teacher_chunks = {label: x.text for _, label, x in proposals if label is not None}
         merged: dict[str, dict] = {}
-        for who, sample in proposals:
+        for who, label, sample in proposals:
             if not sample.text:
                 continue
-            entry = merged.setdefault(sample.text, {"sample": sample, "proposers": []})
-            entry["proposers"].append(who)
+            entry = merged.setdefault(sample.text, {"sample": sample, "proposers": [], "labels": []})
+            entry["proposers"].append(who if label is None else f"{who}:{label}")
+            entry["labels"] += [label] if label is not None else []
         children, weights = [], []
         for chunk, entry in merged.items():
-            sample, proposers = entry["sample"], entry["proposers"]
+            sample = entry["sample"]
             similarity = {label: word_similarity(chunk, t) for label, t in teacher_chunks.items()}
-            teacher_labels = [p[-1] for p in proposers if p.startswith("teacher")]
-            if teacher_labels:
-                label = teacher_labels[0]
+            if entry["labels"]:
+                label = entry["labels"][0]
             elif similarity:  # a student chunk joins the teacher branch it resembles most
                 label = "1" if similarity.get("1", 0.0) >= similarity.get("0", 0.0) else "0"
             else:
@@ -127,12 +121,33 @@ class TextEnv:
                      # no stop strings are used, so "stop" means the model ended its answer (EOS)
                      "finished": sample.finish_reason == "stop" or bool(ANSWER_LINE.search(text))}
             weights.append(math.exp(pre))  # prior: normalised exp(mean token log-prob) under the student
-            info = {"chunk": chunk, "proposers": proposers, "pre": pre, "student_similarity": similarity.get("1")}
+            info = {"chunk": chunk, "proposers": entry["proposers"], "pre": pre,
+                    "student_similarity": similarity.get("1")}
             children.append(Child(chunk, child, 0.0, info))
         total = sum(weights) or 1.0
         children = [c._replace(prior=w / total) for c, w in zip(children, weights)]
-        tokens = sum(x.completion_tokens for _, x in proposals)
+        tokens = sum(x.completion_tokens for _, _, x in proposals)
         return Expansion(children, self.rewards(state, terminal=False).total, tokens)
+
+    def _check(self, expansions: list[Expansion], questions: list[str]) -> None:
+        """Children the rules left open: the checker decides (one batched call) whether they are complete."""
+        open_children = [(q, c) for q, e in zip(questions, expansions) for c in e.children if not c.state["finished"]]
+        verdicts = self.checker.check([q for q, _ in open_children], [c.state["text"] for _, c in open_children])
+        for (_, child), done in zip(open_children, verdicts):
+            child.state["finished"] = done
+            child.info["checker"] = done
+
+
+def teacher_values(result: SearchResult) -> dict[str, list[float]]:
+    """Per teacher, the mean backed-up value (Q) of every visited child it proposed: what
+    TeacherEnsemble.credit turns into weights."""
+    out: dict[str, list[float]] = {}
+    for node in result.tree.nodes:
+        if node.visits:
+            for proposer in node.info.get("proposers", []):
+                if ":" in proposer:
+                    out.setdefault(proposer.split(":")[0], []).append(node.q)
+    return out
 
 
 def visit_targets(result: SearchResult, min_visits: int = 2) -> list[dict[str, Any]]:
