@@ -1,4 +1,5 @@
-"""Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`, and
+"""Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`,
+`python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training without the notebook),
 `python -m azlib serve [--model M] [--port P]` (a local OpenAI-compatible server). Parses, hands over."""
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--only", type=lambda s: [p.strip() for p in s.split(",") if p.strip()],
                      help="comma-separated notebook prefixes, e.g. 01,04")
     run.add_argument("--out", type=Path, help="run folder (default outputs/<timestamp>-<profile>)")
+    train = commands.add_parser("train", help="notebook 04's training, headless, into <out>/train-04/")
+    train.add_argument("--profile", choices=PROFILES, default="cpu")
+    train.add_argument("--out", type=Path, required=True, help="run folder (keeps checkpoints and train_log.jsonl)")
+    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     serve = commands.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (hf backend)")
     serve.add_argument("--model", default="embedded:smollm2-135m-instruct")
     serve.add_argument("--served-model-name", help="name clients send (default: --model)")
@@ -28,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "serve":
         return _serve(args)
+    if args.command == "train":
+        return _train(args)
     from azlib.runner import run as run_notebooks
 
     try:
@@ -35,6 +42,24 @@ def main(argv: list[str] | None = None) -> int:
     except ParamsError as err:
         print(f"azlib: {err}", file=sys.stderr)
         return 2
+
+
+def _train(args) -> int:
+    from azlib.config import NOTEBOOKS_DIR, resolve
+    from azlib.training import trainer_from_params, training_problems
+
+    try:
+        params, _ = resolve(NOTEBOOKS_DIR / "04_gsm8k_run.ipynb", args.profile, args.out.resolve())
+    except ParamsError as err:
+        print(f"azlib: {err}", file=sys.stderr)
+        return 2
+    problems, note = training_problems(params)
+    if note:
+        print("NOTE:", note)
+    trainer = trainer_from_params(params, args.out.resolve() / "train-04", problems)
+    log = trainer.run(resume=args.resume or params.resume)
+    print(f"{trainer.step} steps, {trainer.tokens} tokens generated; last: {log[-1] if log else None}")
+    return 0
 
 
 def _serve(args) -> int:

@@ -164,10 +164,68 @@ class TeacherEnsembleParams(NotebookParams):
     use_checker: bool = Field(description="ask the student model whether undecided leaves are complete")
 
 
+class TrainingParams(NotebookParams):
+    """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student."""
+
+    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
+    dtype: Literal["float32", "bfloat16"]
+    device: Literal["cpu", "cuda"]
+    task: Literal["arithmetic", "gsm8k"]
+    gsm8k: DataSource
+    num_train_problems: int = Field(ge=1, description="training problems (cycled through)")
+    arithmetic_steps: list[int] = Field(min_length=1, description="step counts of the arithmetic task, within 1..2")
+    teacher_tier: Literal["none", "cpu", "free", "production", "vllm"]
+    teachers_per_node: int = Field(ge=1)
+    groups: Literal["mcts", "siblings", "visits", "sampling"] = Field(description="where GRPO groups come from")
+    steps: int = Field(ge=1, description="GRPO steps")
+    problems_per_step: int = Field(ge=1)
+    checkpoint_every: int = Field(ge=1, description="steps between checkpoints")
+    resume: bool = Field(description="continue from the latest checkpoint in the run folder")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"]
+    beta: float = Field(ge=0, description="weight of the KL to the reference")
+    learning_rate: float = Field(gt=0)
+    epsilon_high: float = Field(gt=0, description="upper clip of the ratio (0.2 symmetric; DAPO 0.28)")
+    clip_advantages: float = Field(gt=0)
+    micro_batch_size: int = Field(ge=1)
+    lora_r: int = Field(ge=1)
+    lora_alpha: int = Field(ge=1)
+    reference: Literal["adapters_off", "snapshot"]
+    reference_refresh: int = Field(ge=1, description="steps between reference snapshots")
+    gradient_checkpointing: bool
+    use_unsloth: bool
+    optimizer: Literal["adamw", "adamw_8bit"]
+    num_mcts_iterations: int = Field(ge=1)
+    max_tree_depth: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, description="tokens one search step may generate in all")
+    chunk_tokens: int = Field(ge=1)
+    student_samples: int = Field(ge=1)
+    leaves_per_step: int = Field(ge=1)
+    temperature: float = Field(gt=0, description="sampling temperature of search chunks and sampled answers")
+    group_size: int = Field(ge=2, description="answers per problem when groups = 'sampling'")
+    max_new_tokens: int = Field(ge=1, description="answer length when groups = 'sampling'")
+
+    @field_validator("arithmetic_steps")
+    @classmethod
+    def _steps(cls, value: list[int]) -> list[int]:
+        if not set(value) <= {1, 2}:
+            raise ValueError("arithmetic problems have 1 or 2 steps")
+        return value
+
+
+class BaseVsTrainedParams(TrainingParams):
+    """Notebook 05: base vs MCTS-trained vs plain-GRPO-trained at an equal token budget."""
+
+    eval_problems: int = Field(ge=1, description="held-out problems every model answers")
+    eval_gsm8k_problems: int = Field(ge=0, description="GSM8K test problems also evaluated (0: none)")
+    eval_max_new_tokens: int = Field(ge=1)
+
+
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "01_toy_bandit_grpo": ToyBanditParams,
     "02_mcts_tree": MctsTreeParams,
     "03_teacher_ensemble": TeacherEnsembleParams,
+    "04_gsm8k_run": TrainingParams,
+    "05_base_vs_trained": BaseVsTrainedParams,
 }
 
 

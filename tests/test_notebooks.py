@@ -70,7 +70,24 @@ def check_03(m):
     assert m["note"] == ""
 
 
-METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_teacher_ensemble": check_03}
+def check_04(m):
+    assert m["steps"] == 3 and m["tokens_total"] > 0 and m["groups"] == "mcts"
+    assert m["checkpoint"] == "train-04/checkpoints/step-000003"
+    assert m["final_kl"] >= 0 and m["final_entropy"] > 0 and m["final_grad_norm"] > 0
+    assert -5 < m["reward_first_quarter"] < 2 and 0 <= m["accuracy_last_quarter"] <= 1 and m["ram_peak_mb"] > 100
+
+
+def check_05(m):
+    assert m["mcts_steps"] == 2 and m["mcts_tokens"] == m["budget_tokens"] > 0
+    assert m["sampling_tokens"] >= m["budget_tokens"], "the plain run spends at least the MCTS run's tokens"
+    for model in ("base", "mcts", "sampling"):
+        assert m[f"{model}_heldout_n"] == 8 and 0 <= m[f"{model}_heldout_accuracy"] <= 1
+        assert m[f"{model}_heldout_ci_low"] <= m[f"{model}_heldout_accuracy"] <= m[f"{model}_heldout_ci_high"]
+    assert 0 < m["heldout_sampling_vs_mcts_p"] <= 1 and m["verdict"].startswith("On 8 held-out problems (heldout)")
+
+
+METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_teacher_ensemble": check_03,
+                 "04_gsm8k_run": check_04, "05_base_vs_trained": check_05}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -92,7 +109,8 @@ def test_figures_are_written(smoke_run):
     out, _, _ = smoke_run
     figures = sorted(p.name for p in (out / "figures").iterdir())
     assert {"01_algorithms.png", "01_group_size.png", "01_chain.png", "03_weights.png", "03_teacher_speed.png",
-            "03_similarity.png"} <= set(figures)
+            "03_similarity.png", "04_training.png", "04_cost.png", "05_training_per_token.png",
+            "05_accuracy.png"} <= set(figures)
     assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
 
 

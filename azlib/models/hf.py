@@ -45,7 +45,17 @@ class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
     def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 32):
-        self.model, self.tokenizer = load_model(model, dtype=dtype, device=device)
+        self._attach(*load_model(model, dtype=dtype, device=device), device, batch_size)
+
+    @classmethod
+    def wrapping(cls, model, tokenizer, *, device: str = "cpu", batch_size: int = 32) -> HFBackend:
+        """A backend over a model already in memory (the student being trained: no second copy)."""
+        backend = cls.__new__(cls)
+        backend._attach(model, tokenizer, device, batch_size)
+        return backend
+
+    def _attach(self, model, tokenizer, device: str, batch_size: int) -> None:
+        self.model, self.tokenizer = model, tokenizer
         self.lock = threading.RLock()
         self.batch_size = batch_size
         self.device = device

@@ -1,0 +1,204 @@
+"""GRPO as in the papers and in TRL: group-normalised advantages, the clipped-ratio token loss with a
+k3 KL to the reference, the four aggregations (grpo, bnpo, dr_grpo, dapo), and one optimiser step.
+
+    A_i = (r_i - mean(r_group)) / (std(r_group) + 1e-4)             (Bessel std, as TRL)
+    loss_t = -min(ratio_t A_i, clip(ratio_t, 1 - eps_low, 1 + eps_high) A_i) + beta ratio_t k3_t
+    ratio_t = exp(logp_t - logp_old_t),  k3_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1
+    (the ratio on the KL term makes its gradient the unbiased reverse-KL one, DeepSeek-V3.2; TRL 1.16's
+    default; kl_ratio_correction=False gives the DeepSeekMath form)
+    grpo: mean over a sequence's tokens, then over sequences;  bnpo, dapo: sum / active tokens;
+    dr_grpo: sum / (sequences x max_completion_length);  legacy: the original system's reward-
+    weighted supervised loss, -A_i mean_t logp_t (no ratio, no clip), plus the same KL term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Sequence
+
+import torch
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "legacy")
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """Defaults: the original system (beta 0.1, advantages clipped at 3, lr 2e-4 for LoRA, grad norm 1.0)
+    with TRL 1.16's loss aggregation (dapo: no length bias) and clip range 0.2."""
+
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"] = "dapo"
+    beta: float = 0.1  # weight of the k3 KL to the reference policy
+    kl_ratio_correction: bool = True  # multiply k3 by the (differentiable) ratio, as TRL 1.16 does
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2  # DAPO's clip-higher: 0.28
+    scale_rewards: Literal["group", "batch", "none"] = "group"  # std used to divide advantages
+    clip_advantages: float | None = 3.0
+    drop_equal_groups: bool = False  # DAPO: a group whose rewards are all equal teaches nothing
+    max_completion_length: int = 256  # dr_grpo's constant normaliser
+    learning_rate: float = 2e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a step)
+    num_iterations: int = 1  # policy updates per batch (>1 makes the ratio and its clip matter)
+    optimizer: Literal["adamw", "adamw_8bit"] = "adamw"
+
+    def __post_init__(self):
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}")
+        if min(self.epsilon_low, self.epsilon_high) < 0 or self.beta < 0 or self.learning_rate <= 0:
+            raise ValueError("epsilon_low, epsilon_high and beta must be >= 0, learning_rate > 0")
+        if self.micro_batch_size < 1 or self.num_iterations < 1 or self.max_completion_length < 1:
+            raise ValueError("micro_batch_size, num_iterations and max_completion_length must be >= 1")
+
+
+def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: str = "group", eps: float = 1e-4,
+                     clip: float | None = None) -> torch.Tensor:
+    """Reward minus its group's mean, divided by the group's (or the batch's) Bessel std + eps."""
+    advantages = torch.empty_like(rewards)
+    stds = torch.ones_like(rewards)
+    for g in groups.unique():
+        members = groups == g
+        r = rewards[members]
+        advantages[members] = r - r.mean()
+        stds[members] = r.std() if len(r) > 1 else 0.0
+    if scale == "batch":
+        stds = torch.full_like(rewards, rewards.std().item() if len(rewards) > 1 else 0.0)
+    if scale != "none":
+        advantages = advantages / (stds + eps)
+    return advantages.clamp(-clip, clip) if clip is not None else advantages
+
+
+def equal_reward_groups(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """Mask of sequences whose group's rewards are all equal (zero advantage: no learning signal)."""
+    out = torch.zeros_like(rewards, dtype=torch.bool)
+    for g in groups.unique():
+        members = groups == g
+        out[members] = bool((rewards[members] == rewards[members][0]).all())
+    return out
+
+
+class LossParts(NamedTuple):
+    loss: torch.Tensor  # this batch's share of the step loss
+    kl: torch.Tensor  # per token
+    ratio: torch.Tensor  # per token
+
+
+def token_losses(logp, old_logp, ref_logp, advantages, settings: GRPOSettings) -> LossParts:
+    """Per-token loss [B, T] before aggregation; advantages [B]."""
+    a = advantages.unsqueeze(1)
+    ratio = torch.exp(logp - old_logp)
+    if settings.loss_type == "legacy":
+        per_token = -a * logp
+    else:
+        clipped = torch.clamp(ratio, 1 - settings.epsilon_low, 1 + settings.epsilon_high)
+        per_token = -torch.min(ratio * a, clipped * a)
+    kl = torch.zeros_like(logp)
+    if settings.beta:  # ref_logp may be None when beta is 0
+        kl = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
+        per_token = per_token + settings.beta * (kl * ratio if settings.kl_ratio_correction else kl)
+    return LossParts(per_token, kl, ratio)
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, settings: GRPOSettings, *, batch_sequences: int,
+              batch_tokens: float) -> torch.Tensor:
+    """This micro-batch's share of the loss of the whole batch (batch_sequences, batch_tokens over
+    all micro-batches), so that the shares add up to the full-batch loss."""
+    masked = per_token * mask
+    if settings.loss_type in ("grpo", "legacy"):
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / batch_sequences
+    if settings.loss_type in ("bnpo", "dapo"):
+        return masked.sum() / max(batch_tokens, 1.0)
+    return masked.sum() / (batch_sequences * settings.max_completion_length)  # dr_grpo
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: GRPOSettings) -> torch.Tensor:
+    """The loss of one whole batch (what TRL's GRPOTrainer computes with gradient_accumulation 1)."""
+    parts = token_losses(logp, old_logp, ref_logp, advantages, settings)
+    return aggregate(parts.loss, mask, settings, batch_sequences=logp.shape[0], batch_tokens=mask.sum().item())
+
+
+@dataclass
+class Example:
+    """One completion in a group: token ids, its reward, and the key of its group."""
+
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    reward: float
+    group: int
+
+
+def completion_mask(completions: Sequence[Sequence[int]]) -> torch.Tensor:
+    """[B, T] ones over each completion's tokens (right padding), the layout of Student.token_logprobs."""
+    width = max(len(c) for c in completions)
+    return torch.tensor([[1.0] * len(c) + [0.0] * (width - len(c)) for c in completions])
+
+
+def make_optimizer(params, settings: GRPOSettings) -> torch.optim.Optimizer:
+    if settings.optimizer == "adamw_8bit":
+        try:
+            import bitsandbytes as bnb
+
+            return bnb.optim.AdamW8bit(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        except ImportError:
+            print("adamw_8bit needs bitsandbytes (GPU extra); using torch AdamW")
+    return torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+
+
+class GRPO:
+    """step(examples) -> stats: advantages, reference and old log-probs, num_iterations policy
+    updates over micro-batches (accumulated), grad-norm clip, one optimiser step per update."""
+
+    def __init__(self, student, settings: GRPOSettings = GRPOSettings()):
+        self.student, self.settings = student, settings
+        self.optimizer = make_optimizer(student.trainable_parameters(), settings)
+
+    def step(self, examples: Sequence[Example]) -> dict[str, float]:
+        s, model = self.settings, self.student.model
+        rewards = torch.tensor([e.reward for e in examples], dtype=torch.float32)
+        groups = torch.tensor([e.group for e in examples])
+        advantages = group_advantages(rewards, groups, s.scale_rewards, clip=s.clip_advantages)
+        keep = list(range(len(examples)))
+        if s.drop_equal_groups:
+            equal = equal_reward_groups(rewards, groups)
+            keep = [i for i in keep if not equal[i]]
+        stats = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
+                 "sequences": len(keep), "dropped_sequences": len(examples) - len(keep)}
+        if not keep:
+            return stats | {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
+        batches = [keep[i : i + s.micro_batch_size] for i in range(0, len(keep), s.micro_batch_size)]
+        fixed = []  # per micro-batch: old log-probs (policy before the update), reference log-probs, mask
+        with torch.no_grad():
+            for idx in batches:
+                prompts, completions = [examples[i].prompt_ids for i in idx], [examples[i].completion_ids for i in idx]
+                # one update per batch: the old policy IS the current one (ratio 1, as TRL does), no forward
+                old = self.student.token_logprobs(prompts, completions)[0] if s.num_iterations > 1 else None
+                ref = self.student.token_logprobs(prompts, completions, reference=True)[0] if s.beta else None
+                fixed.append((old, ref, completion_mask(completions)))
+        batch_tokens = sum(m.sum().item() for _, _, m in fixed)
+        model.train()
+        try:
+            for _ in range(s.num_iterations):
+                totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clipped": 0.0}
+                for idx, (old, ref, mask) in zip(batches, fixed):
+                    logp, _, entropy = self.student.token_logprobs([examples[i].prompt_ids for i in idx],
+                                                                   [examples[i].completion_ids for i in idx], entropy=True)
+                    parts = token_losses(logp, logp.detach() if old is None else old, ref, advantages[idx], s)
+                    loss = aggregate(parts.loss, mask, s, batch_sequences=len(keep), batch_tokens=batch_tokens)
+                    loss.backward()
+                    a = advantages[idx].unsqueeze(1)
+                    clipped = ((parts.ratio < 1 - s.epsilon_low) & (a < 0)) | ((parts.ratio > 1 + s.epsilon_high) & (a > 0))
+                    totals["loss"] += loss.item()
+                    totals["kl"] += (parts.kl * mask).sum().item()
+                    totals["entropy"] += (entropy.detach() * mask).sum().item()
+                    totals["clipped"] += (clipped.float() * mask).sum().item()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.student.trainable_parameters(), s.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        finally:
+            model.eval()
+        return stats | {"loss": totals["loss"], "kl": totals["kl"] / batch_tokens,
+                        "entropy": totals["entropy"] / batch_tokens, "clip_fraction": totals["clipped"] / batch_tokens,
+                        "grad_norm": float(grad_norm), "completion_tokens": int(batch_tokens),
+                        "advantage_abs_mean": advantages[keep].abs().mean().item()}

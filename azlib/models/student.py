@@ -1,0 +1,151 @@
+"""The student being trained: a causal LM with LoRA adapters (peft; Unsloth 4-bit on GPU when
+installed), its reference policy for the KL, per-token log-probs for the loss, adapter save/load.
+
+Reference policies: "adapters_off" runs the same weights with the adapters disabled (the base
+model; no second copy), "snapshot" keeps a second adapter that `refresh_reference()` copies the
+trained one into (the original system refreshed it every 50 steps).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+
+from azlib.models.generation import BackendError
+from azlib.models.hf import HFBackend
+from azlib.models.loading import ModelLoadError, load_model
+
+REFERENCE_ADAPTER = "reference"
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """Defaults from the original system: r 32, alpha 32, dropout 0.05, every linear layer."""
+
+    r: int = 32
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | tuple[str, ...] = "all-linear"
+
+
+class Student:
+    """model: embedded:..., a hub name or a folder. `backend` generates with the current adapters."""
+
+    def __init__(self, model: str, *, lora: LoraSettings = LoraSettings(),
+                 reference: Literal["adapters_off", "snapshot"] = "adapters_off", dtype: str = "float32",
+                 device: str = "cpu", gradient_checkpointing: bool = False, use_unsloth: bool = False,
+                 batch_size: int = 32):
+        from peft import LoraConfig, get_peft_model
+
+        if reference not in ("adapters_off", "snapshot"):
+            raise ValueError(f"reference must be 'adapters_off' or 'snapshot', got {reference!r}")
+        self.name, self.reference, self.device = model, reference, device
+        base, self.tokenizer = _load_unsloth(model) if use_unsloth else load_model(model, dtype=dtype, device=device)
+        if gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            base.enable_input_require_grads()
+        self.lora_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
+                                      target_modules=lora.target_modules if isinstance(lora.target_modules, str)
+                                      else list(lora.target_modules), task_type="CAUSAL_LM")
+        self.model = get_peft_model(base, self.lora_config)
+        if reference == "snapshot":
+            self.model.add_adapter(REFERENCE_ADAPTER, self.lora_config)
+            self.refresh_reference()
+        self.model.set_adapter("default")
+        self.model.eval()
+        self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for n, p in self.model.named_parameters() if p.requires_grad and REFERENCE_ADAPTER not in n]
+
+    # -- the reference policy ---------------------------------------------------------------------
+    @torch.no_grad()
+    def refresh_reference(self) -> None:
+        """snapshot mode: the reference adapter becomes a copy of the trained one."""
+        if self.reference != "snapshot":
+            return
+        params = dict(self.model.named_parameters())
+        for name, p in params.items():
+            if ".default." in name:
+                params[name.replace(".default.", f".{REFERENCE_ADAPTER}.")].copy_(p)
+        for name, p in params.items():  # set_adapter marks the active adapter trainable; keep ours
+            p.requires_grad_(".default." in name)
+
+    @contextmanager
+    def as_reference(self):
+        """Within this block the model computes the reference policy."""
+        if self.reference == "adapters_off":
+            with self.model.disable_adapter():
+                yield
+            return
+        self.model.base_model.set_adapter(REFERENCE_ADAPTER)
+        try:
+            yield
+        finally:
+            self.model.base_model.set_adapter("default")
+            for name, p in self.model.named_parameters():
+                p.requires_grad_(".default." in name)
+
+    # -- log-probs for the loss ----------------------------------------------------------------------
+    def token_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
+                       reference: bool = False, entropy: bool = False):
+        """(logp [B, T], mask [B, T], entropy [B, T] or None) of each completion's tokens after its prompt.
+        Layout as TRL: prompts left-padded, completions right-padded, positions from the mask."""
+        pad = self.tokenizer.pad_token_id
+        p_width, c_width = max(len(p) for p in prompts), max(len(c) for c in completions)
+        ids = [[pad] * (p_width - len(p)) + list(p) + list(c) + [pad] * (c_width - len(c))
+               for p, c in zip(prompts, completions)]
+        mask = [[0] * (p_width - len(p)) + [1] * (len(p) + len(c)) + [0] * (c_width - len(c))
+                for p, c in zip(prompts, completions)]
+        input_ids = torch.tensor(ids, device=self.device)
+        attention = torch.tensor(mask, device=self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        with self.as_reference() if reference else nullcontext():
+            logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                                logits_to_keep=c_width + 1).logits[:, :-1].float()
+        logp_all = torch.log_softmax(logits, -1)
+        targets = input_ids[:, -c_width:]
+        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        completion_mask = attention[:, -c_width:].float()
+        ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else None
+        return logp, completion_mask, ent
+
+    # -- adapters on disk ---------------------------------------------------------------------------
+    def adapters(self) -> list[str]:
+        return ["default", REFERENCE_ADAPTER] if self.reference == "snapshot" else ["default"]
+
+    def save_adapter(self, folder: Path) -> None:
+        """The trained adapter (and the reference snapshot, in snapshot mode) as peft folders."""
+        self.model.save_pretrained(str(folder), selected_adapters=self.adapters())
+
+    def load_adapter(self, folder: Path) -> None:
+        """Load what save_adapter wrote; a damaged or foreign folder is a clear error."""
+        from peft.utils import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        for name in self.adapters():
+            weights = Path(folder) / ("" if name == "default" else name) / "adapter_model.safetensors"
+            try:
+                state = load_file(str(weights))
+            except Exception as err:
+                raise ModelLoadError(f"adapter weights at {weights} do not load ({err}); the checkpoint is damaged") from err
+            result = set_peft_model_state_dict(self.model, state, adapter_name=name)
+            if getattr(result, "unexpected_keys", None):
+                raise ModelLoadError(f"adapter at {weights} does not fit model {self.name}: {result.unexpected_keys[:3]}")
+        for name, p in self.model.named_parameters():
+            p.requires_grad_(".default." in name)
+
+
+def _load_unsloth(model: str):
+    try:
+        from unsloth import FastLanguageModel
+    except ImportError:
+        raise BackendError("use_unsloth needs Unsloth on a CUDA machine (`pip install -e '.[gpu]'`); "
+                           "without it the student loads through transformers + peft (use_unsloth=False)") from None
+    base, tokenizer = FastLanguageModel.from_pretrained(model, load_in_4bit=True)
+    tokenizer.padding_side = "left"
+    return base, tokenizer

@@ -1,0 +1,265 @@
+"""The training loop of notebook 04: per step, search (or sample) a few problems, turn them into
+GRPO groups, take one GRPO step, log, and checkpoint atomically so that a killed run resumes.
+
+Checkpoints (`<folder>/checkpoints/step-NNNNNN/`): adapter weights, optimiser state, step, data
+position, tokens generated. Randomness is derived from (seed, step), so the step number restores it:
+a resumed seeded CPU run takes exactly the steps an uninterrupted one would have taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import resource
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from azlib.data.rows import Row
+from azlib.grpo import GRPO, GRPOSettings
+from azlib.groups import GROUP_KINDS, GroupKind, sampled_groups, to_examples, tree_groups
+from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
+from azlib.mcts.search import SearchConfig, search
+from azlib.models.student import Student
+from azlib.rewards import RewardWeights
+
+CHECKPOINT_PREFIX = "step-"
+KEEP_CHECKPOINTS = 2
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing a file or does not load."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    groups: GroupKind = "mcts"
+    steps: int = 10
+    problems_per_step: int = 2
+    checkpoint_every: int = 1  # steps; every step by default, so a kill loses no finished step
+    group_size: int = 8  # samples per problem for "sampling" groups
+    max_new_tokens: int = 128  # answer length for "sampling" groups
+    temperature: float = 0.8
+    token_budget: int | None = None  # stop once this many tokens were generated (equal-budget comparisons)
+    reference_refresh: int = 50  # steps between reference snapshots (reference="snapshot")
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.groups not in GROUP_KINDS:
+            raise ValueError(f"groups must be one of {GROUP_KINDS}, got {self.groups!r}")
+        if min(self.steps, self.problems_per_step, self.checkpoint_every, self.group_size) < 1:
+            raise ValueError("steps, problems_per_step, checkpoint_every and group_size must be >= 1")
+
+
+def step_seed(seed: int, step: int) -> int:
+    return (seed * 1_000_003 + step) % 2**31
+
+
+def peak_ram_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class Trainer:
+    """Trainer(student, problems, ...).run(resume) -> the step log (also in <folder>/train_log.jsonl)."""
+
+    def __init__(self, student: Student, problems: Sequence[Row], folder: str | Path, *,
+                 settings: TrainSettings = TrainSettings(), grpo: GRPOSettings = GRPOSettings(),
+                 search_config: SearchConfig = SearchConfig(), text: TextSearchSettings = TextSearchSettings(),
+                 teachers=None, checker=None, weights: RewardWeights = RewardWeights()):
+        self.student, self.problems, self.settings = student, list(problems), settings
+        self.folder = Path(folder)
+        self.checkpoints = self.folder / "checkpoints"
+        self.log_path = self.folder / "train_log.jsonl"
+        self.grpo = GRPO(student, grpo)
+        self.search_config, self.teachers, self.weights = search_config, teachers, weights
+        self.env = TextEnv(student.backend, self.problems, text, teachers=teachers, weights=weights, checker=checker)
+        self.step, self.position, self.tokens = 0, 0, 0
+
+    # -- one step ------------------------------------------------------------------------------------
+    def _problems_for_step(self) -> list[int]:
+        n = len(self.problems)
+        return [(self.position + k) % n for k in range(self.settings.problems_per_step)]
+
+    def train_step(self) -> dict:
+        s, start = self.settings, time.perf_counter()
+        seed = step_seed(s.seed, self.step)
+        indices = self._problems_for_step()
+        if s.groups == "sampling":
+            completions, tokens = sampled_groups(self.student.backend, self.problems, indices, s.group_size,
+                                                 max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                                                 seed=seed, weights=self.weights)
+            answers_correct = [c.correct for c in completions]
+        else:
+            results = search(self.env, [self.env.root(i) for i in indices], self.search_config, random.Random(seed))
+            completions, tokens = tree_groups(results, self.env, s.groups), results[0].tokens
+            answers_correct = [_search_answer_correct(r, self.env) for r in results]
+            if self.teachers is not None:
+                for r in results:
+                    self.teachers.credit(teacher_values(r))
+        torch.manual_seed(seed)  # LoRA dropout in the update
+        stats = self.grpo.step(to_examples(completions, self.student.backend))
+        self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + tokens
+        if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
+            self.student.refresh_reference()
+        record = {"step": self.step, "position": self.position, "completions": len(completions),
+                  "answer_accuracy": sum(answers_correct) / max(len(answers_correct), 1),
+                  "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),
+                  "tokens": tokens, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
+                  "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
+        if torch.cuda.is_available():
+            record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        return record
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def run(self, resume: bool = False, progress: bool = True) -> list[dict]:
+        if resume:
+            self.restore_latest()
+        elif self.checkpoints.exists() or self.log_path.exists():
+            raise CheckpointError(f"{self.folder} already holds a training run; pass resume=True to continue it "
+                                  "or choose another folder")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log = self._read_log(upto=self.step)
+        s = self.settings
+        with tqdm(total=s.steps, initial=self.step, desc=f"GRPO steps ({s.groups})", unit="step",
+                  disable=not progress) as bar:
+            while self.step < s.steps and (s.token_budget is None or self.tokens < s.token_budget):
+                record = self.train_step()
+                log.append(record)
+                with self.log_path.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+                if self.step % s.checkpoint_every == 0 or self.step == s.steps:
+                    self.save_checkpoint()
+                bar.update(1)
+                bar.set_postfix(reward=f"{record['reward_mean']:+.3f}", acc=f"{record['answer_accuracy']:.2f}")
+        if log and self.step % s.checkpoint_every:
+            self.save_checkpoint()
+        return log
+
+    def _read_log(self, upto: int) -> list[dict]:
+        """The log lines of steps 1..upto; later lines (steps redone after a resume) are dropped."""
+        if not self.log_path.exists():
+            return []
+        lines = [json.loads(x) for x in self.log_path.read_text().splitlines() if x.strip()]
+        kept = [r for r in lines if r["step"] <= upto]
+        self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        return kept
+
+    # -- checkpoints ---------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        """Written into a hidden folder, then renamed: a reader sees a whole checkpoint or none."""
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        final = self.checkpoints / f"{CHECKPOINT_PREFIX}{self.step:06d}"
+        staging = self.checkpoints / f".{final.name}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        self.student.save_adapter(staging / "adapter")
+        torch.save(self.grpo.optimizer.state_dict(), staging / "optimizer.pt")
+        state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.settings.seed,
+                 "settings": asdict(self.settings), "teacher_scores": self._teacher_scores()}
+        (staging / "state.json").write_text(json.dumps(state, indent=1))
+        for f in staging.rglob("*"):
+            if f.is_file():
+                with f.open("rb") as fh:
+                    os.fsync(fh.fileno())
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+        for old in self.list_checkpoints()[:-KEEP_CHECKPOINTS]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _teacher_scores(self) -> dict:
+        if self.teachers is None:
+            return {}
+        return {t.name: t.stats.score for t in self.teachers.teachers}
+
+    def list_checkpoints(self) -> list[Path]:
+        if not self.checkpoints.is_dir():
+            return []
+        return sorted(p for p in self.checkpoints.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
+
+    def restore_latest(self) -> None:
+        """Continue from the newest checkpoint (none yet: start from step 0)."""
+        checkpoints = self.list_checkpoints()
+        if not checkpoints:
+            return
+        latest = checkpoints[-1]
+        try:
+            state = json.loads((latest / "state.json").read_text())
+            optimizer = torch.load(latest / "optimizer.pt", weights_only=True)
+        except (OSError, ValueError, RuntimeError, pickle.UnpicklingError) as err:
+            raise CheckpointError(f"checkpoint {latest} is damaged ({err}); delete it to resume from the one "
+                                  "before") from err
+        self.student.load_adapter(latest / "adapter")
+        self.grpo.optimizer.load_state_dict(optimizer)
+        self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
+        if self.teachers is not None:
+            for t in self.teachers.teachers:
+                t.stats.score = state["teacher_scores"].get(t.name)
+
+
+def training_problems(params) -> tuple[list[Row], str]:
+    """The training rows a TrainingParams names, and a note when GSM8K was unreachable."""
+    from azlib.data import DataUnavailable, arithmetic_problems, load_gsm8k
+
+    if params.task == "gsm8k":
+        try:
+            return load_gsm8k(params.gsm8k, "train", limit=params.num_train_problems), ""
+        except DataUnavailable as err:
+            note = f"GSM8K unavailable, training on the arithmetic task instead: {err}"
+    else:
+        note = ""
+    return arithmetic_problems(params.num_train_problems, seed=params.seed, steps=tuple(params.arithmetic_steps)), note
+
+
+def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, groups: GroupKind | None = None,
+                        token_budget: int | None = None) -> Trainer:
+    """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says."""
+    from azlib.models.student import LoraSettings
+    from azlib.teachers import TeacherEnsemble, tier_teachers
+
+    torch.manual_seed(params.seed)  # the LoRA initialisation
+    student = Student(params.model, lora=LoraSettings(r=params.lora_r, alpha=params.lora_alpha),
+                      reference=params.reference, dtype=params.dtype, device=params.device,
+                      gradient_checkpointing=params.gradient_checkpointing, use_unsloth=params.use_unsloth)
+    teachers = None
+    if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
+        teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,
+                                   seed=params.seed)
+    settings = TrainSettings(groups=groups or params.groups, steps=params.steps, problems_per_step=params.problems_per_step,
+                             checkpoint_every=params.checkpoint_every, group_size=params.group_size,
+                             max_new_tokens=params.max_new_tokens, temperature=params.temperature,
+                             token_budget=token_budget, reference_refresh=params.reference_refresh, seed=params.seed)
+    grpo = GRPOSettings(loss_type=params.loss_type, beta=params.beta, epsilon_high=params.epsilon_high,
+                        clip_advantages=params.clip_advantages, learning_rate=params.learning_rate,
+                        micro_batch_size=params.micro_batch_size, optimizer=params.optimizer,
+                        max_completion_length=max(params.max_new_tokens, params.chunk_tokens * params.max_tree_depth))
+    search_config = SearchConfig(num_simulations=params.num_mcts_iterations, max_depth=params.max_tree_depth,
+                                 leaves_per_step=params.leaves_per_step, max_tokens=params.max_tokens, skip_solved=True)
+    text = TextSearchSettings(student_samples=params.student_samples, chunk_tokens=params.chunk_tokens,
+                              temperature=params.temperature, max_answer_tokens=params.chunk_tokens * params.max_tree_depth)
+    return Trainer(student, problems, folder, settings=settings, grpo=grpo, search_config=search_config, text=text,
+                   teachers=teachers)
+
+
+def _mean_parts(completions) -> dict[str, float]:
+    """Mean of each reward component over the step's completions (reward_<part>)."""
+    parts: dict[str, list[float]] = {}
+    for c in completions:
+        for k, v in c.parts.items():
+            parts.setdefault(k, []).append(v)
+    return {f"reward_{k}": sum(v) / len(v) for k, v in parts.items()}
+
+
+def _search_answer_correct(result, env: TextEnv) -> bool:
+    """The search's answer: follow the most visited child from the root to a leaf; is it correct?"""
+    tree, node = result.tree, result.tree.root
+    while node.children:
+        node = max((tree.nodes[c] for c in node.children), key=lambda n: n.visits)
+    return env.rewards(node.state, terminal=True).hre == 1.0

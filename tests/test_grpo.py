@@ -1,0 +1,163 @@
+"""GRPO: advantages and every shared loss_type equal to TRL's GRPOTrainer (the real trainer, fed the
+same log-probs), micro-batch accumulation, and real updates of the LoRA student on the embedded model."""
+
+import tempfile
+
+import pytest
+import torch
+
+from azlib.grpo import GRPO, Example, GRPOSettings, aggregate, equal_reward_groups, group_advantages, grpo_loss, token_losses
+
+B, T = 6, 7
+
+
+def batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(B, T, generator=g) * 3).requires_grad_()
+    old = logp.detach() + torch.randn(B, T, generator=g) * 0.3  # ratios well outside 1 +- 0.2: clipping is live
+    ref = logp.detach() + torch.randn(B, T, generator=g) * 0.5
+    advantages = torch.randn(B, generator=g)
+    mask = torch.ones(B, T)
+    for i, length in enumerate([7, 3, 5, 1, 6, 4]):  # ragged completions
+        mask[i, length:] = 0
+    return logp, old, ref, advantages, mask
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir():
+    """A small random Llama with the embedded model's tokenizer, saved where TRL can load it offline."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from azlib.models import load_model
+
+    _, tokenizer = load_model("embedded:smollm2-135m-instruct")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    folder = tempfile.mkdtemp(prefix="azlib-tiny-")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def trl_loss(folder, loss_type, beta, logp, old, ref, advantages, mask, correction, epsilon_high=0.28):
+    """TRL's own GRPOTrainer._compute_loss with its log-prob function returning our tensor."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(), loss_type=loss_type, beta=beta, epsilon=0.2,
+                      epsilon_high=epsilon_high, use_cpu=True, report_to=[], num_generations=2,
+                      per_device_train_batch_size=B, max_completion_length=T, logging_steps=1,
+                      use_bias_correction_kl=correction)
+    trainer = GRPOTrainer(model=folder, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                          train_dataset=Dataset.from_list([{"prompt": "hi"}] * B),
+                          processing_class=AutoTokenizer.from_pretrained(folder))
+    entropies = torch.ones(B, T)
+    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, entropies, None)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    inputs = {"prompt_ids": torch.ones(B, 3, dtype=torch.long), "prompt_mask": torch.ones(B, 3, dtype=torch.long),
+              "completion_ids": torch.ones(B, T, dtype=torch.long), "completion_mask": mask.long(),
+              "advantages": advantages, "old_per_token_logps": old, "ref_per_token_logps": ref,
+              "num_items_in_batch": mask.sum()}
+    return trainer._compute_loss(trainer.model, inputs)
+
+
+@pytest.mark.parametrize("beta, correction", [(0.0, True), (0.1, True), (0.1, False)])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_loss_and_gradient_equal_trl(tiny_model_dir, loss_type, beta, correction):
+    logp, old, ref, advantages, mask = batch()
+    settings = GRPOSettings(loss_type=loss_type, beta=beta, epsilon_low=0.2, epsilon_high=0.28, max_completion_length=T,
+                            kl_ratio_correction=correction)
+    ours = grpo_loss(logp, old, ref, advantages, mask, settings)
+    (ours_grad,) = torch.autograd.grad(ours, logp)
+    theirs = trl_loss(tiny_model_dir, loss_type, beta, logp, old, ref, advantages, mask, correction)
+    (theirs_grad,) = torch.autograd.grad(theirs, logp)
+    assert ours.item() == pytest.approx(theirs.item(), abs=1e-5)
+    assert torch.allclose(ours_grad, theirs_grad, atol=1e-5)
+    ratio = torch.exp(logp - old)
+    assert ((ratio < 0.8) | (ratio > 1.28)).float().mean() > 0.2, "the test must exercise the clip"
+
+
+def test_advantages_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.5, 0.5, 2.0, -1.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    a = group_advantages(rewards, groups, "group")
+    first = torch.tensor([1.0, 0.0, 0.0])
+    assert torch.allclose(a[:3], (first - first.mean()) / (first.std() + 1e-4))  # Bessel std, as TRL
+    assert torch.equal(a[3:5], torch.zeros(2)), "a group of equal rewards has zero advantage"
+    assert a[5].item() == pytest.approx(1.5 / (torch.tensor([2.0, -1.0]).std().item() + 1e-4))
+    batch_scaled = group_advantages(rewards, groups, "batch")
+    assert batch_scaled[0].item() == pytest.approx((1 - 1 / 3) / (rewards.std().item() + 1e-4))
+    assert group_advantages(rewards, groups, "none")[5].item() == pytest.approx(1.5)
+    assert group_advantages(rewards * 100, groups, "none", clip=3.0).abs().max() == 3.0
+    assert equal_reward_groups(rewards, groups).tolist() == [False] * 3 + [True] * 2 + [False] * 2
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "legacy"])
+def test_micro_batch_shares_add_up_to_the_batch_loss(loss_type):
+    logp, old, ref, advantages, mask = batch(1)
+    s = GRPOSettings(loss_type=loss_type, max_completion_length=T)
+    whole = grpo_loss(logp, old, ref, advantages, mask, s)
+    shares = sum(aggregate(token_losses(logp[i:i + 2], old[i:i + 2], ref[i:i + 2], advantages[i:i + 2], s).loss,
+                           mask[i:i + 2], s, batch_sequences=B, batch_tokens=mask.sum().item()) for i in range(0, B, 2))
+    assert shares.item() == pytest.approx(whole.item(), abs=1e-6)
+
+
+def test_legacy_mode_is_reward_weighted_likelihood():
+    logp, old, ref, advantages, mask = batch(2)
+    loss = grpo_loss(logp, old, ref, advantages, mask, GRPOSettings(loss_type="legacy", beta=0.0))
+    expected = -(advantages * (logp * mask).sum(-1) / mask.sum(-1)).mean()
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="loss_type"):
+        GRPOSettings(loss_type="ppo")
+    with pytest.raises(ValueError, match="scale_rewards"):
+        GRPOSettings(scale_rewards="global")
+
+
+# --- the LoRA student on the embedded model ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def student():
+    from azlib.models.student import Student
+
+    return Student("embedded:smollm2-135m-instruct", reference="snapshot")
+
+
+CHAT = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+def test_student_logprobs_match_generation(student):
+    (sample,), = student.backend.generate([CHAT], max_new_tokens=10)
+    logp, mask, entropy = student.token_logprobs([student.backend.encode_prompt(CHAT)], [sample.token_ids],
+                                                 entropy=True)
+    assert torch.allclose(logp[0], torch.tensor(sample.logprobs), atol=1e-4)
+    assert mask.sum() == len(sample.token_ids) and (entropy >= 0).all()
+
+
+def test_grpo_steps_move_probability_toward_the_rewarded_answer(student):
+    prompt = student.backend.encode_prompt(CHAT)
+    good, bad = (student.backend.encode_continuation(t) for t in ("2 + 3 = 5\n#### 5", "2 + 3 = 6\n#### 6"))
+    measure = lambda **kw: student.token_logprobs([prompt, prompt], [good, bad], **kw)[0].sum(-1).detach()
+    before = measure()
+    trainer = GRPO(student, GRPOSettings(learning_rate=2e-4, beta=0.04))
+    for _ in range(3):
+        stats = trainer.step([Example(prompt, good, 1.0, 0), Example(prompt, bad, 0.0, 0)])
+    after = measure()
+    assert after[0] - after[1] > before[0] - before[1] + 1.0, "the margin of the rewarded answer grows"
+    assert stats["kl"] > 0 and stats["grad_norm"] > 0 and stats["sequences"] == 2
+    reference = measure(reference=True)
+    assert torch.allclose(reference, before, atol=1e-4), "the snapshot reference has not moved yet"
+    student.refresh_reference()
+    assert torch.allclose(measure(reference=True), after, atol=1e-4)
+
+
+def test_all_equal_groups_can_be_dropped(student):
+    prompt = student.backend.encode_prompt(CHAT)
+    answer = student.backend.encode_continuation("5")
+    stats = GRPO(student, GRPOSettings(drop_equal_groups=True)).step([Example(prompt, answer, 1.0, 0)] * 2)
+    assert stats["sequences"] == 0 and stats["dropped_sequences"] == 2 and stats["loss"] == 0.0

@@ -1,0 +1,117 @@
+"""The training loop for real on the embedded model: groups from searches and samples, checkpoints,
+kill -9 and resume (same final metrics as an uninterrupted run), damaged checkpoints, token budgets."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from azlib import config
+from azlib.data import arithmetic_problems
+from azlib.grpo import GRPOSettings
+from azlib.groups import sampled_groups, to_examples, tree_groups
+from azlib.mcts import SearchConfig, search
+from azlib.mcts.envs.text import TextEnv, TextSearchSettings
+from azlib.models import ModelLoadError
+from azlib.models.student import LoraSettings, Student
+from azlib.training import CheckpointError, Trainer, TrainSettings
+
+TIMING = {"seconds", "ram_peak_mb", "vram_peak_mb"}  # what may differ between two identical runs
+
+
+def train_cli(out, *extra):
+    return [sys.executable, "-m", "azlib", "train", "--profile", "smoke", "--out", str(out), *extra]
+
+
+def read_log(out):
+    lines = (out / "train-04" / "train_log.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in TIMING} for x in lines]
+
+
+def test_kill_minus_9_and_resume_ends_like_an_uninterrupted_run(tmp_path):
+    whole = tmp_path / "whole"
+    subprocess.run(train_cli(whole), check=True, cwd=config.REPO_ROOT, capture_output=True, timeout=900)
+    reference = read_log(whole)
+    assert [r["step"] for r in reference] == [1, 2, 3]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(train_cli(killed), cwd=config.REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = killed / "train-04" / "checkpoints" / "step-000001"
+    deadline = time.monotonic() + 600
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed; the test needs a longer smoke run"
+    time.sleep(random.uniform(0.0, 2.0))  # somewhere in step 2: searching, updating, or writing its checkpoint
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = [r["step"] for r in read_log(killed)]
+    assert done and done[-1] < 3, "killed before the end"
+
+    subprocess.run(train_cli(killed, "--resume"), check=True, cwd=config.REPO_ROOT, capture_output=True, timeout=900)
+    resumed = read_log(killed)
+    assert [r["step"] for r in resumed] == [1, 2, 3], "every step once: none lost, none twice"
+    assert resumed == reference, "a resumed seeded run equals the uninterrupted one, metric for metric"
+
+
+@pytest.fixture(scope="module")
+def student():
+    return Student("embedded:smollm2-135m-instruct", lora=LoraSettings(r=4))
+
+
+def small_trainer(student, folder, **settings):
+    rows = arithmetic_problems(4, seed=0, steps=(1,))
+    return Trainer(student, rows, folder, settings=TrainSettings(problems_per_step=2, **settings),
+                   grpo=GRPOSettings(micro_batch_size=4),
+                   search_config=SearchConfig(num_simulations=3, max_depth=2, skip_solved=True),
+                   text=TextSearchSettings(student_samples=2, chunk_tokens=6, max_answer_tokens=12))
+
+
+def test_groups_from_trees_and_from_samples(student):
+    rows = arithmetic_problems(2, seed=1, steps=(1,))
+    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=2, chunk_tokens=6, max_answer_tokens=18))
+    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=4, max_depth=3),
+                     random.Random(0))
+    paths = tree_groups(results, env, "mcts")
+    assert {c.group for c in paths} == {0, 1} and {c.problem for c in paths} == {0, 1}, "one group per problem"
+    assert all(c.prompt[-1]["role"] == "user" and c.parts for c in paths)
+    for kind in ("siblings", "visits"):
+        siblings = tree_groups(results, env, kind)
+        assert siblings, "an expanded root with visited children makes a group"
+        for g in {c.group for c in siblings}:
+            members = [c for c in siblings if c.group == g]
+            assert len(members) >= 2 and len({str(c.prompt) for c in members}) == 1
+            if kind == "visits":
+                assert sum(c.reward for c in members) == pytest.approx(1.0)
+    sampled, tokens = sampled_groups(student.backend, rows, [0, 1], 3, max_new_tokens=12, temperature=1.0, seed=0)
+    assert len(sampled) == 6 and [c.group for c in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
+    examples = to_examples(sampled, student.backend)
+    assert all(len(e.completion_ids) <= 12 and e.prompt_ids for e in examples)
+
+
+def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
+    trainer = small_trainer(student, tmp_path, steps=1)
+    log = trainer.run(progress=False)
+    assert len(log) == 1 and log[0]["completions"] > 0 and log[0]["tokens"] > 0
+    with pytest.raises(CheckpointError, match="already holds a training run; pass resume=True"):
+        small_trainer(student, tmp_path, steps=2).run(progress=False)
+    (latest,) = trainer.list_checkpoints()
+    (latest / "optimizer.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="step-000001 is damaged"):
+        small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
+    trainer.save_checkpoint()
+    (latest / "adapter" / "adapter_model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ModelLoadError, match="the checkpoint is damaged"):
+        small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
+
+
+def test_a_token_budget_stops_training(student, tmp_path):
+    trainer = small_trainer(student, tmp_path, steps=50, groups="sampling", group_size=2, max_new_tokens=8,
+                            token_budget=40)
+    log = trainer.run(progress=False)
+    assert trainer.tokens >= 40 and trainer.tokens - log[-1]["tokens"] < 40, "stops at the first step past the budget"
+    assert len(log) < 50
