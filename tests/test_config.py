@@ -1,5 +1,8 @@
 """Params validation: unknown keys, wrong types, ranges, missing folders, env overrides."""
 
+import subprocess
+import sys
+
 import pytest
 from pydantic import TypeAdapter
 
@@ -86,3 +89,13 @@ def test_from_namespace_validates_a_notebooks_globals():
     assert config.from_namespace("01_toy_bandit_grpo", namespace).num_seeds == 3
     with pytest.raises(ParamsError, match="num_seeds"):
         config.from_namespace("01_toy_bandit_grpo", good_bandit_values(num_seeds=0))
+
+
+def test_azlib_imports_no_optional_package():
+    """vLLM, Unsloth, bitsandbytes, TRL and verifiers are extras: importing every azlib module pulls none."""
+    code = ("import importlib, pkgutil, sys, azlib\n"
+            "for m in pkgutil.walk_packages(azlib.__path__, 'azlib.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "print(sorted(p for p in ('vllm', 'unsloth', 'bitsandbytes', 'trl', 'verifiers') if p in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]"

@@ -115,9 +115,10 @@ class BatchingServer:
                     return self._reply(404, {"error": {"message": f"no route {self.path}"}})
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                    prompt = body["messages"] if chat else body["prompt"]
+                    prompt = [_plain(m) for m in body["messages"]] if chat else body["prompt"]
                     stop = body.get("stop") or ()
-                    sampling = Sampling(n=int(body.get("n") or 1), max_new_tokens=int(body.get("max_tokens") or 256),
+                    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+                    sampling = Sampling(n=int(body.get("n") or 1), max_new_tokens=int(max_tokens),
                                         temperature=float(body.get("temperature", 1.0)),
                                         top_p=float(body.get("top_p", 1.0)),
                                         stop=(stop,) if isinstance(stop, str) else tuple(stop), seed=body.get("seed"))
@@ -129,9 +130,45 @@ class BatchingServer:
                     samples = request.future.result()
                 except Exception as err:
                     return self._reply(500, {"error": {"message": f"{type(err).__name__}: {err}"}})
-                self._reply(200, _response(samples, chat, server.model_name))
+                response = _response(samples, chat, server.model_name)
+                if body.get("stream"):
+                    return self._stream(response, chat)
+                self._reply(200, response)
+
+            def _stream(self, response: dict[str, Any], chat: bool) -> None:
+                """Server-sent events: each choice's whole text as one delta, then usage, then [DONE]."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+                base = {k: response[k] for k in ("id", "created", "model")}
+                base["object"] = "chat.completion.chunk" if chat else "text_completion"
+                for choice in response["choices"]:
+                    if chat:
+                        delta = {"index": choice["index"], "logprobs": choice["logprobs"], "finish_reason": None,
+                                 "delta": {"role": "assistant", "content": choice["message"]["content"]}}
+                    else:
+                        delta = {**choice, "finish_reason": None}
+                    done = {"index": choice["index"], "finish_reason": choice["finish_reason"],
+                            **({"delta": {}} if chat else {"text": ""})}
+                    for part in (delta, done):
+                        self._event({**base, "choices": [part]})
+                self._event({**base, "choices": [], "usage": response["usage"]})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+            def _event(self, payload: dict[str, Any]) -> None:
+                self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
         return Handler
+
+
+def _plain(message: dict[str, Any]) -> dict[str, str]:
+    """A chat message with list-of-parts content flattened to its text parts (chat templates want text)."""
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return {"role": message["role"], "content": content}
 
 
 def _response(samples: list[Sample], chat: bool, model: str) -> dict[str, Any]:
