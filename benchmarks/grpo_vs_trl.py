@@ -1,6 +1,6 @@
 """azlib's GRPO step against TRL's GRPOTrainer on CPU: the same embedded model with the same LoRA, group
-size, completion length, prompts per step, loss (dapo, beta 0.04) and reward; each step samples the
-groups and takes one update. Prints samples/s of both, their ratio (goal >= 1.3x) and peak memory.
+size, completion length, prompts per step, loss (dapo, beta 0.04), reward and gradient checkpointing
+(TRL's default); each step samples the groups and takes one update. Prints samples/s of both, their ratio (goal >= 1.3x) and peak memory.
 Each side runs in its own process (clean peak RSS), one after the other, in the same invocation.
 
     .venv/bin/python benchmarks/grpo_vs_trl.py [--steps 3] [--group-size 8] [--prompts 2] [--tokens 48]
@@ -28,7 +28,7 @@ def run_azlib(args) -> dict:
     from azlib.models.student import LoraSettings, Student
 
     torch.manual_seed(0)
-    student = Student(MODEL, lora=LoraSettings(r=16, alpha=32))
+    student = Student(MODEL, lora=LoraSettings(r=16, alpha=32), gradient_checkpointing=True)  # TRL's default too
     trainer = GRPO(student, GRPOSettings(loss_type="dapo", beta=0.04, learning_rate=1e-5,
                                          micro_batch_size=args.group_size * args.prompts))
     rows = arithmetic_problems(args.prompts * (args.steps + 1), seed=0, steps=(1,))

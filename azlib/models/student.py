@@ -106,12 +106,15 @@ class Student:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         with self.as_reference() if reference else nullcontext():
             logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                logits_to_keep=c_width + 1).logits[:, :-1].float()
-        logp_all = torch.log_softmax(logits, -1)
+                                logits_to_keep=c_width + 1, use_cache=False).logits[:, :-1].float()
+        # log p(token) = logit - logsumexp(logits): no [B, T, vocab] log-softmax kept for the backward pass
         targets = input_ids[:, -c_width:]
-        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
         completion_mask = attention[:, -c_width:].float()
-        ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else None
+        ent = None
+        if entropy:  # a diagnostic: no gradient, a few rows at a time
+            with torch.no_grad():
+                ent = torch.cat([_entropy(rows) for rows in logits.detach().split(4)])
         return logp, completion_mask, ent
 
     # -- adapters on disk ---------------------------------------------------------------------------
@@ -138,6 +141,11 @@ class Student:
                 raise ModelLoadError(f"adapter at {weights} does not fit model {self.name}: {result.unexpected_keys[:3]}")
         for name, p in self.model.named_parameters():
             p.requires_grad_(".default." in name)
+
+
+def _entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last axis: logsumexp(l) - sum(softmax(l) * l)."""
+    return torch.logsumexp(logits, -1) - (torch.softmax(logits, -1) * logits).sum(-1)
 
 
 def _load_unsloth(model: str):
