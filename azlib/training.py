@@ -146,8 +146,14 @@ class Trainer:
         """The log lines of steps 1..upto; later lines (steps redone after a resume) are dropped."""
         if not self.log_path.exists():
             return []
-        lines = [json.loads(x) for x in self.log_path.read_text().splitlines() if x.strip()]
-        kept = [r for r in lines if r["step"] <= upto]
+        kept = []
+        for line in self.log_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # the line a kill cut short: its step is taken again
+                break
+            if record["step"] <= upto:
+                kept.append(record)
         self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         return kept
 
