@@ -69,9 +69,16 @@ def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
             started = "[...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))"
             for _ in range(10):  # on a fresh install the kernel can connect after the page says idle
-                page.get_by_role("menuitem", name="Run", exact=True).click()
-                page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+                page.wait_for_timeout(2000)
+                dialogs = page.locator(".jp-Dialog")  # a dialog JupyterLab opens at start blocks the menu
+                accept = page.locator(".jp-Dialog .jp-mod-accept")
+                if accept.count():
+                    accept.first.click()
+                elif dialogs.count():
+                    page.keyboard.press("Escape")
                 try:
+                    page.get_by_role("menuitem", name="Run", exact=True).click(timeout=10_000)
+                    page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=10_000)
                     page.wait_for_function(started, timeout=15_000)
                     break
                 except Exception:
