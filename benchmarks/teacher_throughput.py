@@ -23,8 +23,7 @@ def main() -> None:
     args = parser.parse_args()
 
     student = make_backend("hf")
-    ensemble = TeacherEnsemble(tier_teachers("cpu"), shared={DEFAULT_MODEL: student})
-    ensemble.per_node = len(ensemble.teachers)
+    ensemble = TeacherEnsemble(tier_teachers("cpu"), shared={DEFAULT_MODEL: student}, per_node=3)
     contexts = [(r["prompt"], "") for r in arithmetic_problems(args.nodes, seed=0)]
     ensemble.propose(contexts[:1], max_new_tokens=2)  # warm-up: first calls pay one-off costs
 

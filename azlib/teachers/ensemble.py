@@ -191,13 +191,14 @@ class TeacherEnsemble:
 
     # -- proposing -------------------------------------------------------------------------------
     def propose(self, contexts: Sequence[tuple[str, str]], *, n: int = 1, max_new_tokens: int = 16,
-                seed: int | None = None) -> list[list[Proposal]]:
-        """contexts: (question, partial answer) per node. Each chosen teacher gets ONE batched call for
-        all its nodes and both labels; teachers run concurrently. Failed requests go once to others."""
+                seed: int | None = None, per_node: int | None = None) -> list[list[Proposal]]:
+        """contexts: (question, partial answer) per node; per_node teachers each (default: the ensemble's).
+        Each chosen teacher gets ONE batched call for all its nodes and both labels; teachers run
+        concurrently. Failed requests go once to others."""
         out: list[list[Proposal]] = [[] for _ in contexts]
         asks: dict[str, list[int]] = {}
         for i in range(len(contexts)):
-            for teacher in self._draw(self.per_node):
+            for teacher in self._draw(per_node or self.per_node):
                 asks.setdefault(teacher.name, []).append(i)
         failed = self._run(asks, contexts, out, n, max_new_tokens, seed)
         if failed:  # give the failed nodes to teachers still standing (ones already asked for a node excluded)
