@@ -176,7 +176,14 @@ class TrainingParams(NotebookParams):
     arithmetic_steps: list[int] = Field(min_length=1, description="step counts of the arithmetic task, within 1..2")
     teacher_tier: Literal["none", "cpu", "free", "production", "vllm"]
     teachers_per_node: int = Field(ge=1)
-    groups: Literal["mcts", "siblings", "visits", "sampling"] = Field(description="where GRPO groups come from")
+    groups: Literal["answers", "paths", "siblings", "visits", "sampling"] = Field(
+        description="training signal: the tree's whole answers, its paths (the seed), sibling steps, or samples")
+    update: Literal["grpo", "sft"] = Field(description="GRPO on the groups, or imitation of their verified answers")
+    replay_size: int = Field(ge=0, description="sft: verified answers kept and imitated every step (0: the step's own)")
+    reward: Literal["correctness", "original"] = Field(
+        description="correctness (HRE of finished answers) or the seed's HRE + PRE + penalties")
+    expansion: Literal["rollout", "chunk"] = Field(
+        description="search children: first lines of whole rollouts (valued by them) or fixed-size chunks (the seed)")
     steps: int = Field(ge=1, description="GRPO steps")
     problems_per_step: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1, description="steps between checkpoints")
@@ -184,6 +191,7 @@ class TrainingParams(NotebookParams):
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"]
     beta: float = Field(ge=0, description="weight of the KL to the reference")
     learning_rate: float = Field(gt=0)
+    warmup_steps: int = Field(ge=0, description="linear learning-rate warmup, in optimiser steps")
     epsilon_high: float = Field(gt=0, description="upper clip of the ratio (0.2 symmetric; DAPO 0.28)")
     clip_advantages: float = Field(gt=0)
     micro_batch_size: int = Field(ge=1)
@@ -200,9 +208,9 @@ class TrainingParams(NotebookParams):
     chunk_tokens: int = Field(ge=1)
     student_samples: int = Field(ge=1)
     leaves_per_step: int = Field(ge=1)
-    temperature: float = Field(gt=0, description="sampling temperature of search chunks and sampled answers")
+    temperature: float = Field(gt=0, description="sampling temperature of search rollouts/chunks and sampled answers")
     group_size: int = Field(ge=2, description="answers per problem when groups = 'sampling'")
-    max_new_tokens: int = Field(ge=1, description="answer length when groups = 'sampling'")
+    max_new_tokens: int = Field(ge=1, description="answer length: sampled answers and search rollouts")
 
     @field_validator("arithmetic_steps")
     @classmethod
@@ -213,7 +221,11 @@ class TrainingParams(NotebookParams):
 
 
 class BaseVsTrainedParams(TrainingParams):
-    """Notebook 05: base vs MCTS-trained vs plain-GRPO-trained at an equal token budget."""
+    """Notebook 05: the base vs the MCTS-trained student vs the other arms at an equal token budget."""
+
+    arms: list[Literal["grpo", "rft", "trl"]] = Field(
+        description="arms trained to the MCTS run's token budget: azlib plain GRPO, rejection-sampling "
+                    "fine-tuning, TRL's GRPOTrainer")
 
     eval_problems: int = Field(ge=1, description="held-out problems every model answers")
     eval_gsm8k_problems: int = Field(ge=0, description="GSM8K test problems also evaluated (0: none)")

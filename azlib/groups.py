@@ -1,13 +1,18 @@
-"""GRPO groups: what a problem's searched tree (or plain sampling) turns into for one update.
+"""Training signals: what a problem's searched tree (or plain sampling) turns into for one update.
 A Completion is a prompt, the text the student should (or should not) write after it, and a reward.
 
-- "mcts" (default): the root-to-leaf paths of a problem's tree form its group, each scored with
-  the combined reward (HRE at terminals, discounted PRE, length penalty, direction bonus). It is
-  the original system's choice, and it uses everything the tree found, right and wrong branches.
+- "answers" (default): every complete answer the search wrote for a problem (its rollouts and
+  finished terminals) forms the problem's group, scored by the reward (correctness by default). The
+  tree decides where answers are sampled from; each answer is a whole, checkable, EOS-ended text.
+- "paths" (the seed): the root-to-leaf paths of the tree, finished or not, each scored with the
+  reward of its text (the seed's weighted sum: HRE at terminals, discounted PRE, penalties).
 - "siblings" (TreeRPO-style): the children of each expanded node form a group, scored by their
   backed-up value Q; the prompt is the question plus the node's partial answer.
 - "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.
 - "sampling": G plain samples per problem, no tree: the GRPO baseline.
+With update "sft" (expert iteration) only the verified completions (finished and correct) are kept
+and imitated: with tree groups that is distillation of the search's best answers (ReST-MCTS style),
+with "sampling" it is rejection-sampling fine-tuning.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ from typing import Literal, Sequence
 from azlib.data.rows import Row
 from azlib.eval import chat_prompt, continuation_prompt
 from azlib.grpo import Example
-from azlib.mcts.envs.text import TextEnv, trajectories
+from azlib.mcts.envs.text import TextEnv, trajectories, tree_answers
 from azlib.mcts.search import SearchResult
 from azlib.models.generation import Backend, Prompt
-from azlib.rewards import RewardWeights, combined_reward, perplexity_reward
+from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
 
-GROUP_KINDS = ("mcts", "siblings", "visits", "sampling")
-GroupKind = Literal["mcts", "siblings", "visits", "sampling"]
+GROUP_KINDS = ("answers", "paths", "siblings", "visits", "sampling")
+GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling"]
 
 
 @dataclass(frozen=True)
@@ -34,23 +39,30 @@ class Completion:
     prompt: Prompt
     text: str
     reward: float
-    correct: bool  # HRE of the text (only meaningful for whole answers)
+    correct: bool  # finished with the right answer (only meaningful for whole answers)
+    finished: bool = False  # ended by EOS or by its answer line (not cut at the token limit)
+    eos: bool = False  # an end-of-sequence token follows the text in training (finished answers)
     parts: dict[str, float] = field(default_factory=dict)  # reward components, when the reward has them
 
 
-def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind = "mcts") -> list[Completion]:
-    """Groups from searched trees (one result per problem): root-to-leaf paths, or sibling chunks."""
+def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind = "answers") -> list[Completion]:
+    """Groups from searched trees (one result per problem): whole answers, paths, or sibling steps."""
     out: list[Completion] = []
     groups = 0
     for result in results:
-        if kind == "mcts":
-            problem = result.tree.root.state["problem"]
-            question = env.problems[problem]["prompt"]
+        problem = result.tree.root.state["problem"]
+        prompt = chat_prompt(env.problems[problem]["prompt"])
+        if kind == "answers":
+            for a in tree_answers(result, env):
+                out.append(Completion(problem, problem, prompt, a["text"], a["reward"],
+                                      a["finished"] and a["hre"] == 1.0, a["finished"], a["eos"]))
+            continue
+        if kind == "paths":
             for path in trajectories(result, env):
                 if path["completion"]:
                     parts = {k: path[k] for k in ("hre", "accumulated_pre", "length_penalty", "direction_bonus")}
-                    out.append(Completion(problem, -1 - problem, chat_prompt(question), path["completion"],
-                                          path["total"], path["hre"] == 1.0, parts))
+                    out.append(Completion(problem, problem, prompt, path["completion"], path["total"],
+                                          path["finished"] and path["hre"] == 1.0, path["finished"], path["eos"], parts))
             continue
         tree = result.tree
         for node in tree.nodes:
@@ -58,30 +70,43 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
             if len(children) < 2:
                 continue
             question = env.problems[node.state["problem"]]["prompt"]
-            prompt = continuation_prompt(question, node.state["text"])
             total = sum(c.visits for c in children)
             groups += 1
             for child in children:
                 reward = child.q if kind == "siblings" else child.visits / total
-                out.append(Completion(node.state["problem"], groups, prompt, child.action, reward, False))
+                out.append(Completion(problem, -groups, continuation_prompt(question, node.state["text"]), child.action,
+                                      reward, False))
     return _renumber(out)
 
 
 def sampled_groups(backend: Backend, problems: Sequence[Row], indices: Sequence[int], group_size: int, *,
-                   max_new_tokens: int, temperature: float, seed: int,
+                   max_new_tokens: int, temperature: float, seed: int, reward: RewardKind = "correctness",
                    weights: RewardWeights = RewardWeights()) -> tuple[list[Completion], int]:
-    """G samples per problem, scored like a one-step path (HRE + PRE of the whole answer + penalties);
-    returns the completions and the tokens generated."""
+    """G samples per problem, each scored as a whole answer; returns the completions and the tokens generated."""
     samples = backend.generate([chat_prompt(problems[i]["prompt"]) for i in indices], n=group_size,
-                               max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed)
+                               max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed,
+                               stop_at_answer=True)
     out, tokens = [], 0
     for i, group in zip(indices, samples):
         for s in group:
             tokens += s.completion_tokens
-            r = combined_reward(s.text, problems[i]["answer"], [perplexity_reward(s.logprobs)], "", weights)
+            text, finished = complete_answer(s.text, s.finish_reason == "stop")
+            r = answer_reward(text, problems[i]["answer"], finished=finished, kind=reward, weights=weights,
+                              step_pres=[perplexity_reward(s.logprobs)])
             parts = {k: v for k, v in r.as_dict().items() if k != "total"}
-            out.append(Completion(i, i, chat_prompt(problems[i]["prompt"]), s.text, r.total, r.hre == 1.0, parts))
+            out.append(Completion(i, i, chat_prompt(problems[i]["prompt"]), text, r.total,
+                                  finished and r.hre == 1.0, finished, finished, parts))
     return _renumber(out), tokens
+
+
+def verified(completions: Sequence[Completion]) -> list[Completion]:
+    """The finished, correct completions, each text once per problem: what expert iteration imitates."""
+    seen, out = set(), []
+    for c in completions:
+        if c.correct and (c.problem, c.text) not in seen:
+            seen.add((c.problem, c.text))
+            out.append(c)
+    return out
 
 
 def _renumber(completions: list[Completion]) -> list[Completion]:
@@ -91,6 +116,9 @@ def _renumber(completions: list[Completion]) -> list[Completion]:
 
 
 def to_examples(completions: Sequence[Completion], backend) -> list[Example]:
-    """Token ids through the student's chat template (backend: an hf backend of the student)."""
-    return [Example(backend.encode_prompt(c.prompt), backend.encode_continuation(c.text), c.reward, c.group)
+    """Token ids through the student's chat template (backend: an hf backend of the student); an
+    answer that ended with EOS keeps it, so the student also learns where to stop."""
+    eos = [backend.tokenizer.eos_token_id]
+    return [Example(backend.encode_prompt(c.prompt), backend.encode_continuation(c.text) + (eos if c.eos else []),
+                    c.reward, c.group)
             for c in completions if c.text]

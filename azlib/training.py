@@ -1,5 +1,5 @@
-"""The training loop of notebook 04: per step, search (or sample) a few problems, turn them into
-GRPO groups, take one GRPO step, log, and checkpoint atomically so that a killed run resumes.
+"""The training loop of notebook 04: per step, search (or sample) a few problems, turn them into a
+training signal, take one GRPO (or imitation) step, log, and checkpoint atomically so a killed run resumes.
 
 Checkpoints (`<folder>/checkpoints/step-NNNNNN/`): adapter weights, optimiser state, step, data
 position, tokens generated. Randomness is derived from (seed, step), so the step number restores it:
@@ -17,18 +17,18 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
 from azlib.grpo import GRPO, GRPOSettings
-from azlib.groups import GROUP_KINDS, GroupKind, sampled_groups, to_examples, tree_groups
+from azlib.groups import GROUP_KINDS, Completion, GroupKind, sampled_groups, to_examples, tree_groups, verified
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.mcts.search import SearchConfig, search
 from azlib.models.student import Student
-from azlib.rewards import RewardWeights
+from azlib.rewards import REWARD_KINDS, RewardKind, RewardWeights
 
 CHECKPOINT_PREFIX = "step-"
 KEEP_CHECKPOINTS = 2
@@ -40,7 +40,12 @@ class CheckpointError(RuntimeError):
 
 @dataclass(frozen=True)
 class TrainSettings:
-    groups: GroupKind = "mcts"
+    groups: GroupKind = "answers"
+    update: Literal["grpo", "sft"] = "grpo"  # sft: imitate the verified completions (expert iteration)
+    # sft: imitate the last `replay_size` verified answers found so far each step (AlphaZero's replay
+    # buffer: a finding is learned from more than once); 0 imitates only the step's own.
+    replay_size: int = 0
+    reward: RewardKind = "correctness"  # of sampled answers; a search's reward is TextSearchSettings.reward
     steps: int = 10
     problems_per_step: int = 2
     checkpoint_every: int = 1  # steps; every step by default, so a kill loses no finished step
@@ -54,8 +59,11 @@ class TrainSettings:
     def __post_init__(self):
         if self.groups not in GROUP_KINDS:
             raise ValueError(f"groups must be one of {GROUP_KINDS}, got {self.groups!r}")
-        if min(self.steps, self.problems_per_step, self.checkpoint_every, self.group_size) < 1:
-            raise ValueError("steps, problems_per_step, checkpoint_every and group_size must be >= 1")
+        if self.update not in ("grpo", "sft") or self.reward not in REWARD_KINDS:
+            raise ValueError(f"update must be 'grpo' or 'sft' and reward one of {REWARD_KINDS}, "
+                             f"got {self.update!r}, {self.reward!r}")
+        if self.replay_size < 0 or min(self.steps, self.problems_per_step, self.checkpoint_every, self.group_size) < 1:
+            raise ValueError("steps, problems_per_step, checkpoint_every and group_size must be >= 1, replay_size >= 0")
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -81,6 +89,7 @@ class Trainer:
         self.search_config, self.teachers, self.weights = search_config, teachers, weights
         self.env = TextEnv(student.backend, self.problems, text, teachers=teachers, weights=weights, checker=checker)
         self.step, self.position, self.tokens = 0, 0, 0
+        self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
 
     # -- one step ------------------------------------------------------------------------------------
     def _problems_for_step(self) -> list[int]:
@@ -94,7 +103,7 @@ class Trainer:
         if s.groups == "sampling":
             completions, tokens = sampled_groups(self.student.backend, self.problems, indices, s.group_size,
                                                  max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                                                 seed=seed, weights=self.weights)
+                                                 seed=seed, reward=s.reward, weights=self.weights)
             answers_correct = [c.correct for c in completions]
         else:
             results = search(self.env, [self.env.root(i) for i in indices], self.search_config, random.Random(seed))
@@ -104,13 +113,21 @@ class Trainer:
                 for r in results:
                     self.teachers.credit(teacher_values(r))
         torch.manual_seed(seed)  # LoRA dropout in the update
-        stats = self.grpo.step(to_examples(completions, self.student.backend))
+        good = verified(completions)
+        if s.update == "sft":
+            self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
+            stats = self.grpo.sft_step(to_examples(self.replay, self.student.backend))
+        else:
+            stats = self.grpo.step(to_examples(completions, self.student.backend))
         self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
             self.student.refresh_reference()
+        whole = [c for c in completions if s.groups in ("answers", "paths", "sampling")]
         record = {"step": self.step, "position": self.position, "completions": len(completions),
                   "answer_accuracy": sum(answers_correct) / max(len(answers_correct), 1),
                   "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),
+                  "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
+                  "verified": len(good), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
         if torch.cuda.is_available():
@@ -168,6 +185,7 @@ class Trainer:
         self.student.save_adapter(staging / "adapter")
         torch.save(self.grpo.optimizer.state_dict(), staging / "optimizer.pt")
         state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.settings.seed,
+                 "updates": self.grpo.updates, "replay": [asdict(c) for c in self.replay],
                  "settings": asdict(self.settings), "teacher_scores": self._teacher_scores()}
         (staging / "state.json").write_text(json.dumps(state, indent=1))
         for f in staging.rglob("*"):
@@ -205,6 +223,8 @@ class Trainer:
         self.student.load_adapter(latest / "adapter")
         self.grpo.optimizer.load_state_dict(optimizer)
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
+        self.grpo.updates = state["updates"]
+        self.replay = [Completion(**c) for c in state["replay"]]
         if self.teachers is not None:
             for t in self.teachers.teachers:
                 t.stats.score = state["teacher_scores"].get(t.name)
@@ -225,7 +245,7 @@ def training_problems(params) -> tuple[list[Row], str]:
 
 
 def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, groups: GroupKind | None = None,
-                        token_budget: int | None = None) -> Trainer:
+                        update: Literal["grpo", "sft"] | None = None, token_budget: int | None = None) -> Trainer:
     """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says."""
     from azlib.models.student import LoraSettings
     from azlib.teachers import TeacherEnsemble, tier_teachers
@@ -238,18 +258,24 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, 
     if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
         teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,
                                    seed=params.seed)
-    settings = TrainSettings(groups=groups or params.groups, steps=params.steps, problems_per_step=params.problems_per_step,
+    settings = TrainSettings(groups=groups or params.groups, update=update or params.update, reward=params.reward,
+                             replay_size=params.replay_size, steps=params.steps, problems_per_step=params.problems_per_step,
                              checkpoint_every=params.checkpoint_every, group_size=params.group_size,
                              max_new_tokens=params.max_new_tokens, temperature=params.temperature,
                              token_budget=token_budget, reference_refresh=params.reference_refresh, seed=params.seed)
+    # A rollout writes whole answers, as long as a sampled one may be; chunks cap the answer at depth x chunk.
+    answer_tokens = params.max_new_tokens if params.expansion == "rollout" else params.chunk_tokens * params.max_tree_depth
     grpo = GRPOSettings(loss_type=params.loss_type, beta=params.beta, epsilon_high=params.epsilon_high,
                         clip_advantages=params.clip_advantages, learning_rate=params.learning_rate,
+                        warmup_steps=params.warmup_steps, temperature=params.temperature,
                         micro_batch_size=params.micro_batch_size, optimizer=params.optimizer,
-                        max_completion_length=max(params.max_new_tokens, params.chunk_tokens * params.max_tree_depth))
+                        max_completion_length=max(params.max_new_tokens, answer_tokens))
     search_config = SearchConfig(num_simulations=params.num_mcts_iterations, max_depth=params.max_tree_depth,
-                                 leaves_per_step=params.leaves_per_step, max_tokens=params.max_tokens, skip_solved=True)
-    text = TextSearchSettings(student_samples=params.student_samples, chunk_tokens=params.chunk_tokens,
-                              temperature=params.temperature, max_answer_tokens=params.chunk_tokens * params.max_tree_depth)
+                                 leaves_per_step=params.leaves_per_step, max_tokens=params.max_tokens, skip_solved=True,
+                                 q_transform="min_max")
+    text = TextSearchSettings(expansion=params.expansion, reward=params.reward, student_samples=params.student_samples,
+                              chunk_tokens=params.chunk_tokens, temperature=params.temperature, top_p=1.0,
+                              max_answer_tokens=answer_tokens)
     return Trainer(student, problems, folder, settings=settings, grpo=grpo, search_config=search_config, text=text,
                    teachers=teachers)
 
@@ -264,8 +290,18 @@ def _mean_parts(completions) -> dict[str, float]:
 
 
 def _search_answer_correct(result, env: TextEnv) -> bool:
-    """The search's answer: follow the most visited child from the root to a leaf; is it correct?"""
+    """The search's answer: follow the most visited child from the root to a leaf and complete it with
+    the rollout that found that leaf (if any); is it finished and correct?"""
+    return search_answer(result, env)["correct"]
+
+
+def search_answer(result, env: TextEnv) -> dict:
+    """The answer the search recommends: most visited children down to a leaf, completed by its rollout."""
     tree, node = result.tree, result.tree.root
     while node.children:
         node = max((tree.nodes[c] for c in node.children), key=lambda n: n.visits)
-    return env.rewards(node.state, terminal=True).hre == 1.0
+    rollouts = node.info.get("rollouts")
+    if rollouts and not node.terminal:
+        best = max(rollouts, key=lambda r: r["reward"])
+        return {"text": best["text"], "correct": best["finished"] and best["hre"] == 1.0}
+    return {"text": node.state["text"], "correct": node.state["finished"] and env.rewards(node.state, True).hre == 1.0}

@@ -66,6 +66,16 @@ def test_stop_strings_end_a_sample_and_are_cut(hf):
     assert stopped.completion_tokens < free.completion_tokens
 
 
+def test_a_row_can_end_at_its_answer_line(hf):
+    prompt = "Count: #### 1\n#### 2\n#### 3\n#### 4\n"
+    (free,), = hf.generate([prompt], max_new_tokens=12)
+    (stopped,), = hf.generate([prompt], max_new_tokens=12, stop_at_answer=True)
+    assert free.text.count("####") > 1, "the model goes on after its first answer line"
+    assert stopped.text.count("####") == 1 and stopped.text.endswith("\n") and free.text.startswith(stopped.text)
+    assert stopped.finish_reason == "stop" and stopped.completion_tokens < free.completion_tokens
+    assert hf.tokenizer.decode(stopped.token_ids) == stopped.text and len(stopped.logprobs) == len(stopped.token_ids)
+
+
 def test_a_final_assistant_message_is_continued(hf):
     partial = [{"role": "user", "content": "What is 12 + 7?"}, {"role": "assistant", "content": "12 + 7 ="}]
     rendered = hf.render(partial)

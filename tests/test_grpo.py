@@ -137,6 +137,13 @@ def test_student_logprobs_match_generation(student):
                                                  entropy=True)
     assert torch.allclose(logp[0], torch.tensor(sample.logprobs), atol=1e-4)
     assert mask.sum() == len(sample.token_ids) and (entropy >= 0).all()
+    # At temperature T the loss reads log softmax(logits / T), as TRL does (cause 5 of the failed run).
+    ids = student.backend.encode_prompt(CHAT) + list(sample.token_ids)
+    with torch.no_grad():
+        logits = student.model(input_ids=torch.tensor([ids])).logits[0, -len(sample.token_ids) - 1 : -1].float()
+    expected = torch.log_softmax(logits / 0.7, -1).gather(-1, torch.tensor(sample.token_ids)[:, None]).squeeze(-1)
+    hot = student.token_logprobs([student.backend.encode_prompt(CHAT)], [sample.token_ids], temperature=0.7)[0]
+    assert torch.allclose(hot[0], expected, atol=1e-4) and not torch.allclose(hot[0], logp[0], atol=1e-2)
 
 
 def test_grpo_steps_move_probability_toward_the_rewarded_answer(student):

@@ -10,7 +10,7 @@ import pytest
 
 from azlib.mcts import Child, Expansion, SearchConfig, Tree, search, visit_weights
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.mcts.search import _score
+from azlib.mcts.search import _q_values, _score
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -22,10 +22,85 @@ def test_selection_scores_by_hand():
     b = tree.nodes[tree.add_child(0, "b", 1, 0.4, visits=0)]
     puct, uct = SearchConfig(rule="puct", c=1.5), SearchConfig(rule="uct", c=1.5)
     sqrt_n, log_n = 10**0.5, __import__("math").log(10)
-    assert _score(tree.root, a, puct, sqrt_n, log_n) == pytest.approx(0.5 + 1.5 * 0.6 * sqrt_n / 5)
-    assert _score(tree.root, b, puct, sqrt_n, log_n) == pytest.approx(1.5 * 0.4 * sqrt_n)
-    assert _score(tree.root, a, uct, sqrt_n, log_n) == pytest.approx(0.5 + 1.5 * (log_n / 4) ** 0.5)
-    assert _score(tree.root, b, uct, sqrt_n, log_n) == float("inf")
+    assert _score(a, a.q, puct, sqrt_n, log_n) == pytest.approx(0.5 + 1.5 * 0.6 * sqrt_n / 5)
+    assert _score(b, b.q, puct, sqrt_n, log_n) == pytest.approx(1.5 * 0.4 * sqrt_n)
+    assert _score(a, a.q, uct, sqrt_n, log_n) == pytest.approx(0.5 + 1.5 * (log_n / 4) ** 0.5)
+    assert _score(b, b.q, uct, sqrt_n, log_n) == float("inf")
+
+
+def test_min_max_q_by_hand():
+    """mctx's qtransform_by_parent_and_siblings: unvisited children get the parent's Q, then every Q is
+    rescaled by the min and max of the parent's and the visited children's Q."""
+    tree = Tree.with_root("r")
+    tree.root.visits, tree.root.value_sum = 10, 4.0  # parent Q 0.4
+    kids = [tree.nodes[tree.add_child(0, k, k, 0.3, visits=v, value_sum=w)]
+            for k, (v, w) in enumerate([(4, 3.2), (5, 0.5), (0, 0.0)])]  # Q 0.8, 0.1, unvisited
+    raw = _q_values(tree.root, kids, SearchConfig())
+    scaled = _q_values(tree.root, kids, SearchConfig(q_transform="min_max"))
+    assert raw == pytest.approx([0.8, 0.1, 0.0])
+    assert scaled == pytest.approx([1.0, 0.0, (0.4 - 0.1) / 0.7])
+
+
+class Bandit:
+    """A one-step 'text' problem: three first lines with priors 0.6, 0.3, 0.1; a rollout after line k
+    ends correct with probability p[k]. The policy's greedy answer takes line 0, which is mostly wrong."""
+
+    two_player = False
+    priors, p_correct = (0.6, 0.3, 0.1), (0.1, 0.9, 0.5)
+
+    def expand(self, states, rng):
+        out = []
+        for state in states:
+            if state != "root":  # one more rollout after the same first line
+                k = int(state[4])
+                out.append(Expansion([Child("more", state + "+", 1.0, {}, (float(rng.random() < self.p_correct[k]),))], 0.0))
+                continue
+            rollouts = [rng.choices(range(3), weights=self.priors)[0] for _ in range(2)]
+            children = [Child(k, f"line{k}", self.priors[k], {},
+                              tuple(float(rng.random() < self.p_correct[k]) for x in rollouts if x == k))
+                        for k in range(3)]
+            out.append(Expansion(children, 0.0))
+        return out
+
+    def is_terminal(self, state):
+        return False
+
+    def terminal_value(self, state):
+        return 0.0
+
+
+def test_search_with_rollout_values_beats_the_policys_greedy_answer():
+    """AlphaZero's point on a toy: the search's answer is right more often than the policy's own greedy one,
+    because rollouts' values pull the visits to the line that leads to correct answers."""
+    config = SearchConfig(num_simulations=12, max_depth=50, q_transform="min_max", c=1.0)
+    greedy = Bandit.p_correct[max(range(3), key=Bandit.priors.__getitem__)]
+    picks = [search(Bandit(), ["root"], config, random.Random(seed))[0] for seed in range(200)]
+    search_accuracy = sum(Bandit.p_correct[max(range(3), key=lambda k: r.action_weights[k])] for r in picks) / len(picks)
+    assert greedy == 0.1 and search_accuracy > 0.6
+
+
+def test_terminal_children_are_entered_once_then_skipped():
+    """The fault behind the first failed training run: with skip_solved, a terminal child (solved at
+    birth, zero visits) was never selected, so its value never reached the tree and it was never a leaf."""
+
+    class OneStep:
+        two_player = False
+
+        def expand(self, states, rng):
+            return [Expansion([Child("done", "done", 0.5), Child("more", "more", 0.5)], 0.0) if s == "root"
+                    else Expansion([Child("x", s + "x", 1.0)], 0.0) for s in states]
+
+        def is_terminal(self, state):
+            return state == "done"
+
+        def terminal_value(self, state):
+            return 1.0
+
+    result = search(OneStep(), ["root"], SearchConfig(num_simulations=6, max_depth=5, skip_solved=True), random.Random(0))
+    tree = result[0].tree
+    done = next(n for n in tree.nodes if n.state == "done")
+    assert done.visits == 1 and done.value_sum == 1.0, "entered exactly once: its value is backed up"
+    assert tree.nodes.index(done) in tree.leaves()
 
 
 def test_visit_weights_and_temperature():

@@ -71,19 +71,19 @@ def check_03(m):
 
 
 def check_04(m):
-    assert m["steps"] == 3 and m["tokens_total"] > 0 and m["groups"] == "mcts"
-    assert m["checkpoint"] == "train-04/checkpoints/step-000003"
-    assert m["final_kl"] >= 0 and m["final_entropy"] > 0 and m["final_grad_norm"] > 0
-    assert -5 < m["reward_first_quarter"] < 2 and 0 <= m["accuracy_last_quarter"] <= 1 and m["ram_peak_mb"] > 100
+    assert m["steps"] == 3 and m["tokens_total"] > 0 and (m["groups"], m["update"]) == ("answers", "sft")
+    assert m["checkpoint"] == "train-04/checkpoints/step-000003" and m["ram_peak_mb"] > 100
 
 
 def check_05(m):
     assert m["mcts_steps"] == 2 and m["mcts_tokens"] == m["budget_tokens"] > 0
-    assert m["sampling_tokens"] >= m["budget_tokens"], "the plain run spends at least the MCTS run's tokens"
-    for model in ("base", "mcts", "sampling"):
-        assert m[f"{model}_heldout_n"] == 8 and 0 <= m[f"{model}_heldout_accuracy"] <= 1
-        assert m[f"{model}_heldout_ci_low"] <= m[f"{model}_heldout_accuracy"] <= m[f"{model}_heldout_ci_high"]
-    assert 0 < m["heldout_sampling_vs_mcts_p"] <= 1 and m["verdict"].startswith("On 8 held-out problems (heldout)")
+    for arm in ("grpo", "rft", "trl"):  # every arm ran, each until it had spent the MCTS run's tokens
+        assert m[f"{arm}_tokens"] >= m["budget_tokens"], arm
+    for model in ("base", "mcts", "grpo", "rft", "trl"):
+        assert m[f"{model}_heldout_n"] == 8
+    assert m["heldout_base_vs_mcts_fixed"] + m["heldout_base_vs_mcts_broken"] <= 8
+    assert m["ranking_inversions_correctness"] == 0, "the default reward puts every correct finished answer first"
+    assert m["verdict"].startswith("On 8 held-out problems (heldout)") and m["verdict"].count("McNemar") == 4
 
 
 METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_teacher_ensemble": check_03,

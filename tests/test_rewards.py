@@ -7,7 +7,7 @@ import pytest
 
 from azlib.data import load_gsm8k
 from azlib.rewards import (
-    RewardWeights, accumulated_pre, combined_reward, direction_bonus, extract_answer, hard_reward, is_correct,
+    RewardWeights, accumulated_pre, answer_reward, combined_reward, direction_bonus, extract_answer, hard_reward, is_correct,
     length_penalty, normalize_number, perplexity_reward,
 )
 
@@ -93,3 +93,24 @@ def test_combined_reward_uses_the_reference_defaults():
     not_terminal = combined_reward("#### 19", "19", steps, "110", terminal=False)
     assert not_terminal.hre == 0.0 and not_terminal.total == pytest.approx(r.total - 0.4)
     assert set(r.as_dict()) == {"hre", "accumulated_pre", "length_penalty", "direction_bonus", "total"}
+
+
+def test_under_the_default_reward_every_correct_finished_answer_outranks_the_rest():
+    gold = "19"
+    answers = [  # (text, finished, step PREs)
+        ("12 + 7 = 19\n#### 19", True, [-0.7, -0.7, -0.7]),  # correct, finished, unlikely
+        ("19", True, [-3.0]),  # correct, finished, very unlikely
+        ("12 + 7 = 18\n#### 18", True, [-0.1, -0.1]),  # wrong but likely
+        ("12 + 7 = 19", False, [-0.05]),  # the right number, cut at the token limit
+        ("Let me think", False, [-0.02]),  # a likely fragment
+        ("#### 19\n#### 19\n#### 19", False, [-0.3] * 3),  # right number, never finished
+    ]
+    scored = [(text, finished, answer_reward(text, gold, finished=finished, step_pres=pres))
+              for text, finished, pres in answers]
+    good = [r.total for t, f, r in scored if f and r.hre == 1.0]
+    rest = [r.total for t, f, r in scored if not (f and r.hre == 1.0)]
+    assert len(good) == 2 and min(good) > max(rest)
+    seed = [answer_reward(t, gold, finished=f, step_pres=p, kind="original").total for t, f, p in answers]
+    assert seed[4] > seed[0], "the seed's sum ranks a likely fragment above a correct answer (why it failed)"
+    with pytest.raises(ValueError, match="reward kind"):
+        answer_reward("1", "1", finished=True, kind="hre")

@@ -8,9 +8,10 @@ import pytest
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import (
-    ANSWER_LINE, TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
+    TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
 )
 from azlib.config import TeacherSpec
+from azlib.rewards import ANSWER_LINE, complete_answer
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.teachers import TeacherEnsemble
 
@@ -93,4 +94,7 @@ def test_seeded_text_search_is_reproducible(student):
 
 def test_answer_line_and_similarity():
     assert ANSWER_LINE.search("so 3 + 4 = 7\n#### 7\n") and not ANSWER_LINE.search("#### 7")
+    assert complete_answer("3 + 4 = 7\n#### 7\n#### 7\n#### 7", ended=False) == ("3 + 4 = 7\n#### 7\n", True)
+    assert complete_answer("3 + 4 = 7\n#### 7", ended=True) == ("3 + 4 = 7\n#### 7", True)
+    assert complete_answer("3 + 4 = 7\n#### 7", ended=False) == ("3 + 4 = 7\n#### 7", False), "cut: unfinished"
     assert word_similarity("a b c", "a b d") == pytest.approx(0.5)

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from azlib import config
 from azlib.data import arithmetic_problems
@@ -19,7 +20,7 @@ from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import ModelLoadError
 from azlib.models.student import LoraSettings, Student
-from azlib.training import CheckpointError, Trainer, TrainSettings
+from azlib.training import CheckpointError, Trainer, TrainSettings, trainer_from_params
 
 TIMING = {"seconds", "ram_peak_mb", "vram_peak_mb"}  # what may differ between two identical runs
 
@@ -73,10 +74,11 @@ def small_trainer(student, folder, **settings):
 
 def test_groups_from_trees_and_from_samples(student):
     rows = arithmetic_problems(2, seed=1, steps=(1,))
-    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=2, chunk_tokens=6, max_answer_tokens=18))
+    env = TextEnv(student.backend, rows, TextSearchSettings(expansion="chunk", reward="original", student_samples=2,
+                                                            chunk_tokens=6, max_answer_tokens=18))
     results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=4, max_depth=3),
                      random.Random(0))
-    paths = tree_groups(results, env, "mcts")
+    paths = tree_groups(results, env, "paths")
     assert {c.group for c in paths} == {0, 1} and {c.problem for c in paths} == {0, 1}, "one group per problem"
     assert all(c.prompt[-1]["role"] == "user" and c.parts for c in paths)
     for kind in ("siblings", "visits"):
@@ -91,6 +93,69 @@ def test_groups_from_trees_and_from_samples(student):
     assert len(sampled) == 6 and [c.group for c in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
     examples = to_examples(sampled, student.backend)
     assert all(len(e.completion_ids) <= 12 and e.prompt_ids for e in examples)
+
+
+def test_finished_answers_reach_the_groups_under_the_trainings_own_search(student):
+    """Cause 1 of the failed run: terminal children were created solved with zero visits, skip_solved
+    never entered them, and Tree.leaves() returned visited nodes only, so no finished answer (and no
+    correct one) reached a GRPO group. Under the training's own config they must."""
+    params = config.validate("04_gsm8k_run", {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"),
+                                              **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": "x"})
+    trainer = trainer_from_params(params.model_copy(update={"expansion": "chunk", "reward": "original",
+                                                           "num_mcts_iterations": 8, "max_tree_depth": 4}),
+                                  "/nonexistent", arithmetic_problems(2, seed=3, steps=(1,)))
+    trainer = Trainer(student, trainer.problems, "/nonexistent", search_config=trainer.search_config,
+                      text=TextSearchSettings(expansion="chunk", reward="original", student_samples=3, chunk_tokens=40,
+                                              max_answer_tokens=120))
+    results = search(trainer.env, [trainer.env.root(i) for i in range(2)], trainer.search_config, random.Random(0))
+    finished_leaves = [n for r in results for i in r.tree.leaves() if (n := r.tree.nodes[i]).state["finished"]]
+    assert finished_leaves, "a finished child (a terminal beside open siblings) is entered once: a visited leaf"
+    paths = tree_groups(results, trainer.env, "paths")
+    assert any(c.finished for c in paths), "finished answers are among the paths trained on"
+    examples = to_examples([c for c in paths if c.eos], student.backend)
+    assert all(e.completion_ids[-1] == student.tokenizer.eos_token_id for e in examples), "an EOS-ended answer keeps EOS"
+
+
+def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
+    rows = arithmetic_problems(2, seed=4, steps=(1,))
+    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=64))
+    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=3, max_depth=6, skip_solved=True,
+                                                                        q_transform="min_max"), random.Random(0))
+    answers = tree_groups(results, env, "answers")
+    assert len(answers) >= 6 and {c.group for c in answers} == {0, 1}
+    assert all(c.reward == float(c.correct) for c in answers), "correctness: 1 for a finished correct answer, else 0"
+    for r in results:
+        root = r.tree.root
+        assert root.visits == sum(r.tree.nodes[c].visits for c in root.children), "each rollout is one visit"
+        for i in root.children:
+            child = r.tree.nodes[i]
+            rollouts = child.info["rollouts"]
+            assert child.visits >= len(rollouts)
+            assert rollouts[0]["text"].startswith(child.state["text"])
+
+
+def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
+    from azlib.grpo import GRPO
+    from azlib.groups import Completion, verified
+
+    rows = arithmetic_problems(1, seed=5, steps=(1,))
+    good = Completion(0, 0, [{"role": "user", "content": rows[0]["prompt"]}], rows[0]["info"]["solution"], 1.0, True,
+                      True, True)
+    bad = Completion(0, 0, good.prompt, "#### 0", 0.0, False, True, True)
+    assert verified([good, bad, good]) == [good], "finished, correct, once each"
+    examples = to_examples([good], student.backend)
+    before = student.token_logprobs([examples[0].prompt_ids], [examples[0].completion_ids])[0].sum().item()
+    saved = [p.detach().clone() for p in student.trainable_parameters()]
+    trainer = GRPO(student, GRPOSettings(learning_rate=1e-3, warmup_steps=0))
+    try:
+        for _ in range(3):
+            stats = trainer.sft_step(examples)
+        after = student.token_logprobs([examples[0].prompt_ids], [examples[0].completion_ids])[0].sum().item()
+    finally:  # the module's other tests share this student
+        with torch.no_grad():
+            for p, old in zip(student.trainable_parameters(), saved):
+                p.copy_(old)
+    assert stats["sequences"] == 1 and after > before + 1.0
 
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):

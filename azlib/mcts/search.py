@@ -26,6 +26,11 @@ class SearchConfig:
     max_depth: int = 12  # a node this deep is terminal
     rule: Literal["puct", "uct"] = "puct"
     c: float = 1.414  # exploration constant of either rule
+    # How PUCT reads Q. "raw": the mean backed-up value, 0 for an unvisited child (AlphaZero on games
+    # with values in [-1, 1]; the seed). "min_max" (mctx's qtransform_by_parent_and_siblings): an
+    # unvisited child is valued at its parent's Q, and Qs are rescaled to [0, 1] by the min and max of
+    # the parent's and its visited children's Q, so c means the same whatever the reward's scale.
+    q_transform: Literal["raw", "min_max"] = "raw"
     dirichlet_alpha: float = 0.3
     dirichlet_fraction: float = 0.0  # share of root prior replaced by Dirichlet noise (AlphaZero: 0.25)
     temperature: float = 1.0  # on the root visit counts: 0 = argmax, 1 = proportional
@@ -40,6 +45,8 @@ class SearchConfig:
             raise ValueError("num_simulations, max_depth and leaves_per_step must be >= 1")
         if self.rule not in ("puct", "uct") or self.c < 0 or self.temperature < 0:
             raise ValueError(f"bad selection settings: rule={self.rule!r}, c={self.c}, temperature={self.temperature}")
+        if self.q_transform not in ("raw", "min_max"):
+            raise ValueError(f"q_transform must be 'raw' or 'min_max', got {self.q_transform!r}")
 
 
 class Child(NamedTuple):
@@ -47,6 +54,9 @@ class Child(NamedTuple):
     state: Any
     prior: float
     info: dict = {}
+    # Values of simulations the environment already ran through this child (e.g. rollouts to a finished
+    # answer): backed up at creation, so the child starts with len(evaluations) visits.
+    evaluations: tuple[float, ...] = ()
 
 
 class Expansion(NamedTuple):
@@ -81,12 +91,22 @@ class SearchResult:
     seconds: float
 
 
-def _score(parent, child, config: SearchConfig, sqrt_n: float, log_n: float) -> float:
+def _q_values(parent, children, config: SearchConfig) -> list[float]:
+    """Each child's Q as the rule reads it (see SearchConfig.q_transform)."""
+    if config.q_transform == "raw":
+        return [c.q for c in children]
+    q = [c.q if c.visits else parent.q for c in children]
+    seen = [parent.q, *(c.q for c in children if c.visits)]
+    low, high = min(seen), max(seen)
+    return [(x - low) / max(high - low, 1e-8) for x in q]
+
+
+def _score(child, q: float, config: SearchConfig, sqrt_n: float, log_n: float) -> float:
     if config.rule == "puct":  # AlphaZero: Q + c * P * sqrt(N_parent) / (1 + N_child)
-        return child.q + config.c * child.prior * sqrt_n / (1 + child.visits)
+        return q + config.c * child.prior * sqrt_n / (1 + child.visits)
     if child.visits == 0:  # UCT (the original system): Q + c * sqrt(ln N_parent / N_child)
         return math.inf
-    return child.q + config.c * math.sqrt(log_n / child.visits)
+    return q + config.c * math.sqrt(log_n / child.visits)
 
 
 def _select(tree: Tree, config: SearchConfig) -> list[int]:
@@ -96,10 +116,11 @@ def _select(tree: Tree, config: SearchConfig) -> list[int]:
     while node.expanded and not node.terminal and node.children:
         children = [tree.nodes[i] for i in node.children]
         candidates = range(len(children))
-        if config.skip_solved:
-            candidates = [k for k in candidates if not children[k].solved] or candidates
+        if config.skip_solved:  # a solved child is entered once, so that its value is backed up
+            candidates = [k for k in candidates if not (children[k].solved and children[k].visits)] or candidates
         sqrt_n, log_n = math.sqrt(max(node.visits, 1)), math.log(max(node.visits, 1))
-        best = max(candidates, key=lambda k: _score(node, children[k], config, sqrt_n, log_n))
+        q = _q_values(node, children, config)
+        best = max(candidates, key=lambda k: _score(children[k], q[k], config, sqrt_n, log_n))
         path.append(node.children[best])
         node = children[best]
     return path
@@ -125,18 +146,31 @@ def _mark_solved(tree: Tree, path: list[int]) -> None:
 
 
 def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment, config: SearchConfig,
-                  step: int) -> None:
+                  step: int) -> list[int]:
     node = tree.nodes[leaf]
     node.expanded, node.expanded_at = True, step
+    added = []
     for child in expansion.children:
         terminal = tree.nodes[leaf].depth + 1 >= config.max_depth or env.is_terminal(child.state)
         info = dict(child.info)
         if terminal:
             info["terminal_value"] = env.terminal_value(child.state)
-        tree.add_child(leaf, child.state, child.action, child.prior, terminal=terminal, solved=terminal, info=info)
+        added.append(tree.add_child(leaf, child.state, child.action, child.prior, terminal=terminal, solved=terminal,
+                                    info=info))
     if not expansion.children:  # nothing to continue with: a dead end is terminal
         node.terminal, node.solved = True, True
         node.info["terminal_value"] = expansion.value
+    return added
+
+
+def _back_up(tree: Tree, path: list[int], expansion: Expansion, added: list[int], two_player: bool) -> None:
+    """The leaf's value estimate, or, when the environment evaluated the new children itself, each
+    child's evaluations through that child."""
+    evaluated = [(i, child.evaluations) for i, child in zip(added, expansion.children) if child.evaluations]
+    if not evaluated:
+        _apply(tree, path, 1, expansion.value, two_player)
+    for i, evaluations in evaluated:
+        _apply(tree, [*path, i], len(evaluations), sum(evaluations), two_player)
 
 
 def _root_noise(tree: Tree, config: SearchConfig, rng: random.Random) -> None:
@@ -200,10 +234,10 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
             for (t, path), expansion in zip(pending, expansions):
                 tree = trees[t]
                 _apply(tree, path, -1, config.virtual_loss, False)
-                _add_children(tree, path[-1], expansion, env, config, step)
+                added = _add_children(tree, path[-1], expansion, env, config, step)
                 if path[-1] == 0:
                     _root_noise(tree, config, rng)
-                _apply(tree, path, 1, expansion.value, env.two_player)
+                _back_up(tree, path, expansion, added, env.two_player)
                 _mark_solved(tree, path)
                 simulations[t] += 1
                 tokens += expansion.tokens

@@ -44,6 +44,10 @@ class Sampling:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    # End a row at its first answer line ('#### N' and a newline). A saving, not a meaning: the text
+    # is cut there anyway by whoever reads the answer (azlib.rewards.complete_answer); backends that
+    # cannot stop on a pattern (vLLM, remote servers) generate on to EOS or the limit.
+    stop_at_answer: bool = False
 
     def __post_init__(self):
         if self.n < 1 or self.max_new_tokens < 1:
@@ -67,8 +71,10 @@ class Backend(ABC):
         top_p: float = 1.0,
         stop: Sequence[str] | None = None,
         seed: int | None = None,
+        stop_at_answer: bool = False,
     ) -> list[list[Sample]]:
-        return self._generate(list(prompts), Sampling(n, max_new_tokens, temperature, top_p, tuple(stop or ()), seed))
+        return self._generate(list(prompts), Sampling(n, max_new_tokens, temperature, top_p, tuple(stop or ()), seed,
+                                                      stop_at_answer))
 
     @abstractmethod
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:

@@ -3,17 +3,19 @@ The CPU default; it reads raw token log-probs during generation, without a secon
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Sequence
 
 import torch
-from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from azlib.models.generation import (
     Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
 )
 from azlib.models.loading import load_model
+from azlib.prompts import ANSWER_LINE
 
 MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
 
@@ -41,6 +43,21 @@ class _ChosenTokenLogprobs(LogitsProcessor):
         return torch.stack(self.chosen, 1)
 
 
+class _AnswerLineStop(StoppingCriteria):
+    """Ends a row once its new text holds an answer line; checked only on steps that wrote a newline."""
+
+    def __init__(self, tokenizer, prompt_width: int):
+        self.tokenizer, self.prompt_width = tokenizer, prompt_width
+        self.newline = torch.tensor(["\n" in tokenizer.decode([i]) for i in range(len(tokenizer))])
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        for row in self.newline[input_ids[:, -1].cpu()].nonzero().flatten().tolist():
+            text = self.tokenizer.decode(input_ids[row, self.prompt_width :], skip_special_tokens=True)
+            done[row] = bool(ANSWER_LINE.search(text))
+        return done
+
+
 class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
@@ -61,6 +78,10 @@ class HFBackend(TokenizerPrompts, Backend):
         self.device = device
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
+
+    @functools.cached_property
+    def answer_stop(self) -> _AnswerLineStop:
+        return _AnswerLineStop(self.tokenizer, 0)
 
     def _batches(self, rows: list[list[int]]):
         """Index batches of rows sorted by length, so a batch pads little."""
@@ -119,27 +140,38 @@ class HFBackend(TokenizerPrompts, Backend):
         )
         shared, cache = self._prefix_cache(rows)
         inputs = self._left_pad(rows, shared)
+        width = inputs["input_ids"].shape[1]
+        stopping = []
+        if sampling.stop_at_answer:
+            self.answer_stop.prompt_width = width
+            stopping.append(self.answer_stop)
         out = self.model.generate(**inputs, past_key_values=cache, generation_config=config,
-                                  logits_processor=LogitsProcessorList(processors), tokenizer=self.tokenizer)
-        new = out[:, inputs["input_ids"].shape[1] :]
+                                  logits_processor=LogitsProcessorList(processors), tokenizer=self.tokenizer,
+                                  stopping_criteria=StoppingCriteriaList(stopping))
+        new = out[:, width:]
         logprobs = recorder.finish(new[:, -1])
-        return [self._sample(new[r].tolist(), logprobs[r].tolist(), len(rows[r]), sampling.stop)
+        return [self._sample(new[r].tolist(), logprobs[r].tolist(), len(rows[r]), sampling)
                 for r in range(len(rows))]
 
-    def _sample(self, tokens: list[int], logprobs: list[float], prompt_tokens: int, stop) -> Sample:
+    def _sample(self, tokens: list[int], logprobs: list[float], prompt_tokens: int, sampling: Sampling) -> Sample:
+        def stops(text: str) -> bool:
+            return cut_at_stop(text, sampling.stop)[1] or (sampling.stop_at_answer and bool(ANSWER_LINE.search(text)))
+
         end = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), None)
         finish = "length" if end is None else "stop"
         tokens = tokens[:end]
-        text, stopped = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), stop)
-        if stopped:  # keep the tokens up to the one that completed the stop string
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if stops(text):  # keep the tokens up to the one that completed the stop (the pads after it are not EOS)
             lo, hi = 1, len(tokens)
             while lo < hi:
                 mid = (lo + hi) // 2
-                if cut_at_stop(self.tokenizer.decode(tokens[:mid], skip_special_tokens=True), stop)[1]:
+                if stops(self.tokenizer.decode(tokens[:mid], skip_special_tokens=True)):
                     hi = mid
                 else:
                     lo = mid + 1
             tokens, finish = tokens[:lo], "stop"
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            text = cut_at_stop(text, sampling.stop)[0]
         return Sample(text, tuple(tokens), tuple(logprobs[: len(tokens)]), finish, prompt_tokens, len(tokens))
 
     @torch.no_grad()

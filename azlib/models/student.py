@@ -92,9 +92,10 @@ class Student:
 
     # -- log-probs for the loss ----------------------------------------------------------------------
     def token_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
-                       reference: bool = False, entropy: bool = False):
-        """(logp [B, T], mask [B, T], entropy [B, T] or None) of each completion's tokens after its prompt.
-        Layout as TRL: prompts left-padded, completions right-padded, positions from the mask."""
+                       reference: bool = False, entropy: bool = False, temperature: float = 1.0):
+        """(logp [B, T], mask [B, T], entropy [B, T] or None) of each completion's tokens after its prompt,
+        under softmax(logits / temperature). Layout as TRL: prompts left-padded, completions right-padded,
+        positions from the mask."""
         pad = self.tokenizer.pad_token_id
         p_width, c_width = max(len(p) for p in prompts), max(len(c) for c in completions)
         ids = [[pad] * (p_width - len(p)) + list(p) + list(c) + [pad] * (c_width - len(c))
@@ -106,7 +107,7 @@ class Student:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         with self.as_reference() if reference else nullcontext():
             logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                logits_to_keep=c_width + 1, use_cache=False).logits[:, :-1].float()
+                                logits_to_keep=c_width + 1, use_cache=False).logits[:, :-1].float() / temperature
         # log p(token) = logit - logsumexp(logits): no [B, T, vocab] log-softmax kept for the backward pass
         targets = input_ids[:, -c_width:]
         logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)

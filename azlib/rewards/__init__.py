@@ -1,11 +1,14 @@
-"""Rewards: answer extraction and correctness, HRE, PRE, length penalty, direction bonus, their sum.
-Plain functions of text, log-probs and path; no model calls (scoring text is azlib.models' job)."""
+"""Rewards: answer extraction, HRE, PRE, penalties, the seed's weighted sum, and the reward training
+uses (correctness by default). Plain functions; no model calls (scoring text is azlib.models' job)."""
 
-from azlib.rewards.answers import extract_answer, is_correct, normalize_number
+from azlib.rewards.answers import ANSWER_LINE, complete_answer, extract_answer, is_correct, normalize_number
 from azlib.rewards.components import (
+    REWARD_KINDS,
     RewardBreakdown,
+    RewardKind,
     RewardWeights,
     accumulated_pre,
+    answer_reward,
     combined_reward,
     direction_bonus,
     hard_reward,
@@ -15,7 +18,7 @@ from azlib.rewards.components import (
 from azlib.rewards.trl import correctness_reward, perplexity_reward_under
 
 __all__ = [
-    "RewardBreakdown", "RewardWeights", "accumulated_pre", "combined_reward", "direction_bonus",
+    "ANSWER_LINE", "REWARD_KINDS", "complete_answer", "RewardBreakdown", "RewardKind", "RewardWeights", "accumulated_pre", "answer_reward", "combined_reward", "direction_bonus",
     "correctness_reward", "extract_answer", "hard_reward", "is_correct", "length_penalty", "normalize_number",
     "perplexity_reward", "perplexity_reward_under",
 ]

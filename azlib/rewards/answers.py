@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from azlib.prompts import ANSWER_LINE
+
 # A number as models write it: optional sign, digits with thousands commas, optional decimals.
 # No nested quantifiers, so matching is linear in the text length (no catastrophic backtracking).
 _NUMBER = r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
@@ -53,3 +55,13 @@ def is_correct(predicted: str | None, gold: str | None) -> bool:
         return False
     a, b = normalize_number(predicted), normalize_number(gold)
     return a is not None and a == b
+
+
+def complete_answer(text: str, ended: bool) -> tuple[str, bool]:
+    """A generated answer as training and rewards read it, and whether it is finished. An answer ends
+    at its first answer line ('#### N' and a newline: what follows is dropped; an end-of-sequence token
+    belongs there) or where the writer ended it (`ended`: EOS); otherwise it was cut and is unfinished."""
+    line = ANSWER_LINE.search(text)
+    if line:
+        return text[: line.end()], True
+    return text, ended

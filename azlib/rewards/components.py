@@ -1,11 +1,11 @@
-"""The rewards of the system azlib grows from: HRE, PRE (discounted along the path), length
-penalty, direction bonus, and their weighted sum. Plain functions of text, log-probs and path."""
+"""Rewards of whole or partial answers: the kit's default, correctness (HRE of a finished answer),
+and the seed's weighted sum of HRE, discounted PRE, length penalty and direction bonus. Pure functions."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 from azlib.rewards.answers import extract_answer, is_correct
 
@@ -75,3 +75,27 @@ def combined_reward(
     bonus = direction_bonus(path_code, weights.right_bonus, weights.wrong_penalty)
     total = weights.hre * hre + weights.pre * acc + penalty + bonus
     return RewardBreakdown(hre, acc, penalty, bonus, total)
+
+
+REWARD_KINDS = ("correctness", "original")
+RewardKind = Literal["correctness", "original"]
+
+
+def answer_reward(completion: str, gold: str, *, finished: bool, step_pres: Sequence[float] = (), path_code: str = "",
+                  kind: RewardKind = "correctness", weights: RewardWeights = RewardWeights()) -> RewardBreakdown:
+    """The reward a training signal or a search leaf uses.
+
+    correctness (default): total = HRE if the answer is finished (end of text or its answer line), else 0,
+      so every correct finished answer outranks every wrong or unfinished one; an answer cut at the
+      token limit scores 0 whatever number it last wrote. PRE and the penalties are reported, not added.
+    original (the seed): combined_reward with HRE counted at terminals (`finished`). It ranks short,
+      likely fragments above correct answers (a correct 3-step answer with step PRE -0.7 scores about
+      -0.83, an unfinished 1-step fragment -0.43); notebook 05 shows what training on it does.
+    """
+    if kind not in REWARD_KINDS:
+        raise ValueError(f"reward kind must be one of {REWARD_KINDS}, got {kind!r}")
+    seed = combined_reward(completion, gold, step_pres, path_code, weights, terminal=finished)
+    if kind == "original":
+        return seed
+    hre = hard_reward(completion, gold) if finished else 0.0
+    return RewardBreakdown(hre, seed.accumulated_pre, seed.length_penalty, seed.direction_bonus, hre)

@@ -1,43 +1,50 @@
-"""Text as a search environment: a node is a partial answer, a child appends a chunk of tokens
-proposed by the student (and, when given, "right" and "wrong" chunks from a teacher ensemble).
+"""Text as a search environment: a node is a partial answer, a child appends a step (a line, or a
+chunk of tokens) proposed by the student and, when given, "right" and "wrong" chunks from teachers.
 
-One `expand` call serves every leaf of every problem in a search step: one batched student
-generate, one batched call per asked teacher, one batched student score of the teachers' chunks.
-Leaf values come from azlib.rewards; the tree's paths become GRPO groups or visit-count targets.
+Two expansions. "rollout" (default; classic MCTS simulation): the student writes K complete answers
+from the leaf; each answer's first line becomes a child, valued by the answer's reward, so the search
+sees correctness before any node is terminal and every generated token ends in a checkable answer.
+"chunk" (the seed): children are `chunk_tokens`-long chunks and the leaf is valued by the reward of
+its partial text. One `expand` call serves every leaf of every problem: one batched student generate,
+one batched call per asked teacher, one batched student score of the teachers' chunks.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from azlib.data.rows import Row
 from azlib.eval import continuation_prompt
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.models.generation import Backend, Sample
-from azlib.rewards import RewardWeights, combined_reward, perplexity_reward
+from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
 
-# An answer line followed by a newline, or end of text: the model has committed to its answer.
-ANSWER_LINE = re.compile(r"####\s*-?[\d,]*\.?\d+\s*\n")
 
 
 @dataclass(frozen=True)
 class TextSearchSettings:
-    """How a leaf is expanded. Defaults: 3 student chunks of 16 tokens; a teacher, when present,
-    adds `teacher_samples` right and as many wrong chunks (the original: 5 each, 10 tokens)."""
+    """How a leaf is expanded and valued. Defaults: 3 student rollouts per leaf, correctness reward;
+    a teacher, when present, adds `teacher_samples` right and as many wrong chunks (the original: 5
+    each, 10 tokens)."""
 
-    student_samples: int = 3
+    expansion: Literal["rollout", "chunk"] = "rollout"
+    reward: RewardKind = "correctness"
+    student_samples: int = 3  # rollouts (or chunks) per expanded leaf
     teacher_samples: int = 1
-    chunk_tokens: int = 16
+    chunk_tokens: int = 16  # "chunk" expansion, and teachers' chunks
     temperature: float = 0.8
     top_p: float = 0.95
-    max_answer_tokens: int = 256  # a partial answer this long is terminal
+    max_answer_tokens: int = 256  # a partial answer this long is terminal; rollouts stop here
+
+    def __post_init__(self):
+        if self.expansion not in ("rollout", "chunk"):
+            raise ValueError(f"expansion must be 'rollout' or 'chunk', got {self.expansion!r}")
 
 
 def word_similarity(a: str, b: str) -> float:
@@ -48,7 +55,7 @@ def word_similarity(a: str, b: str) -> float:
 
 class TextEnv:
     """States are dicts: problem index, text so far, path code ('1' right, '0' wrong, 's' student
-    chunk without a teacher to judge it), per-step PRE, tokens, finished."""
+    chunk without a teacher to judge it), per-step PRE, tokens, finished, and whether it ended with EOS."""
 
     two_player = False
 
@@ -60,14 +67,18 @@ class TextEnv:
         self.calls = 0
 
     def root(self, problem: int) -> dict[str, Any]:
-        return {"problem": problem, "text": "", "code": "", "step_pres": [], "tokens": 0, "finished": False}
+        return {"problem": problem, "text": "", "code": "", "step_pres": [], "tokens": 0, "finished": False, "eos": False}
 
     def is_terminal(self, state: dict) -> bool:
         return state["finished"] or state["tokens"] >= self.settings.max_answer_tokens
 
     def rewards(self, state: dict, terminal: bool):
-        row = self.problems[state["problem"]]
-        return combined_reward(state["text"], row["answer"], state["step_pres"], state["code"], self.weights, terminal)
+        """The reward of a state's text. The seed counts HRE at any terminal (a depth or token cap
+        too); the correctness reward only for a finished answer."""
+        finished = state["finished"] if self.settings.reward == "correctness" else terminal
+        return answer_reward(state["text"], self.problems[state["problem"]]["answer"], finished=finished,
+                             step_pres=state["step_pres"], path_code=state["code"], kind=self.settings.reward,
+                             weights=self.weights)
 
     def terminal_value(self, state: dict) -> float:
         return self.rewards(state, terminal=True).total
@@ -77,10 +88,17 @@ class TextEnv:
         self.calls += 1
         questions = [self.problems[st["problem"]]["prompt"] for st in states]
         seed = rng.randrange(2**31)
-        student = self.student.generate([continuation_prompt(q, st["text"]) for q, st in zip(questions, states)],
-                                        n=s.student_samples, max_new_tokens=s.chunk_tokens, temperature=s.temperature,
-                                        top_p=s.top_p, seed=seed)
-        proposals: list[list[tuple[str, str | None, Sample]]] = [[("student", None, x) for x in g] for g in student]
+        prompts = [continuation_prompt(q, st["text"]) for q, st in zip(questions, states)]
+        if s.expansion == "rollout":  # each leaf gets K complete answers; one call for all leaves
+            left = max(s.max_answer_tokens - min(st["tokens"] for st in states), 1)
+            student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=left,
+                                            temperature=s.temperature, top_p=s.top_p, seed=seed, stop_at_answer=True)
+            proposals = [[("student", None, self._first_line(x, st), x) for x in group]
+                         for group, st in zip(student, states)]
+        else:
+            student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=s.chunk_tokens,
+                                            temperature=s.temperature, top_p=s.top_p, seed=seed)
+            proposals = [[("student", None, x, None) for x in group] for group in student]
         if self.teachers is not None:
             asked = self.teachers.propose([(q, st["text"]) for q, st in zip(questions, states)],
                                           n=s.teacher_samples, max_new_tokens=s.chunk_tokens, seed=seed + 1)
@@ -89,21 +107,51 @@ class TextEnv:
             scores = self.student.score([continuation_prompt(questions[i], states[i]["text"]) for i, _ in flat],
                                         [p.sample.text for _, p in flat]) if flat else []
             for (i, p), logprobs in zip(flat, scores):
-                proposals[i].append((p.teacher, p.label, replace(p.sample, logprobs=tuple(logprobs))))
+                proposals[i].append((p.teacher, p.label, replace(p.sample, logprobs=tuple(logprobs)), None))
         expansions = [self._expansion(st, props) for st, props in zip(states, proposals)]
         if self.checker is not None:
             self._check(expansions, questions)
         return expansions
 
-    def _expansion(self, state: dict, proposals: list[tuple[str, str | None, Sample]]) -> Expansion:
-        teacher_chunks = {label: x.text for _, label, x in proposals if label is not None}
+    def _first_line(self, rollout: Sample, state: dict) -> Sample:
+        """A rollout as its first line (the child's step), the whole answer kept in `rollout`."""
+        left = self.settings.max_answer_tokens - state["tokens"]
+        tokens, logprobs = rollout.token_ids[:left], rollout.logprobs[:left]
+        cut = len(tokens)
+        for i, token in enumerate(tokens[:-1]):
+            if "\n" in self.student.tokenizer.decode([token]):
+                cut = i + 1
+                break
+        if self.student.tokenizer.decode(tokens[cut:], skip_special_tokens=True).strip() == "":
+            cut = len(tokens)  # nothing but space after the line: the line is the whole answer
+        whole = cut == len(tokens)
+        text = rollout.text if whole else self.student.tokenizer.decode(tokens[:cut], skip_special_tokens=True)
+        finish = rollout.finish_reason if whole and len(tokens) == len(rollout.token_ids) else "length"
+        return Sample(text, tuple(tokens[:cut]), tuple(logprobs[:cut]), finish, rollout.prompt_tokens, cut)
+
+    def _rollout_value(self, state: dict, rollout: Sample) -> dict[str, Any]:
+        """A rollout's complete answer and its reward (finished: ended by EOS or by its answer line)."""
+        ended = rollout.finish_reason == "stop" and (state["tokens"] + rollout.completion_tokens
+                                                    <= self.settings.max_answer_tokens)
+        text, finished = complete_answer(state["text"] + rollout.text, ended)
+        r = answer_reward(text, self.problems[state["problem"]]["answer"], finished=finished, kind=self.settings.reward,
+                          weights=self.weights, step_pres=[*state["step_pres"], perplexity_reward(rollout.logprobs)],
+                          path_code=state["code"] + "s")
+        return {"text": text, "reward": r.total, "hre": r.hre, "finished": finished, "eos": finished,
+                "tokens": state["tokens"] + rollout.completion_tokens}
+
+    def _expansion(self, state: dict, proposals: list[tuple[str, str | None, Sample, Sample | None]]) -> Expansion:
+        """proposals: (who, teacher label or None, the child's step, the rollout it was cut from or None)."""
+        teacher_chunks = {label: x.text for _, label, x, _ in proposals if label is not None}
         merged: dict[str, dict] = {}
-        for who, label, sample in proposals:
+        for who, label, sample, rollout in proposals:
             if not sample.text:
                 continue
-            entry = merged.setdefault(sample.text, {"sample": sample, "proposers": [], "labels": []})
+            entry = merged.setdefault(sample.text, {"sample": sample, "proposers": [], "labels": [], "rollouts": []})
             entry["proposers"].append(who if label is None else f"{who}:{label}")
             entry["labels"] += [label] if label is not None else []
+            if rollout is not None:
+                entry["rollouts"].append(self._rollout_value(state, rollout))
         children, weights = [], []
         for chunk, entry in merged.items():
             sample = entry["sample"]
@@ -114,19 +162,21 @@ class TextEnv:
                 label = "1" if similarity.get("1", 0.0) >= similarity.get("0", 0.0) else "0"
             else:
                 label = "s"
-            text = state["text"] + chunk
+            text, finished = complete_answer(state["text"] + chunk, sample.finish_reason == "stop")
             pre = perplexity_reward(sample.logprobs)
             child = {"problem": state["problem"], "text": text, "code": state["code"] + label,
                      "step_pres": [*state["step_pres"], pre], "tokens": state["tokens"] + sample.completion_tokens,
                      # no stop strings are used, so "stop" means the model ended its answer (EOS)
-                     "finished": sample.finish_reason == "stop" or bool(ANSWER_LINE.search(text))}
+                     "finished": finished, "eos": finished}
             weights.append(math.exp(pre))  # prior: normalised exp(mean token log-prob) under the student
             info = {"chunk": chunk, "proposers": entry["proposers"], "pre": pre,
                     "student_similarity": similarity.get("1")}
-            children.append(Child(chunk, child, 0.0, info))
+            if entry["rollouts"]:
+                info["rollouts"] = entry["rollouts"]
+            children.append(Child(chunk, child, 0.0, info, tuple(r["reward"] for r in entry["rollouts"])))
         total = sum(weights) or 1.0
         children = [c._replace(prior=w / total) for c, w in zip(children, weights)]
-        tokens = sum(x.completion_tokens for _, _, x in proposals)
+        tokens = sum((rollout or x).completion_tokens for _, _, x, rollout in proposals)
         return Expansion(children, self.rewards(state, terminal=False).total, tokens)
 
     def _check(self, expansions: list[Expansion], questions: list[str]) -> None:
@@ -170,5 +220,25 @@ def trajectories(result: SearchResult, env: TextEnv) -> list[dict[str, Any]]:
         node = tree.nodes[leaf]
         breakdown = env.rewards(node.state, terminal=node.terminal)
         out.append({"problem": node.state["problem"], "completion": node.state["text"], "code": node.state["code"],
-                    "terminal": node.terminal, "visits": node.visits, "q": node.q, **breakdown.as_dict()})
+                    "terminal": node.terminal, "finished": node.state["finished"], "eos": node.state["eos"],
+                    "visits": node.visits, "q": node.q, **breakdown.as_dict()})
+    return out
+
+
+def tree_answers(result: SearchResult, env: TextEnv) -> list[dict[str, Any]]:
+    """Every complete answer the search wrote for its problem, once each: the rollouts ("rollout"
+    expansion) and the finished or capped terminal nodes, with their reward, HRE, whether they were
+    finished, and whether they ended with the end-of-sequence token."""
+    tree, out, seen = result.tree, [], set()
+    for node in tree.nodes[1:]:
+        answers = list(node.info.get("rollouts", []))
+        if node.terminal and node.visits:
+            r = env.rewards(node.state, terminal=True)
+            answers.append({"text": node.state["text"], "reward": r.total, "hre": r.hre,
+                            "finished": node.state["finished"], "eos": node.state["eos"],
+                            "tokens": node.state["tokens"]})
+        for answer in answers:
+            if answer["text"] not in seen:
+                seen.add(answer["text"])
+                out.append({"problem": node.state["problem"], **answer})
     return out

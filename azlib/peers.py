@@ -1,0 +1,75 @@
+"""TRL's GRPOTrainer as a peer arm of notebook 05: what a user would pick instead of azlib, run on the
+same model, LoRA, problems, reward, temperature, answer length and token budget. Needs `trl` (dev extra)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from azlib.data.rows import Row
+from azlib.eval import chat_prompt
+from azlib.models.hf import HFBackend
+from azlib.models.loading import resolve_model_path
+from azlib.rewards import complete_answer, hard_reward
+
+
+@dataclass
+class PeerRun:
+    backend: HFBackend  # the trained model, for azlib's evaluation
+    steps: int
+    tokens: int  # completion tokens generated
+    log: list[dict]  # TRL's per-step log (reward, lengths, clip ratios, ...)
+
+
+def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_budget: int) -> PeerRun:
+    """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated.
+    The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0.
+    `params`: a TrainingParams (model, lora_r/alpha, learning_rate, warmup, beta, loss, temperature,
+    group_size, problems_per_step, max_new_tokens, seed)."""
+    try:
+        from datasets import Dataset
+        from peft import LoraConfig
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError as err:
+        raise ImportError(f"the TRL arm needs trl (`pip install -e '.[dev]'`): {err}") from None
+
+    path = resolve_model_path(params.model)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
+        model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
+    spent = [0]
+
+    def finished_correctness(prompts, completions, answer, completion_ids, **_) -> list[float]:
+        rewards = []
+        for text, ids, gold in zip(completions, completion_ids, answer):
+            text = text if isinstance(text, str) else text[-1]["content"]
+            spent[0] += len(ids)
+            text, finished = complete_answer(text, bool(ids) and ids[-1] in eos)
+            rewards.append(hard_reward(text, gold) if finished else 0.0)
+        return rewards
+
+    class StopAtBudget(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = spent[0] >= token_budget
+
+    data = Dataset.from_list([{"prompt": chat_prompt(r["prompt"]), "answer": r["answer"]} for r in problems])
+    batch = params.group_size * params.problems_per_step
+    config = GRPOConfig(output_dir=str(folder), use_cpu=params.device == "cpu", report_to=[], seed=params.seed,
+                        loss_type=params.loss_type, beta=params.beta, epsilon_high=params.epsilon_high,
+                        learning_rate=params.learning_rate, warmup_steps=params.warmup_steps,
+                        lr_scheduler_type="constant_with_warmup", num_generations=params.group_size,
+                        per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+                        max_completion_length=params.max_new_tokens, temperature=params.temperature,
+                        max_steps=10_000, logging_steps=1, save_strategy="no",
+                        gradient_checkpointing=params.gradient_checkpointing)
+    trainer = GRPOTrainer(model=model, reward_funcs=finished_correctness, args=config, train_dataset=data,
+                          processing_class=tokenizer, callbacks=[StopAtBudget()],
+                          peft_config=LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha, lora_dropout=0.05,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+    trainer.train()
+    trained = trainer.model.eval()
+    log = [entry for entry in trainer.state.log_history if "reward" in entry]
+    return PeerRun(HFBackend.wrapping(trained, tokenizer, device=params.device), trainer.state.global_step, spent[0], log)
