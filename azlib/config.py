@@ -99,8 +99,8 @@ class MctsTreeParams(NotebookParams):
     ttt_simulations: int = Field(ge=1)
     az_iterations: int = Field(ge=1, description="AlphaZero loop on tic-tac-toe: self-play/train rounds")
     az_games: int = Field(ge=1, description="self-play games per round")
-    az_simulations: int = Field(ge=2, description="search simulations per move in self-play and matches")
-    az_eval_games: int = Field(ge=2, description="games against perfect play after each round")
+    az_simulations: int = Field(ge=2, description="search simulations per move in self-play, arena and the grade")
+    az_arena_games: int = Field(ge=0, description="trained net vs best net before it replaces it (0: always)")
     model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource

@@ -204,10 +204,10 @@ def test_solved_subtrees_are_skipped_and_search_stops_when_everything_is_solved(
     assert by_state["aa"].terminal, "a node with nothing to expand is a dead end"
 
 
-def test_alphazero_targets_and_learning():
+def test_alphazero_targets_and_symmetries():
     from azlib.mcts import alphazero as az
 
-    settings = az.AlphaZeroSettings(iterations=3, games_per_iteration=8, simulations=8, eval_games=4, epochs=2)
+    settings = az.AlphaZeroSettings(games_per_iteration=8, simulations=8)
     rng = random.Random(0)
     net = az.PolicyValueNet()
     data = az.self_play(net, settings, rng)
@@ -226,7 +226,50 @@ def test_alphazero_targets_and_learning():
             assert last_z == 0.0 and last_board.count(".") == 1, "the last mover cannot lose; else a full-board draw"
     x = az.encode(["X...O...."])
     assert x.shape == (1, 27) and x[0, :9].sum() == 1 and x[0, 9:18].sum() == 1 and x[0, 18:].sum() == 7
-    _, history = az.alphazero(settings, seed=0)
-    assert [h["iteration"] for h in history] == [0, 1, 2, 3]
-    assert all(h["win"] == 0 for h in history), "nobody beats perfect play"
-    assert history[-1]["policy_loss"] < history[1]["policy_loss"]
+
+    assert len(set(az.SYMMETRIES)) == 8 and all(sorted(p) == list(range(9)) for p in az.SYMMETRIES)
+    lines = {frozenset(line) for line in ttt.LINES}
+    assert all({frozenset(p.index(k) for k in line) for line in lines} == lines for p in az.SYMMETRIES)
+    pi = [0.0] * 9
+    pi[2] = 1.0  # O must block the top row at square 2
+    copies = az.augment([("XX..O....", pi, 0.0)])
+    assert len(copies) == 8 and len({b for b, _, _ in copies}) == 8
+    for board, p, z in copies:  # the target moves with the board: it still blocks
+        block = p.index(1.0)
+        assert board[block] == "." and ttt.minimax(ttt.play(board, block)) == 0 and z == 0.0
+
+
+def test_alphazero_grade_is_exact():
+    from azlib.mcts import alphazero as az
+
+    assert len(az.POSITIONS) == 4520 and all(ttt.legal_moves(b) for b in az.POSITIONS)
+    perfect = {b: az.optimal_moves(b)[0] for b in az.POSITIONS}
+    assert az.grade(perfect) == {"optimal_share": 1.0, "losing_moves": 0, "draw_as_x": 1.0, "loss_as_x": 0.0,
+                                 "draw_as_o": 1.0, "loss_as_o": 0.0}
+    drawn, won = "XX..O....", "XX.OO...."  # O must block at 2; X wins at 2 or lets the win go with 5
+    assert ttt.minimax(drawn) == 0 and az.optimal_moves(drawn) == [2]
+    assert ttt.minimax(won) == 1 and -ttt.minimax(ttt.play(won, 5)) == 0
+    blunders = az.grade(perfect | {drawn: 3, won: 5})
+    assert blunders["losing_moves"] == 1, "only the drawn position turned lost counts as a losing move"
+    assert blunders["optimal_share"] == pytest.approx(1 - 2 / 4520)
+    first_legal = az.grade({b: ttt.legal_moves(b)[0] for b in az.POSITIONS})
+    assert first_legal["losing_moves"] > 100 and first_legal["optimal_share"] < 0.9
+    for side in ("x", "o"):  # nobody beats perfect play: draws and losses are all there is
+        assert first_legal[f"draw_as_{side}"] + first_legal[f"loss_as_{side}"] == pytest.approx(1.0)
+    assert first_legal["loss_as_x"] > 0 and first_legal["loss_as_o"] > 0
+
+
+def test_alphazero_learns():
+    """A small run (4 rounds of 32 games, 16 simulations): loss falls, the grade improves."""
+    from azlib.mcts import alphazero as az
+
+    settings = az.AlphaZeroSettings(iterations=4, games_per_iteration=32, simulations=16, arena_games=4,
+                                    batch_size=64, epochs=4)
+    net, history = az.alphazero(settings, seed=0)
+    first, last = history[0], history[-1]
+    assert [h["iteration"] for h in history] == [0, 1, 2, 3, 4]
+    assert last["policy_loss"] < history[1]["policy_loss"] - 0.2
+    assert last["raw_optimal_share"] > first["raw_optimal_share"] + 0.15, "the raw policy learned the game"
+    assert last["losing_moves"] < 0.7 * first["losing_moves"], "the net-guided search blunders less"
+    graded = az.evaluate(net, settings)
+    assert graded == {k: last[k] for k in graded}, "the loop returns the best net, graded last"

@@ -1,9 +1,11 @@
 """AlphaZero on tic-tac-toe: a small policy-value net, self-play with the kit's search, training on
-visit counts and outcomes, and matches against perfect play. The compact version of the loop."""
+visit counts and outcomes, an arena against the best net, and an exact grade against minimax."""
 
 from __future__ import annotations
 
+import copy
 import random
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
@@ -19,7 +21,7 @@ from azlib.mcts.search import Child, Expansion, SearchConfig, search, visit_weig
 class PolicyValueNet(nn.Module):
     """Board (from the mover's view: mine, theirs, empty) -> move logits and a value in [-1, 1]."""
 
-    def __init__(self, hidden: int = 64):
+    def __init__(self, hidden: int = 128):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(27, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.policy, self.value = nn.Linear(hidden, 9), nn.Linear(hidden, 1)
@@ -37,66 +39,120 @@ def encode(boards: Sequence[str]) -> torch.Tensor:
     return torch.tensor(rows)
 
 
+def _symmetries() -> list[tuple[int, ...]]:
+    """The 8 rotations and reflections of the board, as `new[i] = old[perm[i]]`."""
+    quarter_turn, mirror = (6, 3, 0, 7, 4, 1, 8, 5, 2), (2, 1, 0, 5, 4, 3, 8, 7, 6)
+    rotations = [tuple(range(9))]
+    for _ in range(3):
+        rotations.append(tuple(rotations[-1][k] for k in quarter_turn))
+    return rotations + [tuple(r[k] for k in mirror) for r in rotations]
+
+
+SYMMETRIES = _symmetries()
+
+
+def augment(data: list[tuple[str, list[float], float]]) -> list[tuple[str, list[float], float]]:
+    """Every position in its 8 symmetric forms, with the visit shares moved along (AlphaGo Zero, Methods)."""
+    return [("".join(board[k] for k in perm), [pi[k] for k in perm], z) for board, pi, z in data for perm in SYMMETRIES]
+
+
 class NetTicTacToe(ttt.TicTacToe):
-    """Leaves valued by the net, priors from its policy over legal moves: one forward per search step."""
+    """Leaves valued by the net, priors from its policy over legal moves: one forward per search step
+    for the positions not seen before (the net does not change while this env lives, so answers keep)."""
 
     def __init__(self, net: PolicyValueNet):
         super().__init__()
         self.net = net
+        self.cache: dict[str, Expansion] = {}
 
     @torch.no_grad()
     def expand(self, boards, rng):
-        logits, values = self.net(encode(boards))
-        out = []
-        for board, lg, v in zip(boards, logits, values):
-            moves = ttt.legal_moves(board)
-            priors = torch.softmax(lg[moves], -1).tolist()
-            out.append(Expansion([Child(m, ttt.play(board, m), p) for m, p in zip(moves, priors)], float(v)))
-        return out
+        new = list(dict.fromkeys(b for b in boards if b not in self.cache))
+        if new:
+            logits, values = self.net(encode(new))
+            for board, lg, v in zip(new, logits, values):
+                moves = ttt.legal_moves(board)
+                priors = torch.softmax(lg[moves], -1).tolist()
+                self.cache[board] = Expansion([Child(m, ttt.play(board, m), p) for m, p in zip(moves, priors)], float(v))
+        return [self.cache[b] for b in boards]
 
 
 @dataclass(frozen=True)
 class AlphaZeroSettings:
-    iterations: int = 10
-    games_per_iteration: int = 32
-    simulations: int = 32
-    exploratory_moves: int = 2  # moves sampled from the visit distribution, then argmax
-    epochs: int = 4
-    batch_size: int = 64
-    learning_rate: float = 3e-3
-    eval_games: int = 20
-    replay_iterations: int = 4  # train on the positions of this many latest iterations
+    """The loop's knobs. Defaults: AlphaZero's recipe at tic-tac-toe scale (OpenSpiel's and
+    alpha-zero-general's examples), tuned until the search makes no losing move (see the benchmark)."""
+
+    iterations: int = 30
+    games_per_iteration: int = 100
+    simulations: int = 64  # per move, in self-play, arena and grade; trained with 32, a few losing moves stay
+    c: float = 1.414  # PUCT's exploration constant
+    exploratory_moves: int = 9  # moves sampled from the visit shares, then argmax; 9: every move of a game
+    dirichlet_alpha: float = 1.0  # about 10 / legal moves, as AlphaZero's 0.3 for chess's ~35 moves
+    dirichlet_fraction: float = 0.25  # share of the root prior replaced by noise, root only (AlphaZero)
+    replay_iterations: int = 20  # train on the games of this many latest rounds
+    symmetries: bool = True  # train on each position's 8 rotations and reflections
+    epochs: int = 2  # passes over the replay buffer per round
+    batch_size: int = 256
+    learning_rate: float = 2e-3
+    weight_decay: float = 1e-4  # AlphaZero's L2 term, through AdamW
+    arena_games: int = 20  # trained net vs best net before it replaces it; 0: always replace
 
 
-def self_play(net: PolicyValueNet, settings: AlphaZeroSettings, rng: random.Random) -> list[tuple[str, list[float], float]]:
-    """Games in lock-step (one batched net call per search step across all games). Returns
-    (board, visit distribution pi, outcome z for the player to move) for every position played."""
-    env = NetTicTacToe(net)
-    boards = [ttt.EMPTY] * settings.games_per_iteration
+def _search_config(settings: AlphaZeroSettings, temperature: float, noise: bool) -> SearchConfig:
+    return SearchConfig(num_simulations=settings.simulations, max_depth=9, c=settings.c, temperature=temperature,
+                        dirichlet_alpha=settings.dirichlet_alpha,
+                        dirichlet_fraction=settings.dirichlet_fraction if noise else 0.0)
+
+
+def play_games(players: list[tuple[NetTicTacToe, NetTicTacToe]], settings: AlphaZeroSettings, rng: random.Random,
+               noise: bool) -> list[tuple[list[tuple[str, list[float]]], str]]:
+    """Game g played by players[g] (X's env, O's env), all games in lock-step: one search call per env
+    and move, so one batched net call per search step. Returns each game's (board, visit shares) per
+    move and its final board."""
+    boards = [ttt.EMPTY] * len(players)
     history: list[list[tuple[str, list[float]]]] = [[] for _ in boards]
     move = 0
     while live := [g for g, b in enumerate(boards) if ttt.legal_moves(b)]:
-        config = SearchConfig(num_simulations=settings.simulations, max_depth=9, dirichlet_fraction=0.25,
-                              temperature=1.0 if move < settings.exploratory_moves else 0.0)
-        for g, result in zip(live, search(env, [boards[g] for g in live], config, rng)):
-            pi = [0.0] * 9  # the policy target: visit shares, whatever temperature chose the move
-            visits = [result.tree.nodes[i].visits for i in result.tree.root.children]
-            for action, w in zip(result.actions, visit_weights(visits, 1.0)):
-                pi[action] = w
-            history[g].append((boards[g], pi))
-            boards[g] = ttt.play(boards[g], result.action)
+        config = _search_config(settings, 1.0 if move < settings.exploratory_moves else 0.0, noise)
+        side = move % 2  # every live game has made `move` moves
+        for env in dict.fromkeys(players[g][side] for g in live):  # each net searches its own games
+            games = [g for g in live if players[g][side] is env]
+            for g, result in zip(games, search(env, [boards[g] for g in games], config, rng)):
+                pi = [0.0] * 9  # the policy target: visit shares, whatever temperature chose the move
+                visits = [result.tree.nodes[i].visits for i in result.tree.root.children]
+                for action, w in zip(result.actions, visit_weights(visits, 1.0)):
+                    pi[action] = w
+                history[g].append((boards[g], pi))
+                boards[g] = ttt.play(boards[g], result.action)
         move += 1
+    return list(zip(history, boards))
+
+
+def self_play(net: PolicyValueNet, settings: AlphaZeroSettings, rng: random.Random) -> list[tuple[str, list[float], float]]:
+    """(board, visit distribution pi, outcome z for the player to move) for every position played."""
+    env = NetTicTacToe(net)
     data = []
-    for g, end in enumerate(boards):
+    for moves, end in play_games([(env, env)] * settings.games_per_iteration, settings, rng, noise=True):
         final = ttt.outcome(end)  # for the player to move at the end: -1 if the last mover won
-        for board, pi in history[g]:
+        for board, pi in moves:
             moves_to_end = board.count(".") - end.count(".")  # even: the same player is to move at the end
             data.append((board, pi, final if moves_to_end % 2 == 0 else -final))
     return data
 
 
+def arena(new: PolicyValueNet, best: PolicyValueNet, settings: AlphaZeroSettings, rng: random.Random) -> dict[str, int]:
+    """`arena_games` games, each net X in half of them, openings sampled as in self-play, no noise."""
+    a, b = NetTicTacToe(new), NetTicTacToe(best)
+    players = [(a, b) if g % 2 == 0 else (b, a) for g in range(settings.arena_games)]
+    results = {"new_wins": 0, "best_wins": 0}
+    for (x_env, _), (_, end) in zip(players, play_games(players, settings, rng, noise=False)):
+        if ttt.winner(end):
+            results["new_wins" if (ttt.winner(end) == "X") == (x_env is a) else "best_wins"] += 1
+    return results
+
+
 def train(net: PolicyValueNet, data, settings: AlphaZeroSettings, optimizer, rng: random.Random) -> dict[str, float]:
-    """loss = (z - v)^2 - pi . log p, averaged over the batch (AlphaZero, without the L2 term)."""
+    """loss = (z - v)^2 - pi . log p, averaged over the batch (AlphaZero; its L2 term is the optimizer's)."""
     boards, pis, zs = zip(*data)
     x, pi, z = encode(boards), torch.tensor(pis), torch.tensor(zs)
     losses = {"value_loss": [], "policy_loss": []}
@@ -116,43 +172,81 @@ def train(net: PolicyValueNet, data, settings: AlphaZeroSettings, optimizer, rng
     return {k: float(np.mean(v)) for k, v in losses.items()}
 
 
-def perfect_move(board: str, rng: random.Random) -> int:
-    moves = ttt.legal_moves(board)
-    best = max(-ttt.minimax(ttt.play(board, m)) for m in moves)
-    return rng.choice([m for m in moves if -ttt.minimax(ttt.play(board, m)) == best])
+POSITIONS = [b for b in ttt.reachable_positions() if ttt.legal_moves(b)]  # 4,520, either side to move
 
 
-def match_vs_perfect(net: PolicyValueNet, games: int, simulations: int, rng: random.Random) -> dict[str, float]:
-    """Net-guided search against minimax (random among its best moves), alternating who starts.
-    Perfect play never loses, so the best result is all draws."""
-    env = NetTicTacToe(net)
-    config = SearchConfig(num_simulations=simulations, max_depth=9, temperature=0.0)
-    results = []
-    for g in range(games):
-        board, net_side = ttt.EMPTY, "X" if g % 2 == 0 else "O"
-        while ttt.legal_moves(board):
-            if ttt.to_move(board) == net_side:
-                board = ttt.play(board, search(env, [board], config, rng)[0].action)
-            else:
-                board = ttt.play(board, perfect_move(board, rng))
-        results.append(0 if ttt.winner(board) is None else (1 if ttt.winner(board) == net_side else -1))
-    return {"win": results.count(1) / games, "draw": results.count(0) / games, "loss": results.count(-1) / games}
+def search_moves(net: PolicyValueNet, simulations: int, c: float = 1.414) -> dict[str, int]:
+    """The net-guided search's move in every position (argmax of visits, no noise: deterministic)."""
+    config = SearchConfig(num_simulations=simulations, max_depth=9, c=c, temperature=0.0)
+    return {r.tree.root.state: r.action for r in search(NetTicTacToe(net), POSITIONS, config, random.Random(0))}
+
+
+@torch.no_grad()
+def policy_moves(net: PolicyValueNet) -> dict[str, int]:
+    """The raw policy's move in every position: its most likely legal move, no search."""
+    logits = net(encode(POSITIONS))[0]
+    return {b: max(ttt.legal_moves(b), key=lambda m: logits[i, m].item()) for i, b in enumerate(POSITIONS)}
+
+
+def optimal_moves(board: str) -> list[int]:
+    """Minimax's moves: those that keep the value for the mover."""
+    return [m for m in ttt.legal_moves(board) if -ttt.minimax(ttt.play(board, m)) == ttt.minimax(board)]
+
+
+def _vs_perfect(board: str, side: str, moves: dict[str, int], memo: dict) -> np.ndarray:
+    """(win, draw, loss) probabilities for `side` playing `moves` against minimax that picks uniformly
+    among its best moves: every line perfect play can choose, weighted as it would choose it."""
+    if board not in memo:
+        if not ttt.legal_moves(board):
+            w = ttt.winner(board)
+            memo[board] = np.array([w == side, w is None, w not in (None, side)], dtype=float)
+        elif ttt.to_move(board) == side:
+            memo[board] = _vs_perfect(ttt.play(board, moves[board]), side, moves, memo)
+        else:
+            best = optimal_moves(board)
+            memo[board] = sum(_vs_perfect(ttt.play(board, m), side, moves, memo) for m in best) / len(best)
+    return memo[board]
+
+
+def grade(moves: dict[str, int]) -> dict[str, float]:
+    """Exact, not sampled: a move per position against minimax. A losing move turns a drawn or won
+    position into a lost one; the games are every game against perfect play, as X and as O."""
+    optimal = sum(moves[b] in optimal_moves(b) for b in POSITIONS)
+    losing = sum(ttt.minimax(b) >= 0 and -ttt.minimax(ttt.play(b, moves[b])) < 0 for b in POSITIONS)
+    as_x, as_o = _vs_perfect(ttt.EMPTY, "X", moves, {}), _vs_perfect(ttt.EMPTY, "O", moves, {})
+    return {"optimal_share": optimal / len(POSITIONS), "losing_moves": int(losing),
+            "draw_as_x": float(as_x[1]), "loss_as_x": float(as_x[2]),
+            "draw_as_o": float(as_o[1]), "loss_as_o": float(as_o[2])}
+
+
+def evaluate(net: PolicyValueNet, settings: AlphaZeroSettings) -> dict[str, float]:
+    """The grade of the net-guided search, and with prefix raw_ of the policy net alone."""
+    searched = grade(search_moves(net, settings.simulations, settings.c))
+    return searched | {f"raw_{k}": v for k, v in grade(policy_moves(net)).items()}
 
 
 def alphazero(settings: AlphaZeroSettings, seed: int = 0, progress=None) -> tuple[PolicyValueNet, list[dict]]:
-    """The loop: self-play -> train -> match against perfect play, `iterations` times."""
+    """The loop: self-play by the best net -> train -> arena -> exact grade, `iterations` times."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     net = PolicyValueNet()
-    optimizer = torch.optim.Adam(net.parameters(), lr=settings.learning_rate)
-    history = [{"iteration": 0, **match_vs_perfect(net, settings.eval_games, settings.simulations, rng)}]
+    best = copy.deepcopy(net)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    history = [{"iteration": 0, **evaluate(best, settings)}]
     replay: deque[list] = deque(maxlen=settings.replay_iterations)
+    seconds = 0.0  # the loop's own time; the exact grade is a measurement, not part of it
     for it in range(1, settings.iterations + 1):
-        data = self_play(net, settings, rng)
-        replay.append(data)
+        start = time.perf_counter()
+        data = self_play(best, settings, rng)
+        replay.append(augment(data) if settings.symmetries else data)
         losses = train(net, [x for d in replay for x in d], settings, optimizer, rng)
-        history.append({"iteration": it, "positions": len(data), **losses,
-                        **match_vs_perfect(net, settings.eval_games, settings.simulations, rng)})
+        games = arena(net, best, settings, rng) if settings.arena_games else {"new_wins": 0, "best_wins": 0}
+        accepted = games["new_wins"] >= games["best_wins"]
+        if accepted:
+            best = copy.deepcopy(net)
+        seconds += time.perf_counter() - start
+        history.append({"iteration": it, "positions": len(data), **losses, **games, "accepted": accepted,
+                        "seconds": seconds, **evaluate(best, settings)})
         if progress is not None:
             progress.update(1)
-    return net, history
+    return best, history
