@@ -178,7 +178,8 @@ class GRPO:
         return float(grad_norm)
 
     def sft_step(self, examples: Sequence[Example]) -> dict[str, float]:
-        """Imitate the given completions: mean token negative log-likelihood, one optimiser step."""
+        """Imitate the given completions: their mean token negative log-likelihood (micro-batches
+        accumulated), one optimiser step."""
         s, model = self.settings, self.student.model
         if not examples:
             return {"sequences": 0, "loss": 0.0, "grad_norm": 0.0, "completion_tokens": 0}
@@ -204,6 +205,7 @@ class GRPO:
         groups = torch.tensor([e.group for e in examples])
         advantages = group_advantages(rewards, groups, s.scale_rewards, clip=s.clip_advantages)
         equal = equal_reward_groups(rewards, groups)
+        device = torch.device(self.student.device)  # rewards are built here; log-probs live with the model
         keep = list(range(len(examples)))
         if s.drop_equal_groups:
             keep = [i for i in keep if not equal[i]]
@@ -220,7 +222,7 @@ class GRPO:
                 # one update per batch: the old policy IS the current one (ratio 1, as TRL does), no forward
                 old = self._logprobs(examples, idx)[0] if s.num_iterations > 1 else None
                 ref = self._logprobs(examples, idx, reference=True)[0] if s.beta else None
-                fixed.append((old, ref, completion_mask([examples[i].completion_ids for i in idx])))
+                fixed.append((old, ref, completion_mask([examples[i].completion_ids for i in idx]).to(device)))
         batch_tokens = sum(m.sum().item() for _, _, m in fixed)
         model.train()
         try:
@@ -228,10 +230,11 @@ class GRPO:
                 totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_low": 0.0, "clip_high": 0.0}
                 for idx, (old, ref, mask) in zip(batches, fixed):
                     logp, _, entropy = self._logprobs(examples, idx, entropy=True)
-                    parts = token_losses(logp, logp.detach() if old is None else old, ref, advantages[idx], s)
+                    a = advantages[idx].to(device)
+                    parts = token_losses(logp, logp.detach() if old is None else old, ref, a, s)
                     loss = aggregate(parts.loss, mask, s, batch_sequences=len(keep), batch_tokens=batch_tokens)
                     loss.backward()
-                    a = advantages[idx].unsqueeze(1)
+                    a = a.unsqueeze(1)
                     totals["loss"] += loss.item()
                     totals["kl"] += (parts.kl * mask).sum().item()
                     totals["entropy"] += (entropy.detach() * mask).sum().item()

@@ -47,7 +47,7 @@ def main() -> None:
 
     backend = make_backend("hf")
     rows = arithmetic_problems(args.problems, seed=0)
-    settings = TextSearchSettings(student_samples=4, chunk_tokens=16, max_answer_tokens=128)
+    settings = TextSearchSettings(expansion="chunk", student_samples=4, chunk_tokens=16, max_answer_tokens=128)
     timed = Timed(backend)
     env = TextEnv(timed, rows, settings)
     config = SearchConfig(num_simulations=args.simulations, max_depth=8, leaves_per_step=args.leaves_per_step,

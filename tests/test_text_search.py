@@ -30,6 +30,9 @@ class Spy:
         self.score_calls += 1
         return self.backend.score(*args, **kwargs)
 
+    def __getattr__(self, name):  # everything else (the tokenizer) is the backend's own
+        return getattr(self.backend, name)
+
 
 @pytest.fixture(scope="module")
 def student():
@@ -38,7 +41,9 @@ def student():
 
 def run_search(student, teacher=None, seed=0):
     rows = arithmetic_problems(2, seed=3, steps=(1,))
-    settings = TextSearchSettings(student_samples=3, chunk_tokens=8, max_answer_tokens=48)
+    # the seed's search (fixed-size chunks, combined reward); rollout expansion is tested in test_training
+    settings = TextSearchSettings(expansion="chunk", reward="original", student_samples=3, chunk_tokens=8,
+                                  max_answer_tokens=48)
     teachers = None
     if teacher is not None:
         spec = TeacherSpec(name="tutor", backend="hf", model=DEFAULT_MODEL, tier="cpu")

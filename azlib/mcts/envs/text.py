@@ -162,11 +162,11 @@ class TextEnv:
                 label = "1" if similarity.get("1", 0.0) >= similarity.get("0", 0.0) else "0"
             else:
                 label = "s"
+            # finished: EOS, or an answer line (a rollout that was stopped there, or a chunk that wrote one)
             text, finished = complete_answer(state["text"] + chunk, sample.finish_reason == "stop")
             pre = perplexity_reward(sample.logprobs)
             child = {"problem": state["problem"], "text": text, "code": state["code"] + label,
                      "step_pres": [*state["step_pres"], pre], "tokens": state["tokens"] + sample.completion_tokens,
-                     # no stop strings are used, so "stop" means the model ended its answer (EOS)
                      "finished": finished, "eos": finished}
             weights.append(math.exp(pre))  # prior: normalised exp(mean token log-prob) under the student
             info = {"chunk": chunk, "proposers": entry["proposers"], "pre": pre,
