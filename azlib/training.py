@@ -108,7 +108,7 @@ class Trainer:
         else:
             results = search(self.env, [self.env.root(i) for i in indices], self.search_config, random.Random(seed))
             completions, tokens = tree_groups(results, self.env, s.groups), results[0].tokens
-            answers_correct = [_search_answer_correct(r, self.env) for r in results]
+            answers_correct = [search_answer(r, self.env)["correct"] for r in results]
             if self.teachers is not None:
                 for r in results:
                     self.teachers.credit(teacher_values(r))
@@ -287,12 +287,6 @@ def _mean_parts(completions) -> dict[str, float]:
         for k, v in c.parts.items():
             parts.setdefault(k, []).append(v)
     return {f"reward_{k}": sum(v) / len(v) for k, v in parts.items()}
-
-
-def _search_answer_correct(result, env: TextEnv) -> bool:
-    """The search's answer: follow the most visited child from the root to a leaf and complete it with
-    the rollout that found that leaf (if any); is it finished and correct?"""
-    return search_answer(result, env)["correct"]
 
 
 def search_answer(result, env: TextEnv) -> dict:
