@@ -12,6 +12,7 @@ from azlib.eval import chat_prompt
 from azlib.models.hf import HFBackend
 from azlib.models.loading import resolve_model_path
 from azlib.rewards import complete_answer, hard_reward
+from azlib.rewards.trl import completion_text
 
 
 @dataclass
@@ -45,9 +46,8 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     def finished_correctness(prompts, completions, answer, completion_ids, **_) -> list[float]:
         rewards = []
         for text, ids, gold in zip(completions, completion_ids, answer):
-            text = text if isinstance(text, str) else text[-1]["content"]
             spent[0] += len(ids)
-            text, finished = complete_answer(text, bool(ids) and ids[-1] in eos)
+            text, finished = complete_answer(completion_text(text), bool(ids) and ids[-1] in eos)
             rewards.append(hard_reward(text, gold) if finished else 0.0)
         return rewards
 

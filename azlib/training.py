@@ -122,7 +122,7 @@ class Trainer:
         self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
             self.student.refresh_reference()
-        whole = [c for c in completions if s.groups in ("answers", "paths", "sampling")]
+        whole = completions if s.groups in ("answers", "paths", "sampling") else []  # sibling steps are not answers
         record = {"step": self.step, "position": self.position, "completions": len(completions),
                   "answer_accuracy": sum(answers_correct) / max(len(answers_correct), 1),
                   "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),

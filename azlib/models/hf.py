@@ -46,9 +46,8 @@ class _ChosenTokenLogprobs(LogitsProcessor):
 class _AnswerLineStop(StoppingCriteria):
     """Ends a row once its new text holds an answer line; checked only on steps that wrote a newline."""
 
-    def __init__(self, tokenizer, prompt_width: int):
-        self.tokenizer, self.prompt_width = tokenizer, prompt_width
-        self.newline = torch.tensor(["\n" in tokenizer.decode([i]) for i in range(len(tokenizer))])
+    def __init__(self, tokenizer, newline: torch.Tensor, prompt_width: int):
+        self.tokenizer, self.newline, self.prompt_width = tokenizer, newline, prompt_width
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
@@ -80,8 +79,9 @@ class HFBackend(TokenizerPrompts, Backend):
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
 
     @functools.cached_property
-    def answer_stop(self) -> _AnswerLineStop:
-        return _AnswerLineStop(self.tokenizer, 0)
+    def newline_tokens(self) -> torch.Tensor:
+        """Which vocabulary entries write a newline (where an answer line can end)."""
+        return torch.tensor(["\n" in self.tokenizer.decode([i]) for i in range(len(self.tokenizer))])
 
     def _batches(self, rows: list[list[int]]):
         """Index batches of rows sorted by length, so a batch pads little."""
@@ -141,10 +141,7 @@ class HFBackend(TokenizerPrompts, Backend):
         shared, cache = self._prefix_cache(rows)
         inputs = self._left_pad(rows, shared)
         width = inputs["input_ids"].shape[1]
-        stopping = []
-        if sampling.stop_at_answer:
-            self.answer_stop.prompt_width = width
-            stopping.append(self.answer_stop)
+        stopping = [_AnswerLineStop(self.tokenizer, self.newline_tokens, width)] if sampling.stop_at_answer else []
         out = self.model.generate(**inputs, past_key_values=cache, generation_config=config,
                                   logits_processor=LogitsProcessorList(processors), tokenizer=self.tokenizer,
                                   stopping_criteria=StoppingCriteriaList(stopping))
