@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ CHAT_INSTRUCTION = "Solve the problem step by step. End with a final line of the
 LM_EVAL_STOP = ("Question:", "</s>", "<|im_end|>")
 LM_EVAL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+LM_EVAL_SHOTS, LM_EVAL_FEWSHOT_SEED = 5, 1234  # num_fewshot, and simple_evaluate's fewshot_random_seed
 PROTOCOLS = ("chat-0shot", "lm-eval-5shot")
 
 
@@ -36,13 +38,20 @@ def continuation_prompt(question: str, partial: str, system: str | None = None) 
     return out + [{"role": "assistant", "content": partial}] if partial else out
 
 
+def lm_eval_shots(pool: Sequence[Row], documents: int, seed: int = LM_EVAL_FEWSHOT_SEED) -> list[list[Row]]:
+    """lm-eval-harness's few-shot draw for `gsm8k`: one random.Random(seed), then for each test
+    document in order, 5 shots sampled without replacement from the whole train split (`pool`)."""
+    rnd, pool = random.Random(seed), list(pool)
+    return [rnd.sample(pool, LM_EVAL_SHOTS) for _ in range(documents)]
+
+
 def lm_eval_prompt(question: str, shots: Sequence[Row]) -> str:
     """'Question: q\\nAnswer: <reference solution>' x shots, then the question (lm-eval's format)."""
     examples = [f"Question: {r['prompt']}\nAnswer: {r['info']['solution']}" for r in shots]
     return "\n\n".join([*examples, f"Question: {question}\nAnswer:"])
 
 
-def _lm_eval_clean(text: str) -> str:
+def lm_eval_clean(text: str) -> str:
     """lm-eval's exact_match ignores ',', '$' and a trailing '.' and compares strings."""
     return re.sub(r"\.$", "", text.replace(",", "").replace("$", "")).strip()
 
@@ -51,8 +60,8 @@ def lm_eval_extract(output: str) -> dict[str, str | None]:
     strict = LM_EVAL_STRICT.search(output)
     flexible = LM_EVAL_FLEXIBLE.findall(output)
     last = next((g for g in flexible[-1] if g), None) if flexible else None
-    return {"strict-match": _lm_eval_clean(strict.group(1)) if strict else None,
-            "flexible-extract": _lm_eval_clean(last) if last else None}
+    return {"strict-match": lm_eval_clean(strict.group(1)) if strict else None,
+            "flexible-extract": lm_eval_clean(last) if last else None}
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -133,16 +142,20 @@ def evaluate(
     records_path: str | Path | None = None,
 ) -> EvalResult:
     """Greedy answers to every row; records (id, prompt, output, extracted, gold, correct, tokens)
-    go to `records_path` as JSONL. lm-eval-5shot takes its 5 shots from `fewshot` (train rows)."""
+    go to `records_path` as JSONL. lm-eval-5shot draws its shots from `fewshot`, the whole train
+    split, as lm-eval-harness does: the i-th row gets the i-th draw, so `rows` should be the test
+    split from its start (lm-eval's `--limit N` is the first N rows)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {PROTOCOLS}")
-    if protocol == "lm-eval-5shot" and len(fewshot) < 5:
-        raise ValueError("lm-eval-5shot needs 5 few-shot rows (lm-eval takes the first 5 of the train split)")
+    if protocol == "lm-eval-5shot" and len(fewshot) < LM_EVAL_SHOTS:
+        raise ValueError(f"lm-eval-5shot needs the train split as its shot pool (at least {LM_EVAL_SHOTS} rows), "
+                         f"got {len(fewshot)}")
     if protocol == "chat-0shot":
         prompts: list[Prompt] = [chat_prompt(r["prompt"]) for r in rows]
         stop = None
     else:
-        prompts = [lm_eval_prompt(r["prompt"], fewshot[:5]) for r in rows]
+        draws = lm_eval_shots(fewshot, len(rows))
+        prompts = [lm_eval_prompt(r["prompt"], shots) for r, shots in zip(rows, draws)]
         stop = LM_EVAL_STOP
     # Longest first within a sorted order: batches pad little, and a too-long prompt fails early.
     order = sorted(range(len(rows)), key=lambda i: -len(str(prompts[i])))
@@ -161,7 +174,8 @@ def evaluate(
     records = []
     for row, sample in zip(rows, outputs):
         record = {"id": row["info"].get("id"), "prompt": row["prompt"], "output": sample.text, "gold": row["answer"],
-                  "tokens": sample.completion_tokens, "finish_reason": sample.finish_reason}
+                  "tokens": sample.completion_tokens, "prompt_tokens": sample.prompt_tokens,
+                  "finish_reason": sample.finish_reason}
         if protocol == "chat-0shot":
             record["extracted"] = extract_answer(sample.text)
             record["correct"] = is_correct(record["extracted"], row["answer"])

@@ -129,20 +129,3 @@ def test_api_key_comes_from_the_environment_and_is_never_echoed(server_factory, 
         OpenAIBackend("m", url, api_key_env="AZLIB_TEST_KEY").generate(CHATS[:1])
     assert server.requests[0][1]["Authorization"] == "Bearer sk-secret-123"
     assert "sk-secret-123" not in str(err.value)
-
-
-def test_shared_prefix_cache_changes_nothing_but_speed(hf, monkeypatch):
-    from azlib.models import hf as hf_module
-
-    shots = "Question: What is 1 + 1?\nAnswer: 1 + 1 = 2\n#### 2\n\n" * 4
-    prompts = [f"{shots}Question: {q}\nAnswer:" for q in QUESTIONS]
-    rows = [hf.encode_prompt(p) for p in prompts]
-    shared, cache = hf._prefix_cache(rows)
-    assert shared > 40 and cache.get_seq_length() == shared
-    with_cache = hf.generate(prompts, max_new_tokens=16)
-    monkeypatch.setattr(hf_module, "MIN_SHARED_PREFIX", 10**9)
-    assert hf._prefix_cache(rows) == (0, None)
-    without = hf.generate(prompts, max_new_tokens=16)
-    assert [s[0].token_ids for s in with_cache] == [s[0].token_ids for s in without]
-    for a, b in zip(with_cache, without):
-        assert max(abs(x - y) for x, y in zip(a[0].logprobs, b[0].logprobs)) < 1e-3

