@@ -43,16 +43,19 @@ def test_greedy_tokens_equal_transformers_generate_and_logprobs_equal_score(hf):
         assert max(abs(a - b) for a, b in zip(d.logprobs, s)) < 1e-4
 
 
-def test_shared_prefix_and_dropping_rows_change_nothing(hf, monkeypatch):
+def test_shared_prefix_prefill_groups_and_dropping_rows_change_nothing(hf, monkeypatch):
     rows = [hf.encode_prompt(p) for p in FEWSHOT]
     assert decoding.shared_prefix_length(rows) > 40
-    fast = _decode(hf, FEWSHOT, max_new_tokens=20)
+    prompts = [FEWSHOT, CHATS + FEWSHOT]  # with a shared prefix; without one, rows of mixed lengths
+    fast = [_decode(hf, p, max_new_tokens=20) for p in prompts]
     monkeypatch.setattr(decoding, "MIN_SHARED_PREFIX", 10**9)
     monkeypatch.setattr(decoding, "COMPACT_AT", 2.0)  # never drop a row
-    plain = _decode(hf, FEWSHOT, max_new_tokens=20)
-    assert [d.tokens for d in fast] == [d.tokens for d in plain]
-    for a, b in zip(fast, plain):
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    for prefill_tokens in (1, 10**9):  # every prompt prefilled alone; all in one padded forward
+        monkeypatch.setattr(decoding, "PREFILL_TOKENS", prefill_tokens)
+        plain = [_decode(hf, p, max_new_tokens=20) for p in prompts]
+        for a, b in zip(sum(fast, []), sum(plain, [])):
+            assert a.tokens == b.tokens
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 
 def test_sampled_logprobs_are_raw_and_the_generator_makes_them_repeatable(hf):

@@ -15,6 +15,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 GROUPED_ATTENTION = "azlib_grouped"
 MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
+PREFILL_TOKENS = 1024  # padded tokens per prefill forward: long prompts go alone, short ones together
 COMPACT_AT = 0.25  # drop finished rows from the batch once this share of it has finished
 
 
@@ -67,6 +68,16 @@ class _BufferLayer(DynamicLayer):
         self.values = value_states.new_empty((*value_states.shape[:2], self.capacity, value_states.shape[-1]))
         self.is_initialized = True
 
+    @classmethod
+    def starting_with(cls, keys: torch.Tensor, values: torch.Tensor, rows: int, capacity: int) -> _BufferLayer:
+        """A layer of `rows` rows whose buffers begin with `keys`/`values` (one row, broadcast)."""
+        layer = cls(capacity)
+        layer.lazy_initialization(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
+        layer.keys[:, :, : keys.shape[2]] = keys
+        layer.values[:, :, : values.shape[2]] = values
+        layer.length = keys.shape[2]
+        return layer
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -116,6 +127,48 @@ def choose(logits: torch.Tensor, temperature: float, top_p: float, generator: to
     return torch.multinomial(scaled.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
+def _prefill_groups(lengths: Sequence[int]) -> list[range]:
+    """Consecutive rows (sorted by length) in groups of at most PREFILL_TOKENS padded tokens."""
+    groups, start = [], 0
+    for end in range(1, len(lengths) + 1):
+        if end == len(lengths) or (end + 1 - start) * max(lengths[start : end + 1]) > PREFILL_TOKENS:
+            groups.append(range(start, end))
+            start = end
+    return groups
+
+
+def _prompt_mask(real: torch.Tensor, width: int) -> torch.Tensor:
+    """[rows, 1, width, keys] for the last `width` key columns as queries: each sees the real keys
+    up to itself, and a pad sees itself (no row of the softmax may be all -inf)."""
+    keys = real.shape[1]
+    columns = torch.arange(keys, device=real.device)
+    queries = keys - width + torch.arange(width, device=real.device)
+    causal = columns[None, :] <= queries[:, None]
+    return ((real[:, None, :] & causal) | (columns[None, :] == queries[:, None]))[:, None]
+
+
+def _prefill(model, prefix: Cache | None, shared: int, suffixes: list[list[int]], pad_id: int):
+    """Forward prompt suffixes (after the shared prefix) together; returns their cache, key mask
+    [rows, shared + width] and last logits. One unpadded row with no prefix takes the causal kernel."""
+    device, width = model.device, max(len(s) for s in suffixes)
+    real = torch.zeros(len(suffixes), shared + width, dtype=torch.bool, device=device)
+    real[:, :shared] = True
+    ids = torch.full((len(suffixes), width), pad_id, device=device)
+    for r, s in enumerate(suffixes):
+        ids[r, width - len(s) :] = torch.tensor(s, device=device)
+        real[r, shared + width - len(s) :] = True
+    if prefix is None:
+        cache = Cache(layer_class_to_replicate=lambda: _BufferLayer(width))
+    else:
+        cache = Cache(layers=[_BufferLayer.starting_with(p.keys[:, :, :shared], p.values[:, :, :shared], len(suffixes),
+                                                         shared + width) for p in prefix.layers])
+    positions = (real.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+    mask = None if prefix is None and len(suffixes) == 1 else _prompt_mask(real, width)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                   logits_to_keep=1).logits[:, -1]
+    return cache, real, logits
+
+
 @torch.no_grad()
 def decode(
     model,
@@ -130,34 +183,40 @@ def decode(
     generator: torch.Generator | None = None,
 ) -> list[Decoded]:
     """Continue every row (prompt token ids) until an EOS token, `is_done(new_tokens)` or
-    max_new_tokens. Rows are left-padded behind their shared prefix; the cache buffer holds
-    [prefix | padded prompts | new tokens] and a key mask says which columns are real."""
+    max_new_tokens. The cache buffer holds [shared prefix | left-padded prompts | new tokens];
+    a key mask says which columns are real. Prompts are prefilled in groups of similar length."""
     device = model.device
     shared = shared_prefix_length(rows)
     suffixes = [list(r[shared:]) for r in rows]
     width = max(len(s) for s in suffixes)
     capacity = shared + width + max_new_tokens
-    cache = Cache(layer_class_to_replicate=lambda: _BufferLayer(capacity))
-    real = torch.zeros(len(rows), capacity, dtype=torch.bool, device=device)  # which key columns hold tokens
-    real[:, :shared] = True
-    ids = torch.full((len(rows), width), pad_id, device=device)
-    for r, s in enumerate(suffixes):
-        ids[r, width - len(s) :] = torch.tensor(s, device=device)
-        real[r, shared + width - len(s) : shared + width] = True
-    positions = (real[:, : shared + width].cumsum(-1) - 1).clamp(min=0)[:, shared:]
-    # a prompt token sees the real tokens up to itself; a pad sees itself (no row may be all -inf)
-    columns = torch.arange(shared + width, device=device)
-    causal = columns[None, :] <= shared + torch.arange(width, device=device)[:, None]
-    mask = (real[:, None, : shared + width] & causal) | (columns[None, :] == shared + torch.arange(width, device=device)[:, None])
-
     with grouped_attention_in(model):
+        prefix = None
         if shared:
-            model(input_ids=torch.tensor([list(rows[0][:shared])], device=device), past_key_values=cache, use_cache=True,
-                  logits_to_keep=1)
-            cache.batch_repeat_interleave(len(rows))
-        logits = model(input_ids=ids, attention_mask=mask[:, None], position_ids=positions, past_key_values=cache,
-                       use_cache=True, logits_to_keep=1).logits[:, -1]
-        position = positions[:, -1:] + 1
+            prefix = Cache(layer_class_to_replicate=lambda: _BufferLayer(shared))
+            model(input_ids=torch.tensor([list(rows[0][:shared])], device=device), past_key_values=prefix,
+                  use_cache=True, logits_to_keep=1)
+        order = sorted(range(len(rows)), key=lambda r: len(suffixes[r]))
+        cache, logits = None, torch.empty(0)
+        real = torch.zeros(len(rows), capacity, dtype=torch.bool, device=device)  # which key columns hold tokens
+        for group in _prefill_groups([len(suffixes[r]) for r in order]):
+            members = [order[g] for g in group]
+            part, part_real, part_logits = _prefill(model, prefix, shared, [suffixes[r] for r in members], pad_id)
+            if cache is None:  # shapes are known now: one buffer for all rows, the prefix in front
+                cache = Cache(layers=[_BufferLayer.starting_with(p.keys[:1, :, :shared], p.values[:1, :, :shared],
+                                                                 len(rows), capacity) for p in part.layers])
+                logits = part_logits.new_empty(len(rows), part_logits.shape[-1])
+            index = torch.tensor(members, device=device)
+            begin = shared + width - (part_real.shape[1] - shared)
+            for layer, p in zip(cache.layers, part.layers):
+                layer.keys[index, :, begin : shared + width] = p.keys[:, :, shared : p.length]
+                layer.values[index, :, begin : shared + width] = p.values[:, :, shared : p.length]
+            real[index, :shared] = True
+            real[index, begin : shared + width] = part_real[:, shared:]
+            logits[index] = part_logits
+        for layer in cache.layers:
+            layer.length = shared + width
+        position = real.sum(-1, keepdim=True)
         alive = list(range(len(rows)))  # batch slot -> row
         tokens: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
@@ -174,8 +233,7 @@ def decode(
             column = shared + width + step
             if all(finished[row] for row in alive) or step == max_new_tokens - 1:
                 break
-            done_slots = sum(finished[row] for row in alive)
-            if done_slots >= COMPACT_AT * len(alive):
+            if sum(finished[row] for row in alive) >= COMPACT_AT * len(alive):
                 keep = [slot for slot, row in enumerate(alive) if not finished[row]]
                 index = torch.tensor(keep, device=device)
                 cache.batch_select_indices(index)
