@@ -1,6 +1,6 @@
 """Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`,
 `python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training without the notebook),
-`python -m azlib serve [--model M] [--port P]` (a local OpenAI-compatible server). Parses, hands over."""
+`python -m azlib serve [--model M] [--port P] [--dtype D] [--device D]` (a local OpenAI-compatible server). Parses, hands over."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key-env", help="require the key held in this environment variable")
+    serve.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="bfloat16 on a GPU")
+    serve.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     args = parser.parse_args(argv)
 
     if args.command == "serve":
@@ -72,7 +74,8 @@ def _serve(args) -> int:
     if args.api_key_env and not key:
         print(f"azlib: environment variable {args.api_key_env} is not set", file=sys.stderr)
         return 2
-    server = BatchingServer(make_backend("hf", args.model), args.served_model_name or args.model, args.host,
+    server = BatchingServer(make_backend("hf", args.model, dtype=args.dtype, device=args.device),
+                            args.served_model_name or args.model, args.host,
                             args.port, api_key=key).start()
     print(f"serving {args.model} at {server.url} (Ctrl-C stops)", flush=True)
     try:

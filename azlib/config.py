@@ -92,7 +92,15 @@ class ToyBanditParams(NotebookParams):
         return self
 
 
-class MctsTreeParams(NotebookParams):
+class StudentParams(NotebookParams):
+    """Fields of every notebook that loads the student model: which one, its weights' dtype, its device."""
+
+    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
+    dtype: Literal["float32", "bfloat16"]
+    device: Literal["cpu", "cuda"]
+
+
+class MctsTreeParams(StudentParams):
     """Notebook 02: one search on tic-tac-toe and on text, drawn as trees (see azlib.mcts)."""
 
     ttt_position: str = Field(pattern=r"^[XO.]{9}$", description="board, row by row, '.' for empty")
@@ -101,7 +109,6 @@ class MctsTreeParams(NotebookParams):
     az_games: int = Field(ge=1, description="self-play games per round")
     az_simulations: int = Field(ge=2, description="search simulations per move in self-play, arena and the grade")
     az_arena_games: int = Field(ge=0, description="trained net vs best net before it replaces it (0: always)")
-    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     problem_index: int = Field(ge=0)
@@ -142,10 +149,9 @@ class TeacherSpec(BaseModel):
         return self
 
 
-class TeacherEnsembleParams(NotebookParams):
+class TeacherEnsembleParams(StudentParams):
     """Notebook 03: the teacher ensemble proposing right and wrong chunks (see azlib.teachers)."""
 
-    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     num_problems: int = Field(ge=1, description="problems searched one after another (weights adapt between)")
@@ -164,12 +170,9 @@ class TeacherEnsembleParams(NotebookParams):
     use_checker: bool = Field(description="ask the student model whether undecided leaves are complete")
 
 
-class TrainingParams(NotebookParams):
+class TrainingParams(StudentParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student."""
 
-    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
-    dtype: Literal["float32", "bfloat16"]
-    device: Literal["cpu", "cuda"]
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     num_train_problems: int = Field(ge=1, description="training problems (cycled through)")

@@ -175,6 +175,7 @@ class GRPO:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.updates += 1
+        self.student.sync_generation()  # a vLLM generator loads the new adapter
         return float(grad_norm)
 
     def sft_step(self, examples: Sequence[Example]) -> dict[str, float]:

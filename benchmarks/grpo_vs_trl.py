@@ -1,9 +1,10 @@
 """azlib's GRPO step against TRL's GRPOTrainer on CPU: the same embedded model with the same LoRA, group
 size, completion length, prompts per step, loss (dapo, beta 0.04), reward and gradient checkpointing
-(TRL's default); each step samples the groups and takes one update. Prints samples/s of both, their ratio (goal >= 1.3x) and peak memory.
+(TRL's default), sampling temperature; each step samples the groups and takes one update. Prints samples/s
+of both, their ratio (goal >= 1.3x) and peak memory.
 Each side runs in its own process (clean peak RSS), one after the other, in the same invocation.
 
-    .venv/bin/python benchmarks/grpo_vs_trl.py [--steps 3] [--group-size 8] [--prompts 2] [--tokens 48]
+    .venv/bin/python benchmarks/grpo_vs_trl.py [--steps 3] [--group-size 8] [--prompts 2] [--tokens 48] [--temperature 1.0]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def run_azlib(args) -> dict:
 
     torch.manual_seed(0)
     student = Student(MODEL, lora=LoraSettings(r=16, alpha=32), gradient_checkpointing=True)  # TRL's default too
-    trainer = GRPO(student, GRPOSettings(loss_type="dapo", beta=0.04, learning_rate=1e-5,
+    trainer = GRPO(student, GRPOSettings(loss_type="dapo", beta=0.04, learning_rate=1e-5, temperature=args.temperature,
                                          micro_batch_size=args.group_size * args.prompts))
     rows = arithmetic_problems(args.prompts * (args.steps + 1), seed=0, steps=(1,))
     times = []
@@ -37,7 +38,7 @@ def run_azlib(args) -> dict:
         start = time.perf_counter()
         indices = list(range(step * args.prompts, (step + 1) * args.prompts))
         completions, _ = sampled_groups(student.backend, rows, indices, args.group_size, max_new_tokens=args.tokens,
-                                        temperature=1.0, seed=step)
+                                        temperature=args.temperature, seed=step)
         trainer.step(to_examples(completions, student.backend))
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}
@@ -60,7 +61,7 @@ def run_trl(args) -> dict:
     config = GRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], loss_type="dapo", beta=0.04,
                         learning_rate=1e-5, num_generations=args.group_size,
                         per_device_train_batch_size=args.group_size * args.prompts, gradient_accumulation_steps=1,
-                        max_completion_length=args.tokens, temperature=1.0, max_steps=args.steps + 1,
+                        max_completion_length=args.tokens, temperature=args.temperature, max_steps=args.steps + 1,
                         logging_steps=1, save_strategy="no", seed=0)
     times, started = [], []
 
@@ -86,6 +87,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
     parser.add_argument("--tokens", type=int, default=48, help="max completion tokens")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (and the loss's)")
     parser.add_argument("--side", choices=["azlib", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -101,7 +103,7 @@ def main() -> None:
             sys.exit(f"{side} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
         results[side] = json.loads(line[7:])
     print(f"{args.steps} steps x {args.prompts} prompts x G={args.group_size}, <= {args.tokens} completion tokens, "
-          f"LoRA r16 on SmolLM2-135M, CPU, dapo, beta 0.04")
+          f"LoRA r16 on SmolLM2-135M, CPU, dapo, beta 0.04, temperature {args.temperature}")
     for side, r in results.items():
         print(f"{side:6s} {r['samples'] / r['seconds']:6.2f} samples/s ({r['samples']} in {r['seconds']:.1f} s), "
               f"peak RSS {r['peak_rss_mb']:.0f} MB")

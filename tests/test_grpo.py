@@ -168,3 +168,45 @@ def test_all_equal_groups_can_be_dropped(student):
     answer = student.backend.encode_continuation("5")
     stats = GRPO(student, GRPOSettings(drop_equal_groups=True)).step([Example(prompt, answer, 1.0, 0)] * 2)
     assert stats["sequences"] == 0 and stats["dropped_sequences"] == 2 and stats["loss"] == 0.0
+
+
+class _MetaScalars(torch.utils._python_dispatch.TorchDispatchMode):
+    """.item() of a meta tensor reads 1.0 (meta tensors have shapes, no values), so a step can run to its end."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].is_meta:
+            return 1.0
+        return func(*args, **(kwargs or {}))
+
+
+class _MetaStudent:
+    """A unit-test double: a student whose model lives on another device than the CPU (`meta`), so a
+    tensor GRPO builds on the CPU and mixes with its log-probs raises. The real student is tested above."""
+
+    device = "meta"
+
+    def __init__(self):
+        self.weight = torch.nn.Parameter(torch.zeros(1, device="meta"))
+        self.model = torch.nn.Module()
+
+    def trainable_parameters(self):
+        return [self.weight]
+
+    def token_logprobs(self, prompts, completions, *, reference=False, entropy=False, temperature=1.0):
+        shape = (len(completions), max(len(c) for c in completions))
+        logp = torch.zeros(shape, device="meta") + (self.weight.detach() if reference else self.weight)
+        mask = torch.ones(shape, device="meta")
+        return logp, mask, torch.zeros(shape, device="meta") if entropy else None
+
+    def sync_generation(self):
+        pass
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "legacy"])
+def test_every_tensor_of_a_step_lives_on_the_students_device(loss_type):
+    examples = [Example([1, 2], [3] * (1 + i % 3), float(i % 2), i // 2) for i in range(6)]
+    settings = GRPOSettings(loss_type=loss_type, beta=0.1, num_iterations=2, micro_batch_size=4)
+    with _MetaScalars():
+        stats = GRPO(_MetaStudent(), settings).step(examples)  # raises "... on the same device" if one is not
+        sft = GRPO(_MetaStudent(), settings).sft_step(examples)
+    assert stats["sequences"] == 6 and sft["sequences"] == 6

@@ -100,3 +100,33 @@ def test_openai_backend_against_vllm_serve_matches_hf(vllm_server, hf):
     assert r.text == h.text
     partial = [{"role": "user", "content": "What is 12 + 7?"}, {"role": "assistant", "content": "12 + 7 ="}]
     assert remote.generate([partial], max_new_tokens=8)[0][0].text == hf.generate([partial], max_new_tokens=8)[0][0].text
+
+
+def test_a_student_generating_through_vllm_follows_each_optimiser_step(hf):
+    import torch
+
+    from azlib.grpo import GRPO, Example, GRPOSettings
+    from azlib.models.hf import HFBackend
+    from azlib.models.student import LoraSettings, Student
+
+    student = Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16), generation="vllm", vllm_options=CPU_ENGINE)
+    try:
+        base = student.backend.generate(CHATS, max_new_tokens=16)
+        assert [s[0].token_ids for s in base] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
+        # a GRPO step changes the adapter; the engine must generate with the new weights right after it
+        examples = [Example(student.backend.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
+                    for i, s in enumerate(student.backend.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0,
+                                                                   seed=0)[0])]
+        GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0)).step(examples)
+        assert student.backend.adapters_loaded == 2, "one sync at start, one after the optimiser step"
+        after = student.backend.generate(CHATS, max_new_tokens=16)
+        assert [s[0].token_ids for s in after] != [s[0].token_ids for s in base], "the step changed the outputs"
+        as_trained = HFBackend.wrapping(student.model, student.tokenizer)
+        scores = as_trained.score(CHATS, [s[0].token_ids for s in after])
+        for (sample,), score in zip(after, scores):
+            assert max(abs(a - b) for a, b in zip(sample.logprobs, score)) < 1e-3
+        with torch.no_grad():
+            assert [s[0].token_ids for s in as_trained.generate(CHATS, max_new_tokens=16)] == \
+                   [s[0].token_ids for s in after]
+    finally:
+        student.backend.close()

@@ -64,8 +64,9 @@ class _BufferLayer(DynamicLayer):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
-        self.keys = key_states.new_empty((*key_states.shape[:2], self.capacity, key_states.shape[-1]))
-        self.values = value_states.new_empty((*value_states.shape[:2], self.capacity, value_states.shape[-1]))
+        # zeros, not empty memory: masked columns still meet the attention weights (0 x NaN is NaN)
+        self.keys = key_states.new_zeros((*key_states.shape[:2], self.capacity, key_states.shape[-1]))
+        self.values = value_states.new_zeros((*value_states.shape[:2], self.capacity, value_states.shape[-1]))
         self.is_initialized = True
 
     @classmethod

@@ -1,6 +1,10 @@
 """The student being trained: a causal LM with LoRA adapters (peft; Unsloth 4-bit on GPU when
 installed), its reference policy for the KL, per-token log-probs for the loss, adapter save/load.
 
+Generation: the student's own weights through azlib's hf decode loop (default), or a vLLM engine
+("vllm") that loads the trained adapter after every optimiser step (`sync_generation`), as GRPO
+trainers generate on GPUs.
+
 Reference policies: "adapters_off" runs the same weights with the adapters disabled (the base
 model; no second copy), "snapshot" keeps a second adapter that `refresh_reference()` copies the
 trained one into (the original system refreshed it every 50 steps).
@@ -8,6 +12,8 @@ trained one into (the original system refreshed it every 50 steps).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +44,13 @@ class Student:
     def __init__(self, model: str, *, lora: LoraSettings = LoraSettings(),
                  reference: Literal["adapters_off", "snapshot"] = "adapters_off", dtype: str = "float32",
                  device: str = "cpu", gradient_checkpointing: bool = False, use_unsloth: bool = False,
-                 batch_size: int = 32):
+                 batch_size: int = 32, generation: Literal["hf", "vllm"] = "hf", vllm_options: dict | None = None):
         from peft import LoraConfig, get_peft_model
 
         if reference not in ("adapters_off", "snapshot"):
             raise ValueError(f"reference must be 'adapters_off' or 'snapshot', got {reference!r}")
+        if generation not in ("hf", "vllm"):
+            raise ValueError(f"generation must be 'hf' or 'vllm', got {generation!r}")
         self.name, self.reference, self.device = model, reference, device
         base, self.tokenizer = _load_unsloth(model) if use_unsloth else load_model(model, dtype=dtype, device=device)
         if gradient_checkpointing:
@@ -57,7 +65,27 @@ class Student:
             self.refresh_reference()
         self.model.set_adapter("default")
         self.model.eval()
-        self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size)
+        self.generation = generation
+        if generation == "hf":
+            self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size)
+        else:
+            from azlib.models.vllm import VLLMBackend
+
+            self.backend = VLLMBackend(model, enable_lora=True, max_lora_rank=max(lora.r, 8), **(vllm_options or {}))
+            self._synced = Path(tempfile.mkdtemp(prefix="azlib-student-"))
+            self.sync_generation()
+
+    def sync_generation(self) -> None:
+        """vllm generation: hand the engine the current adapter (after each optimiser step, after a load).
+        The hf backend generates with the model itself and needs nothing."""
+        if self.generation != "vllm":
+            return
+        folder = self._synced / f"adapter-{self.backend.adapters_loaded + 1}"
+        self.model.save_pretrained(str(folder), selected_adapters=["default"])
+        previous = self.backend.lora_request
+        self.backend.use_adapter(folder)
+        if previous is not None:
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for n, p in self.model.named_parameters() if p.requires_grad and REFERENCE_ADAPTER not in n]
@@ -142,6 +170,7 @@ class Student:
                 raise ModelLoadError(f"adapter at {weights} does not fit model {self.name}: {result.unexpected_keys[:3]}")
         for name, p in self.model.named_parameters():
             p.requires_grad_(".default." in name)
+        self.sync_generation()
 
 
 def _entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ vLLM starts worker processes: scripts that use it need an `if __name__ == "__mai
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Sequence
 
 from azlib.models.generation import (
@@ -45,6 +46,17 @@ class VLLMBackend(TokenizerPrompts, Backend):
             max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager, **engine_kwargs,
         )
         self.tokenizer = self.llm.get_tokenizer()
+        self.lora_request = None  # the adapter every call uses (use_adapter), None: the base weights
+        self.adapters_loaded = 0
+
+    def use_adapter(self, folder: str | Path) -> None:
+        """Generate and score with the peft LoRA adapter saved in `folder` from now on (the engine needs
+        enable_lora=True and max_lora_rank >= r). A new id each time: vLLM loads the new weights
+        instead of serving its cached copy of an older adapter."""
+        from vllm.lora.request import LoRARequest
+
+        self.adapters_loaded += 1
+        self.lora_request = LoRARequest(f"adapter-{self.adapters_loaded}", self.adapters_loaded, str(folder))
 
     def close(self) -> None:
         # Stop the engine-core process now, not whenever the garbage collector gets to it.
@@ -54,7 +66,8 @@ class VLLMBackend(TokenizerPrompts, Backend):
         from vllm.inputs import TokensPrompt
 
         # Token ids, not text: the same tokens the hf backend sees, so both backends compare exactly.
-        return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params, use_tqdm=False)
+        return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params, use_tqdm=False,
+                                 lora_request=self.lora_request)
 
     @one_call_at_a_time
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
