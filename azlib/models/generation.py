@@ -110,9 +110,13 @@ class TokenizerPrompts:
             return prompt
         messages = list(prompt)
         continue_final = bool(messages) and messages[-1]["role"] == "assistant"
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=not continue_final, continue_final_message=continue_final
-        )
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=not continue_final,
+                                                      continue_final_message=continue_final)
+        except Exception as err:  # jinja2's TemplateError: some templates (Gemma 2) refuse a system turn
+            if not (messages and messages[0]["role"] == "system" and "system" in str(err).lower()):
+                raise
+        return self.render(without_system_turn(messages))
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         # A chat template already wrote the special tokens; raw text gets the model's usual ones.
@@ -122,6 +126,12 @@ class TokenizerPrompts:
         if isinstance(continuation, str):
             return self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
         return list(continuation)
+
+
+def without_system_turn(messages: Sequence[Message]) -> list[Message]:
+    """The system message folded into the first user message, for chat templates without a system role."""
+    system, user, *rest = messages
+    return [{"role": "user", "content": f"{system['content']}\n\n{user['content']}"}, *rest]
 
 
 def cut_at_stop(text: str, stop: Sequence[str] | None) -> tuple[str, bool]:

@@ -24,6 +24,7 @@ import torch
 from azlib.models.generation import BackendError
 from azlib.models.hf import HFBackend
 from azlib.models.loading import ModelLoadError, load_model
+from azlib.models.shared_prompts import completion_logits
 
 REFERENCE_ADAPTER = "reference"
 
@@ -52,14 +53,17 @@ class Student:
         if generation not in ("hf", "vllm"):
             raise ValueError(f"generation must be 'hf' or 'vllm', got {generation!r}")
         self.name, self.reference, self.device = model, reference, device
-        base, self.tokenizer = _load_unsloth(model) if use_unsloth else load_model(model, dtype=dtype, device=device)
-        if gradient_checkpointing:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            base.enable_input_require_grads()
         self.lora_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
                                       target_modules=lora.target_modules if isinstance(lora.target_modules, str)
                                       else list(lora.target_modules), task_type="CAUSAL_LM")
-        self.model = get_peft_model(base, self.lora_config)
+        if use_unsloth:
+            self.model, self.tokenizer = _unsloth_student(model, dtype, lora, gradient_checkpointing)
+        else:
+            base, self.tokenizer = load_model(model, dtype=dtype, device=device)
+            if gradient_checkpointing:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                base.enable_input_require_grads()
+            self.model = get_peft_model(base, self.lora_config)
         if reference == "snapshot":
             self.model.add_adapter(REFERENCE_ADAPTER, self.lora_config)
             self.refresh_reference()
@@ -122,24 +126,15 @@ class Student:
     def token_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
                        reference: bool = False, entropy: bool = False, temperature: float = 1.0):
         """(logp [B, T], mask [B, T], entropy [B, T] or None) of each completion's tokens after its prompt,
-        under softmax(logits / temperature). Layout as TRL: prompts left-padded, completions right-padded,
-        positions from the mask."""
-        pad = self.tokenizer.pad_token_id
-        p_width, c_width = max(len(p) for p in prompts), max(len(c) for c in completions)
-        ids = [[pad] * (p_width - len(p)) + list(p) + list(c) + [pad] * (c_width - len(c))
-               for p, c in zip(prompts, completions)]
-        mask = [[0] * (p_width - len(p)) + [1] * (len(p) + len(c)) + [0] * (c_width - len(c))
-                for p, c in zip(prompts, completions)]
-        input_ids = torch.tensor(ids, device=self.device)
-        attention = torch.tensor(mask, device=self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        under softmax(logits / temperature). Completions right-padded; each distinct prompt is run once
+        and shared by its completions (azlib.models.shared_prompts), gradients included."""
         with self.as_reference() if reference else nullcontext():
-            logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                logits_to_keep=c_width + 1, use_cache=False).logits[:, :-1].float() / temperature
+            logits, targets, completion_mask = completion_logits(self.model, prompts, completions,
+                                                                 self.tokenizer.pad_token_id, self.device)
+        logits = logits.float() / temperature
         # log p(token) = logit - logsumexp(logits): no [B, T, vocab] log-softmax kept for the backward pass
-        targets = input_ids[:, -c_width:]
         logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
-        completion_mask = attention[:, -c_width:].float()
+        completion_mask = completion_mask.float()
         ent = None
         if entropy:  # a diagnostic: no gradient, a few rows at a time
             with torch.no_grad():
@@ -178,12 +173,19 @@ def _entropy(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, -1) - (torch.softmax(logits, -1) * logits).sum(-1)
 
 
-def _load_unsloth(model: str):
+def _unsloth_student(model: str, dtype: str, lora: LoraSettings, gradient_checkpointing: bool):
+    """(peft model, tokenizer) through Unsloth's own API: its 4-bit loader and get_peft_model (its
+    fused LoRA kernels and offloaded gradient checkpointing). CUDA only; it places the model itself."""
     try:
         from unsloth import FastLanguageModel
     except ImportError:
-        raise BackendError("use_unsloth needs Unsloth on a CUDA machine (`pip install -e '.[gpu]'`); "
+        raise BackendError("use_unsloth needs Unsloth on a CUDA machine (`pip install -e '.[unsloth]'`); "
                            "without it the student loads through transformers + peft (use_unsloth=False)") from None
-    base, tokenizer = FastLanguageModel.from_pretrained(model, load_in_4bit=True)
+    base, tokenizer = FastLanguageModel.from_pretrained(model, dtype=getattr(torch, dtype), load_in_4bit=True)
+    targets = (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+               if lora.target_modules == "all-linear" else list(lora.target_modules))
+    peft_model = FastLanguageModel.get_peft_model(
+        base, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, bias="none",
+        use_gradient_checkpointing="unsloth" if gradient_checkpointing else False)
     tokenizer.padding_side = "left"
-    return base, tokenizer
+    return peft_model, tokenizer

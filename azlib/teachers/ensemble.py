@@ -48,12 +48,23 @@ TIERS: dict[str, list[dict]] = {
         {"name": "qwen2.5-72b", "model": "qwen/qwen-2.5-72b-instruct"},
         {"name": "llama-3.3-70b", "model": "meta-llama/llama-3.3-70b-instruct"},
     ],
-    # Its published run: four 7-9B models on vLLM beside the student (one GPU: a fifth of it each).
+    # One 80 GB GPU beside a training 1.5B student: two ungated teachers, each engine with its own budget
+    # (vLLM's gpu_memory_utilization is the share of the GPU one engine may take: weights + KV cache).
     "vllm": [
+        {"name": "qwen2.5-7b", "model": "Qwen/Qwen2.5-7B-Instruct",  # 15.2 GB bf16 weights
+         "options": {"gpu_memory_utilization": 0.25, "max_model_len": 4096}},
+        {"name": "phi-3.5-mini", "model": "microsoft/Phi-3.5-mini-instruct",  # 7.6 GB
+         "options": {"gpu_memory_utilization": 0.14, "max_model_len": 4096}},
+    ],
+    # The original system's published run: four 7-9B models on vLLM. Three are gated on the hub (accept
+    # the licences, set HF_TOKEN); their ~63 GB of bf16 weights need a GPU of their own (0.2 of an 80 GB
+    # H100 each, 16 GB, holds the weights of a 7-8B model with a little KV cache; Gemma 2 9B needs 0.25).
+    "vllm-original": [
         {"name": "qwen2.5-7b", "model": "Qwen/Qwen2.5-7B-Instruct"},
         {"name": "llama-3.1-8b", "model": "meta-llama/Llama-3.1-8B-Instruct"},
         {"name": "mistral-7b", "model": "mistralai/Mistral-7B-Instruct-v0.3"},
-        {"name": "gemma-2-9b", "model": "google/gemma-2-9b-it"},
+        {"name": "gemma-2-9b", "model": "google/gemma-2-9b-it", "options": {"gpu_memory_utilization": 0.25,
+                                                                         "max_model_len": 4096}},
     ],
     # Offline on 2 CPU cores: the embedded model under two personas, and once over real HTTP.
     "cpu": [
@@ -66,7 +77,8 @@ TIERS: dict[str, list[dict]] = {
 _TIER_DEFAULTS = {
     "free": {"backend": "openai", "base_url": _OPENROUTER, "api_key_env": "OPENROUTER_API_KEY"},
     "production": {"backend": "openai", "base_url": _OPENROUTER, "api_key_env": "OPENROUTER_API_KEY"},
-    "vllm": {"backend": "vllm", "options": {"gpu_memory_utilization": 0.15, "max_model_len": 4096}},
+    "vllm": {"backend": "vllm"},
+    "vllm-original": {"backend": "vllm", "options": {"gpu_memory_utilization": 0.2, "max_model_len": 4096}},
     "cpu": {},
 }
 
@@ -129,7 +141,11 @@ class TeacherEnsemble:
         self.history: list[dict[str, float]] = []  # weights after each credit
         self._owned: list = []  # backends and servers this ensemble started, closed by close()
         shared = dict(shared or {})
-        self.teachers = [Teacher(spec, self._backend(spec, shared)) for spec in specs]
+        try:
+            self.teachers = [Teacher(spec, self._backend(spec, shared)) for spec in specs]
+        except Exception:  # e.g. a vLLM engine that finds no memory: the engines already started go too
+            self.close()
+            raise
 
     def _backend(self, spec: TeacherSpec, shared: dict[str, Backend]) -> Backend:
         """Local models are loaded once and shared (the student's backend too, passed in `shared`)."""
