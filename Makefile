@@ -1,6 +1,7 @@
 # One command to set up and run the main job, one to set up and run the tests.
 #   make run    all notebooks, cpu profile, into outputs/<run-id>/
 #   make test   the whole test suite (CI runs exactly this through .ci/run)
+#   make test-fast   the tests that load no model and run no notebook (contributors: under a minute)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,7 +13,7 @@ VF_VENV ?= .venv-verifiers
 VF_PY := $(VF_VENV)/bin/python
 PROFILE ?= cpu
 
-.PHONY: setup setup-vllm setup-verifiers setup-browser run test test-main test-vllm test-verifiers clean
+.PHONY: setup setup-vllm setup-verifiers setup-browser run test test-fast test-main test-vllm test-verifiers clean
 
 setup: $(VENV)/.installed
 setup-vllm: $(VLLM_VENV)/.installed
@@ -54,6 +55,9 @@ run: setup
 	$(PY) -m azlib run --profile $(PROFILE)
 
 test: test-main test-vllm test-verifiers
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not model and not slow and not vllm and not verifiers and not registry"
 
 test-main: setup setup-browser
 	$(PY) -m pytest -q -m "not vllm and not verifiers"

@@ -13,6 +13,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from azlib import grpo
+
 
 @dataclass(frozen=True)
 class Bandit:
@@ -106,16 +108,15 @@ def diagnostics(logits: torch.Tensor, reference: torch.Tensor, bandit: Bandit) -
     return out
 
 
-# --- advantage estimators (one per algorithm family) --------------------------------------------
+# --- advantages and loss: azlib.grpo's own, the code that trains the student ------------------------
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
-    """GRPO (DeepSeekMath): A_i = (r_i - mean(r)) / (std(r) + eps) over the G answers of one prompt.
-    Bessel-corrected std and eps = 1e-4, as TRL. rewards: [..., G]."""
-    return (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + eps)
-
-
-# --- the loss ------------------------------------------------------------------------------------
+def group_advantages(rewards: torch.Tensor, scale: Literal["group", "none"] = "group") -> torch.Tensor:
+    """GRPO (DeepSeekMath): A_i = (r_i - mean(r)) / (std(r) + 1e-4) over the G answers of one prompt
+    (scale "none": Dr. GRPO, no division). rewards [..., G]; each row is a group for azlib.grpo."""
+    flat = rewards.reshape(-1, rewards.shape[-1])
+    groups = torch.arange(flat.shape[0]).repeat_interleave(flat.shape[1])
+    return grpo.group_advantages(flat.flatten(), groups, scale).view(rewards.shape)
 
 
 def policy_loss(
@@ -126,17 +127,14 @@ def policy_loss(
     clip_epsilon: float,
     beta: float,
 ) -> torch.Tensor:
-    """Clipped surrogate plus k3 KL to the reference, per token, averaged over each run's tokens and
-    summed over runs (runs are independent). logp etc.: [R, B, L]; advantages [R, B], the same for
-    every token of an answer (sequence-level reward)."""
-    ratio = torch.exp(logp - old_logp)
-    adv = advantages[..., None]
-    pg_loss1 = -adv * ratio
-    pg_loss2 = -adv * torch.clamp(ratio, 1 - clip_epsilon, 1 + clip_epsilon)
-    log_ratio_ref = ref_logp - logp
-    k3 = torch.exp(log_ratio_ref) - log_ratio_ref - 1  # Schulman's unbiased, always >= 0 KL estimator
-    per_token = torch.max(pg_loss1, pg_loss2) + beta * k3
-    return per_token.mean(dim=(1, 2)).sum()
+    """azlib.grpo's token loss (clipped ratio, k3 KL to the reference with TRL's ratio correction),
+    averaged over each run's tokens and summed over runs (runs are independent). logp etc.: [R, B, L];
+    advantages [R, B], the same for every token of an answer (sequence-level reward)."""
+    runs, batch, length = logp.shape
+    settings = grpo.GRPOSettings(beta=beta, epsilon_low=clip_epsilon, epsilon_high=clip_epsilon)
+    per_token = grpo.token_losses(logp.reshape(-1, length), old_logp.reshape(-1, length),
+                                  ref_logp.reshape(-1, length), advantages.reshape(-1), settings).loss
+    return per_token.view(runs, batch, length).mean(dim=(1, 2)).sum()
 
 
 # --- algorithms and the training loop ------------------------------------------------------------
@@ -216,10 +214,8 @@ def train(
             rewards = bandit.reward(prompts, answers)
             old_logp = token_logprobs(logits, bandit, prompts, answers)
             ref_logp = token_logprobs(reference, bandit, prompts, answers)
-        if algorithm.advantage == "group":
-            advantages = group_advantages(rewards)
-        elif algorithm.advantage == "group_mean":
-            advantages = rewards - rewards.mean(-1, keepdim=True)
+        if algorithm.advantage in ("group", "group_mean"):
+            advantages = group_advantages(rewards, "group" if algorithm.advantage == "group" else "none")
         elif algorithm.advantage == "baseline":
             advantages = rewards - baseline[runs, prompt][:, None]
         else:

@@ -12,7 +12,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from azlib.paths import REPO_ROOT, repo_path
+from azlib.teachers.spec import TeacherSpec
+
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
 PROFILES = ("smoke", "cpu", "h100", "h100-original")
@@ -27,13 +29,6 @@ ENV_OVERRIDES = {
 
 class ParamsError(ValueError):
     """A parameter is unknown, mistyped, out of range, or names a missing file."""
-
-
-
-def repo_path(path: str | Path) -> Path:
-    """A path from params: absolute as given, relative ones under the repo root."""
-    path = Path(path).expanduser()
-    return path if path.is_absolute() else REPO_ROOT / path
 
 
 def _existing_data_source(value: str) -> str:
@@ -121,32 +116,6 @@ class MctsTreeParams(StudentParams):
     chunk_tokens: int = Field(ge=1)
     use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
     leaves_per_step: int = Field(ge=1, description="leaves expanded together, in one generate call")
-
-
-class TeacherSpec(BaseModel):
-    """One teacher of the ensemble (azlib.teachers). backend 'openai' needs base_url ('local' starts
-    a server over the embedded model on 127.0.0.1); its key comes only from the env var api_key_env."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="short label used in tables and path records")
-    backend: Literal["hf", "vllm", "openai"]
-    model: str = Field(min_length=1)
-    tier: Literal["free", "production", "vllm", "vllm-original", "cpu"]
-    persona: Literal["tutor", "terse"] = Field("tutor", description="the right/wrong instructions it gets")
-    temperature: float = Field(0.7, ge=0)
-    max_tokens: int = Field(500, ge=1, description="cap on a proposal's tokens (the search asks for chunks)")
-    base_url: str | None = None
-    api_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
-    timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
-    max_retries: int = Field(2, ge=0)
-    options: dict[str, Any] = Field(default_factory=dict, description="extra backend arguments (vllm memory...)")
-
-    @model_validator(mode="after")
-    def _remote_needs_url(self) -> TeacherSpec:
-        if self.backend == "openai" and not self.base_url:
-            raise ValueError(f"teacher {self.name}: backend 'openai' needs base_url (or 'local')")
-        return self
 
 
 class TeacherEnsembleParams(StudentParams):

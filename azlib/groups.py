@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
 from azlib.data.rows import Row
-from azlib.eval import chat_prompt, continuation_prompt
+from azlib.prompts import chat_prompt, continuation_prompt
 from azlib.grpo import Example
 from azlib.mcts.envs.text import TextEnv, trajectories, tree_answers
 from azlib.mcts.search import SearchResult

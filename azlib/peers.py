@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from azlib.data.rows import Row
-from azlib.eval import chat_prompt
+from azlib.prompts import chat_prompt
 from azlib.models.hf import HFBackend
 from azlib.models.loading import resolve_model_path
 from azlib.rewards import complete_answer, hard_reward

@@ -1,9 +1,23 @@
-"""Text conventions every layer shares: the answer line a finished answer ends with.
-Patterns only; what a reward or a search makes of them lives with the reward or the search."""
+"""Text conventions every layer shares: the kit's chat prompt, a partial answer to continue, and the
+answer line a finished answer ends with. What a reward or a search makes of them lives with it."""
 
 from __future__ import annotations
 
 import re
 
-# An answer line followed by a newline: the writer has committed to its answer.
-ANSWER_LINE = re.compile(r"####\s*-?[\d,]*\.?\d+\s*\n")
+# '#### N': the answer mark; followed by a newline it is an answer line, the writer has committed to it.
+ANSWER_MARK = re.compile(r"####\s*-?[\d,]*\.?\d+")
+ANSWER_LINE = re.compile(ANSWER_MARK.pattern + r"\s*\n")
+CHAT_INSTRUCTION = "Solve the problem step by step. End with a final line of the form '#### <number>'."
+
+
+def chat_prompt(question: str) -> list[dict[str, str]]:
+    """The kit's zero-shot chat prompt (also what training asks the student)."""
+    return [{"role": "user", "content": f"{question}\n\n{CHAT_INSTRUCTION}"}]
+
+
+def continuation_prompt(question: str, partial: str, system: str | None = None) -> list[dict[str, str]]:
+    """The chat prompt with a partial answer as an assistant message to be continued (tree search)."""
+    out = ([{"role": "system", "content": system}] if system else []) + chat_prompt(question)
+    return out + [{"role": "assistant", "content": partial}] if partial else out
+

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from azlib.config import repo_path
+from azlib.paths import repo_path
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -236,16 +236,10 @@ class Trainer:
 
 def training_problems(params) -> tuple[list[Row], str]:
     """The training rows a TrainingParams names, and a note when GSM8K was unreachable."""
-    from azlib.data import DataUnavailable, arithmetic_problems, load_gsm8k
+    from azlib.data import task_problems
 
-    if params.task == "gsm8k":
-        try:
-            return load_gsm8k(params.gsm8k, "train", limit=params.num_train_problems), ""
-        except DataUnavailable as err:
-            note = f"GSM8K unavailable, training on the arithmetic task instead: {err}"
-    else:
-        note = ""
-    return arithmetic_problems(params.num_train_problems, seed=params.seed, steps=tuple(params.arithmetic_steps)), note
+    return task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
+                         steps=tuple(params.arithmetic_steps))
 
 
 def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, groups: GroupKind | None = None,

@@ -15,7 +15,7 @@ from typing import Literal
 import verifiers.v1 as vf
 
 from azlib.data import arithmetic_problems, load_gsm8k
-from azlib.eval import chat_prompt
+from azlib.prompts import chat_prompt
 from azlib.rewards import RewardWeights, extract_answer, hard_reward, perplexity_reward
 
 WEIGHTS = RewardWeights()

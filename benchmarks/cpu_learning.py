@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from azlib.config import REPO_ROOT
+from azlib.paths import REPO_ROOT
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import argparse
 import importlib.util
 
 from azlib.data import load_gsm8k
-from azlib.eval import evaluate
+from azlib.evaluation import evaluate
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.models.vllm import CPU_ENGINE
 

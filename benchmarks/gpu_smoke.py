@@ -82,7 +82,7 @@ def main() -> None:
     import transformers
 
     from azlib.data import arithmetic_problems
-    from azlib.eval import evaluate
+    from azlib.evaluation import evaluate
     from azlib.grpo import GRPOSettings, make_optimizer
     from azlib.mcts.envs.text import TextSearchSettings
     from azlib.mcts.search import SearchConfig

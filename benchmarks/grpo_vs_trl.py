@@ -51,7 +51,7 @@ def run_trl(args) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from azlib.data import arithmetic_problems
-    from azlib.eval import chat_prompt
+    from azlib.prompts import chat_prompt
     from azlib.models import resolve_model_path
     from azlib.rewards import correctness_reward
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from azlib.config import REPO_ROOT
+from azlib.paths import REPO_ROOT
 from azlib.data import load_gsm8k
-from azlib.eval import evaluate, load_records
+from azlib.evaluation import evaluate, load_records
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.models.vllm import CPU_ENGINE
 

@@ -12,7 +12,7 @@ import random
 import time
 
 from azlib.data import arithmetic_problems
-from azlib.eval import continuation_prompt
+from azlib.prompts import continuation_prompt
 from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import make_backend

@@ -1,5 +1,5 @@
-"""Shared fixtures: the local GSM8K copy beside the repo, the embedded model (loaded once), and real
-scripted HTTP servers on 127.0.0.1 for fault injection."""
+"""Shared fixtures: GSM8K (the copy beside the repo, else a small fixture), the embedded model (loaded
+once), real scripted HTTP servers on 127.0.0.1 for fault injection, and the `model` mark."""
 
 from __future__ import annotations
 
@@ -7,17 +7,31 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from azlib.data.gsm8k import LOCAL_DEFAULT
 
+# Fixtures that load a language model (the embedded one, or a random one with its tokenizer): a test
+# using one is marked `model`, so `make test-fast` (no model, no notebook, under a minute) leaves it out.
+MODEL_FIXTURES = {"embedded", "hf", "student", "tiny_model_dir", "smoke_run", "engine", "vllm_server", "vf", "lab"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if MODEL_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.model)
+
+
+FIXTURE_GSM8K = Path(__file__).parent / "fixtures" / "gsm8k"  # 20 train and 12 test rows (see its NOTICE)
+
 
 @pytest.fixture(scope="session")
 def gsm8k_dir():
-    assert (LOCAL_DEFAULT / "test.jsonl").is_file(), f"tests need the GSM8K copy at {LOCAL_DEFAULT}"
-    return LOCAL_DEFAULT
+    """The GSM8K copy beside the repo when present, else the small fixture in tests/."""
+    return LOCAL_DEFAULT if (LOCAL_DEFAULT / "test.jsonl").is_file() else FIXTURE_GSM8K
 
 
 @pytest.fixture(scope="session")

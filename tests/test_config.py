@@ -69,7 +69,7 @@ def test_data_source_must_exist(gsm8k_dir):
     source = TypeAdapter(config.DataSource)
     assert source.validate_python("auto") == "auto"
     assert source.validate_python("hub") == "hub"
-    assert source.validate_python("../shared/data/gsm8k") == "../shared/data/gsm8k"
+    assert source.validate_python("tests/fixtures/gsm8k") == "tests/fixtures/gsm8k"
     assert source.validate_python(str(gsm8k_dir)) == str(gsm8k_dir)
     with pytest.raises(ValueError, match="dataset folder not found: .*no/such/gsm8k"):
         source.validate_python("no/such/gsm8k")

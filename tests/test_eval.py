@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from azlib import eval as ev
+from azlib import evaluation as ev
 from azlib.data import arithmetic_problems, load_gsm8k
 from azlib.models import make_backend
 from azlib.rewards import correctness_reward, perplexity_reward, perplexity_reward_under

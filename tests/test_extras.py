@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from azlib.config import REPO_ROOT
+from azlib.paths import REPO_ROOT
 
 pytestmark = pytest.mark.registry
 

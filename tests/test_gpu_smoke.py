@@ -5,7 +5,11 @@ import json
 import subprocess
 import sys
 
-from azlib.config import REPO_ROOT
+import pytest
+
+from azlib.paths import REPO_ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 
 def test_gpu_smoke_benchmark_runs_on_the_cpu(tmp_path):

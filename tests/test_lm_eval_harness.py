@@ -6,10 +6,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from azlib import eval as ev
+from azlib import evaluation as ev
 from azlib.data import load_gsm8k
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.models.loading import resolve_model_path
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 lm_eval = pytest.importorskip("lm_eval")
 PROBLEMS = 10

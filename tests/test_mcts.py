@@ -118,21 +118,19 @@ def test_minimax_ground_truth():
     assert len(ttt.reachable_positions()) == 5478
 
 
-def test_mcts_never_loses_to_perfect_play_from_any_drawn_or_won_position():
-    """At every reachable position where the player to move can force a draw or a win, the move the
-    search picks keeps that guarantee; so against perfect play from there it never loses."""
+def test_mcts_keeps_a_draw_or_win_against_perfect_play():
+    """At reachable positions where the player to move can force a draw or a win, the move the search
+    picks keeps that guarantee. A seeded sample of 40 (the busiest ones, with 1-3 marks, among them);
+    benchmarks/tictactoe.py checks all 3,888."""
     # Random playouts mislead early (600 simulations lose 4 of 3,888 positions, all with 1-3 marks);
     # 4,000 lose none. That is what "enough simulations" means for plain UCT-style MCTS here.
     env, config = ttt.TicTacToe(), SearchConfig(num_simulations=4000, max_depth=9, temperature=0, c=1.0)
-    checked = 0
-    for board in ttt.reachable_positions():
-        if not ttt.legal_moves(board) or ttt.minimax(board) < 0:
-            continue
+    drawn_or_won = [b for b in ttt.reachable_positions() if ttt.legal_moves(b) and ttt.minimax(b) >= 0]
+    early = [b for b in drawn_or_won if 1 <= 9 - b.count(".") <= 3]
+    for board in random.Random(0).sample(early, 20) + random.Random(1).sample(drawn_or_won, 20):
         (result,) = search(env, [board], config, random.Random(board))
         value_after = -ttt.minimax(ttt.play(board, result.action))
         assert value_after >= 0, f"{board}: move {result.action} loses (position value {ttt.minimax(board)})"
-        checked += 1
-    assert checked > 3000
 
 
 def test_search_result_shape_and_budget():
@@ -259,6 +257,7 @@ def test_alphazero_grade_is_exact():
     assert first_legal["loss_as_x"] > 0 and first_legal["loss_as_o"] > 0
 
 
+@pytest.mark.slow
 def test_alphazero_learns():
     """A small run (4 rounds of 32 games, 16 simulations): loss falls, the grade improves."""
     from azlib.mcts import alphazero as az

@@ -8,6 +8,8 @@ import torch
 from azlib.models import DEFAULT_MODEL, ModelLoadError, load_model, resolve_model_path
 from azlib.models import loading
 
+pytestmark = pytest.mark.model
+
 
 def test_gguf_conversion_is_faithful_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("AZLIB_CACHE", str(tmp_path))

@@ -3,11 +3,10 @@ server, and scripted real HTTP servers on 127.0.0.1 that inject faults."""
 
 import math
 import random
-import time
 
 import pytest
 
-from azlib.config import TeacherSpec
+from azlib.teachers import TeacherSpec
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
@@ -101,8 +100,9 @@ def test_a_failing_teacher_is_benched_and_the_others_carry_on(student, server_fa
     else:
         _, url = server_factory([fault] * 20)
     flaky = remote("flaky", url, timeout=0.5)
+    now = [1000.0]  # a fake clock: the bench passes when the test says so, not after a real wait
     ensemble = TeacherEnsemble([flaky, local("steady")], shared={DEFAULT_MODEL: student}, per_node=1,
-                               bench_seconds=3.0, seed=0)
+                               bench_seconds=3.0, seed=0, clock=lambda: now[0])
     try:
         ensemble.teachers[1].stats.score, ensemble.teachers[0].stats.score = -10.0, 10.0  # draw the flaky one
         out = ensemble.propose(CONTEXTS, n=1, max_new_tokens=4, seed=1)
@@ -110,7 +110,9 @@ def test_a_failing_teacher_is_benched_and_the_others_carry_on(student, server_fa
         rows = {r["teacher"]: r for r in ensemble.report()}
         assert rows["flaky"]["failures"] == 1 and rows["flaky"]["benched"] and error in rows["flaky"]["last_error"]
         assert rows["flaky"]["weight"] == 0.0 and rows["steady"]["weight"] == 1.0
-        time.sleep(max(0.0, ensemble.teachers[0].stats.benched_until - time.monotonic()) + 0.05)
+        now[0] += 2.9
+        assert ensemble.weights()["flaky"] == 0.0, "still benched before its time is up"
+        now[0] += 0.2
         assert ensemble.weights()["flaky"] > 0.9, "back after the bench time, with its old score"
     finally:
         ensemble.close()
@@ -160,7 +162,9 @@ def test_checker_rule_fast_path_and_model_fallback(student):
     assert calls == [2], "one batched model call, only for the two texts the rule leaves open"
     assert (checker.by_rule, checker.by_model) == (2, 2)
     report = checker.agreement(["What is 3 + 4?"] * 4, texts)
-    assert report["decided"] == 2 and 0 <= report["agreement"] <= 1
+    model = checker.ask(["What is 3 + 4?"] * 2, texts[:2])  # what the model says of the two the rule decides
+    assert report["decided"] == 2 and report["agreement"] == sum(m == v for m, v in zip(model, [True, False])) / 2
+    assert report["model_yes_rate"] == sum(model) / 2
 
 
 def test_bad_teacher_specs_are_refused():

@@ -10,7 +10,7 @@ from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import (
     TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
 )
-from azlib.config import TeacherSpec
+from azlib.teachers import TeacherSpec
 from azlib.rewards import ANSWER_LINE, complete_answer
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.teachers import TeacherEnsemble

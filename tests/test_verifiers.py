@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from azlib.eval import chat_prompt
+from azlib.prompts import chat_prompt
 from azlib.models import make_backend
 from azlib.models.serve import BatchingServer
 from azlib.rewards import hard_reward, perplexity_reward

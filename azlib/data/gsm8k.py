@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from azlib.config import REPO_ROOT, repo_path
+from azlib.paths import REPO_ROOT, repo_path
 from azlib.data.rows import Row
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"

@@ -37,7 +37,6 @@ class SearchConfig:
     leaves_per_step: int = 1  # leaves collected per tree per step, kept apart by virtual loss
     virtual_loss: float = 1.0
     max_tokens: int | None = None  # stop once expansions generated this many tokens (all roots)
-    max_seconds: float | None = None
     skip_solved: bool = False  # never re-enter a solved subtree (single-agent text: nothing to gain)
 
     def __post_init__(self):
@@ -209,8 +208,7 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
     while True:
         active = [t for t in range(len(trees))
                   if simulations[t] < config.num_simulations and not (config.skip_solved and trees[t].root.solved)]
-        out_of_budget = (config.max_tokens is not None and tokens >= config.max_tokens) or (
-            config.max_seconds is not None and time.perf_counter() - start >= config.max_seconds)
+        out_of_budget = config.max_tokens is not None and tokens >= config.max_tokens
         if not active or out_of_budget:
             break
         pending: list[tuple[int, list[int]]] = []

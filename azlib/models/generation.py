@@ -4,7 +4,6 @@ Defines the sample record and prompt rendering; the backends (hf, vllm, openai) 
 from __future__ import annotations
 
 import functools
-import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence, Union
@@ -126,6 +125,13 @@ class TokenizerPrompts:
         if isinstance(continuation, str):
             return self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
         return list(continuation)
+
+    def scoring_rows(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]):
+        """(rows [prompt + continuation token ids], continuations' token ids) for `score`."""
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        conts = [self.encode_continuation(c) for c in continuations]
+        return [self.encode_prompt(p) + c for p, c in zip(prompts, conts)], conts
 
 
 def without_system_turn(messages: Sequence[Message]) -> list[Message]:

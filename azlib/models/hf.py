@@ -93,10 +93,7 @@ class HFBackend(TokenizerPrompts, Backend):
     @torch.no_grad()
     @one_call_at_a_time
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
-        if len(prompts) != len(continuations):
-            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
-        conts = [self.encode_continuation(c) for c in continuations]
-        rows = [self.encode_prompt(p) + c for p, c in zip(prompts, conts)]
+        rows, conts = self.scoring_rows(prompts, continuations)
         scores: list[list[float]] = [[] for _ in rows]
         for batch in self._batches(rows):
             keep = max(len(conts[i]) for i in batch) + 1

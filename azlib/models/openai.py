@@ -16,8 +16,8 @@ RETRYABLE_STATUS = {408, 409, 425, 429} | set(range(500, 600))
 
 
 class OpenAIBackend(Backend):
-    """api_key_env names the environment variable holding the key; the key itself is never stored
-    in params, outputs or error messages."""
+    """api_key_env names the environment variable holding the key (api_key: a key held in memory, e.g.
+    for a server this process started); the key itself is never stored in params, outputs or errors."""
 
     name = "openai"
 
@@ -27,17 +27,19 @@ class OpenAIBackend(Backend):
         base_url: str,
         *,
         api_key_env: str | None = None,
+        api_key: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 3,
         backoff: float = 0.5,
         max_concurrency: int = 8,
     ):
         headers = {}
-        if api_key_env:
-            key = os.environ.get(api_key_env)
-            if not key:
+        if api_key_env and not api_key:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
                 raise BackendError(f"environment variable {api_key_env} (the API key for {base_url}) is not set")
-            headers["Authorization"] = f"Bearer {key}"
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         self.model, self.base_url = model, base_url.rstrip("/")
         self.max_retries, self.backoff, self.max_concurrency = max_retries, backoff, max_concurrency
         self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -79,7 +80,7 @@ class BatchingServer:
             for sampling, group in groups.items():
                 self.batches += 1
                 try:
-                    results = self.backend._generate([r.prompt for r in group], sampling)
+                    results = self.backend.generate([r.prompt for r in group], **asdict(sampling))
                 except Exception as err:  # the client gets HTTP 500 with the message
                     for r in group:
                         r.future.set_exception(err)

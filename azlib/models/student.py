@@ -104,7 +104,11 @@ class Student:
         for name, p in params.items():
             if ".default." in name:
                 params[name.replace(".default.", f".{REFERENCE_ADAPTER}.")].copy_(p)
-        for name, p in params.items():  # set_adapter marks the active adapter trainable; keep ours
+        self._train_default_adapter_only()
+
+    def _train_default_adapter_only(self) -> None:
+        """peft marks whichever adapter it activates trainable; only the trained one ("default") is."""
+        for name, p in self.model.named_parameters():
             p.requires_grad_(".default." in name)
 
     @contextmanager
@@ -119,8 +123,7 @@ class Student:
             yield
         finally:
             self.model.base_model.set_adapter("default")
-            for name, p in self.model.named_parameters():
-                p.requires_grad_(".default." in name)
+            self._train_default_adapter_only()
 
     # -- log-probs for the loss ----------------------------------------------------------------------
     def token_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
@@ -163,8 +166,7 @@ class Student:
             result = set_peft_model_state_dict(self.model, state, adapter_name=name)
             if getattr(result, "unexpected_keys", None):
                 raise ModelLoadError(f"adapter at {weights} does not fit model {self.name}: {result.unexpected_keys[:3]}")
-        for name, p in self.model.named_parameters():
-            p.requires_grad_(".default." in name)
+        self._train_default_adapter_only()
         self.sync_generation()
 
 

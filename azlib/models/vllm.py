@@ -95,10 +95,7 @@ class VLLMBackend(TokenizerPrompts, Backend):
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
         from vllm import SamplingParams
 
-        if len(prompts) != len(continuations):
-            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
-        conts = [self.encode_continuation(c) for c in continuations]
-        rows = [self.encode_prompt(p) + c for p, c in zip(prompts, conts)]
+        rows, conts = self.scoring_rows(prompts, continuations)
         outs = self._run(rows, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0))
         scores = []
         for out, row, cont in zip(outs, rows, conts):

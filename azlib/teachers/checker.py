@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from azlib.models import Backend
+from azlib.prompts import ANSWER_MARK
 
-_ANSWER_MARK = re.compile(r"####\s*-?[\d,]*\.?\d+")
 _DIGIT = re.compile(r"\d")
 CHECK_SYSTEM = "You check whether a response to a math question is finished. Reply with one word: yes or no."
 
 
 def rule_verdict(text: str) -> bool | None:
     """True once the answer line is written, False with no number yet, None when undecided."""
-    if _ANSWER_MARK.search(text):
+    if ANSWER_MARK.search(text):
         return True
     if not _DIGIT.search(text):
         return False

@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
-from azlib.config import TeacherSpec
-from azlib.eval import continuation_prompt
 from azlib.models import DEFAULT_MODEL, Backend, make_backend
 from azlib.models.generation import Sample
+from azlib.prompts import continuation_prompt
+from azlib.teachers.spec import TeacherSpec
 
 LABELS = ("1", "0")  # right, wrong: the path code of the original system
 PERSONAS = {
@@ -131,13 +131,14 @@ class TeacherEnsemble:
 
     def __init__(self, specs: Sequence[TeacherSpec], *, shared: dict[str, Backend] | None = None,
                  per_node: int = 2, ema_rate: float = 0.3, temperature: float = 0.1, floor: float = 0.1,
-                 bench_seconds: float = 60.0, seed: int = 0):
+                 bench_seconds: float = 60.0, seed: int = 0, clock=time.monotonic):
         if not specs:
             raise ValueError("a teacher ensemble needs at least one teacher")
         if len({s.name for s in specs}) != len(specs):
             raise ValueError(f"teacher names must be unique: {[s.name for s in specs]}")
         self.per_node, self.ema_rate, self.temperature, self.floor = per_node, ema_rate, temperature, floor
         self.bench_seconds, self.rng = bench_seconds, random.Random(seed)
+        self.clock = clock  # seconds, monotonic; the tests pass a fake one instead of sleeping through benches
         self.history: list[dict[str, float]] = []  # weights after each credit
         self._owned: list = []  # backends and servers this ensemble started, closed by close()
         shared = dict(shared or {})
@@ -150,15 +151,15 @@ class TeacherEnsemble:
     def _backend(self, spec: TeacherSpec, shared: dict[str, Backend]) -> Backend:
         """Local models are loaded once and shared (the student's backend too, passed in `shared`)."""
         if spec.backend == "openai":
-            base_url = spec.base_url
-            if base_url == "local":  # our own server: guarded by the key in api_key_env (made up if unset)
+            base_url, key_env, key = spec.base_url, spec.api_key_env, None
+            if base_url == "local":  # our own server, guarded by the key in api_key_env, else a fresh one
                 from azlib.models.serve import BatchingServer
 
-                key = os.environ.setdefault(spec.api_key_env, secrets.token_urlsafe(24)) if spec.api_key_env else None
+                key = (os.environ.get(key_env) if key_env else None) or secrets.token_urlsafe(24)
                 server = BatchingServer(self._local(spec.model, "hf", shared), spec.model, api_key=key).start()
                 self._owned.append(server)
-                base_url = server.url
-            backend = make_backend("openai", spec.model, base_url=base_url, api_key_env=spec.api_key_env,
+                base_url, key_env = server.url, None
+            backend = make_backend("openai", spec.model, base_url=base_url, api_key_env=key_env, api_key=key,
                                    timeout=spec.timeout, max_retries=spec.max_retries, **spec.options)
             self._owned.append(backend)
             return backend
@@ -177,7 +178,7 @@ class TeacherEnsemble:
 
     # -- weights ---------------------------------------------------------------------------------
     def available(self) -> list[Teacher]:
-        now = time.monotonic()
+        now = self.clock()
         return [t for t in self.teachers if t.stats.benched_until <= now]
 
     def weights(self) -> dict[str, float]:
@@ -241,7 +242,7 @@ class TeacherEnsemble:
             except Exception as err:  # a teacher's failure must not stop the search
                 teacher.stats.failures += 1
                 teacher.stats.last_error = f"{type(err).__name__}: {err}"[:300]
-                teacher.stats.benched_until = time.monotonic() + self.bench_seconds
+                teacher.stats.benched_until = self.clock() + self.bench_seconds
                 return name, None
             stats = teacher.stats
             stats.calls, stats.requests = stats.calls + 1, stats.requests + len(prompts)
@@ -279,7 +280,7 @@ class TeacherEnsemble:
 
     def report(self) -> list[dict]:
         """One row per teacher: weight, tier, calls, tokens, tokens/s, latency, failures, benched, value."""
-        weights, now = self.weights(), time.monotonic()
+        weights, now = self.weights(), self.clock()
         rows = []
         for t in self.teachers:
             s = t.stats

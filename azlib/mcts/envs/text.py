@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from azlib.data.rows import Row
-from azlib.eval import continuation_prompt
+from azlib.prompts import continuation_prompt
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.models.generation import Backend, Sample
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward

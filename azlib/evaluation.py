@@ -16,26 +16,15 @@ from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
 from azlib.models.generation import Backend, Prompt
+from azlib.prompts import chat_prompt
 from azlib.rewards import extract_answer, is_correct
 
-CHAT_INSTRUCTION = "Solve the problem step by step. End with a final line of the form '#### <number>'."
 # lm-evaluation-harness `gsm8k` (5-shot): prompt, stop sequences and answer filters as it defines them.
 LM_EVAL_STOP = ("Question:", "</s>", "<|im_end|>")
 LM_EVAL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 LM_EVAL_SHOTS, LM_EVAL_FEWSHOT_SEED = 5, 1234  # num_fewshot, and simple_evaluate's fewshot_random_seed
 PROTOCOLS = ("chat-0shot", "lm-eval-5shot")
-
-
-def chat_prompt(question: str) -> list[dict[str, str]]:
-    """The kit's zero-shot chat prompt (also what training asks the student)."""
-    return [{"role": "user", "content": f"{question}\n\n{CHAT_INSTRUCTION}"}]
-
-
-def continuation_prompt(question: str, partial: str, system: str | None = None) -> list[dict[str, str]]:
-    """The chat prompt with a partial answer as an assistant message to be continued (tree search)."""
-    out = ([{"role": "system", "content": system}] if system else []) + chat_prompt(question)
-    return out + [{"role": "assistant", "content": partial}] if partial else out
 
 
 def lm_eval_shots(pool: Sequence[Row], documents: int, seed: int = LM_EVAL_FEWSHOT_SEED) -> list[list[Row]]:

@@ -1,0 +1,34 @@
+"""One teacher of the ensemble as data: which backend and model, its tier, persona and limits.
+Validated when built (pydantic); the ensemble that runs teachers is azlib.teachers.ensemble."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class TeacherSpec(BaseModel):
+    """One teacher of the ensemble (azlib.teachers). backend 'openai' needs base_url ('local' starts
+    a server over the embedded model on 127.0.0.1); its key comes only from the env var api_key_env."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="short label used in tables and path records")
+    backend: Literal["hf", "vllm", "openai"]
+    model: str = Field(min_length=1)
+    tier: Literal["free", "production", "vllm", "vllm-original", "cpu"]
+    persona: Literal["tutor", "terse"] = Field("tutor", description="the right/wrong instructions it gets")
+    temperature: float = Field(0.7, ge=0)
+    max_tokens: int = Field(500, ge=1, description="cap on a proposal's tokens (the search asks for chunks)")
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
+    max_retries: int = Field(2, ge=0)
+    options: dict[str, Any] = Field(default_factory=dict, description="extra backend arguments (vllm memory...)")
+
+    @model_validator(mode="after")
+    def _remote_needs_url(self) -> TeacherSpec:
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError(f"teacher {self.name}: backend 'openai' needs base_url (or 'local')")
+        return self
