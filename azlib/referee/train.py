@@ -200,4 +200,6 @@ def arms_from_params(params, corpus: CharCorpus) -> Arms:
                       params.weight_decay, params.grad_clip, params.eval_every, params.eval_batches,
                       params.eval_batch_size, params.seed)
     device = params.device if params.device == "cpu" else f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    if device != "cpu":
+        torch.cuda.set_device(device)  # one GPU per torchrun process (nccl needs it set)
     return Arms(arm_specs(main, small, rl, list(params.ablations), params.seed), corpus, cfg, device)
