@@ -1,5 +1,6 @@
 """Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`,
 `python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training without the notebook),
+`[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training, DDP under torchrun),
 `python -m azlib serve [--model M] [--port P] [--dtype D] [--device D]` (a local OpenAI-compatible server). Parses, hands over."""
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--profile", choices=PROFILES, default="cpu")
     train.add_argument("--out", type=Path, required=True, help="run folder (keeps checkpoints and train_log.jsonl)")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    referee = commands.add_parser("referee", help="notebook 07's arms, headless; under torchrun one DDP process each")
+    referee.add_argument("--profile", choices=PROFILES, default="cpu")
+    referee.add_argument("--out", type=Path, required=True, help="run folder; writes <out>/referee-07/")
     serve = commands.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (hf backend)")
     serve.add_argument("--model", default="embedded:smollm2-135m-instruct")
     serve.add_argument("--served-model-name", help="name clients send (default: --model)")
@@ -37,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "train":
         return _train(args)
+    if args.command == "referee":
+        return _referee(args)
     from azlib.runner import run as run_notebooks
 
     try:
@@ -61,6 +67,37 @@ def _train(args) -> int:
     trainer = trainer_from_params(params, args.out.resolve() / "train-04", problems)
     log = trainer.run(resume=args.resume or params.resume)
     print(f"{trainer.step} steps, {trainer.tokens} tokens generated; last: {log[-1] if log else None}")
+    return 0
+
+
+def _referee(args) -> int:
+    import json
+
+    import torch
+
+    from azlib.config import NOTEBOOKS_DIR, resolve
+    from azlib.referee import init_from_env, load_corpus
+    from azlib.referee.train import arms_from_params, world
+
+    try:
+        params, _ = resolve(NOTEBOOKS_DIR / "07_referee_rl.ipynb", args.profile, args.out.resolve())
+    except ParamsError as err:
+        print(f"azlib: {err}", file=sys.stderr)
+        return 2
+    init_from_env()
+    corpus, note = load_corpus(params.gsm8k, params.max_chars or None)
+    arms = arms_from_params(params, corpus)
+    log, evals = arms.train()
+    rank, size = world()
+    if rank == 0:
+        folder = args.out.resolve() / "referee-07"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "log.json").write_text(json.dumps({"corpus": corpus.source, "note": note, "processes": size,
+                                                     "steps": log, "evals": evals}, indent=1))
+        torch.save({name: m.state_dict() for name, m in arms.models.items()}, folder / "models.pt")
+        print(f"{size} process(es), corpus {corpus.source}; final: {evals[-1]}")
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -208,12 +208,59 @@ class BaseVsTrainedParams(TrainingParams):
     eval_max_new_tokens: int = Field(ge=1)
 
 
+class RefereeRLParams(NotebookParams):
+    """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee)."""
+
+    gsm8k: DataSource = Field(description="corpus: GSM8K train text (auto, hub or a folder); arithmetic text if absent")
+    max_chars: int = Field(ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
+    device: Literal["cpu", "cuda"]
+    n_layer: int = Field(ge=1, description="main models (RL arms and the CE baseline/referee): transformer blocks")
+    n_head: int = Field(ge=1)
+    n_embd: int = Field(ge=8, description="width; a multiple of n_head")
+    block_size: int = Field(ge=8, description="context length in characters")
+    referee_n_layer: int = Field(ge=1, description="the small referee of the ablation")
+    referee_n_head: int = Field(ge=1)
+    referee_n_embd: int = Field(ge=8)
+    steps: int = Field(ge=1, description="optimiser steps, the same for every arm (so the same tokens)")
+    batch_size: int = Field(ge=1, description="global sequences per step, split over torchrun's processes")
+    learning_rate: float = Field(gt=0, description="AdamW peak; linear warmup then cosine to 10%")
+    warmup_steps: int = Field(ge=0)
+    weight_decay: float = Field(ge=0)
+    grad_clip: float = Field(gt=0, description="global gradient-norm clip of every arm")
+    eval_every: int = Field(ge=1, description="steps between validation evaluations")
+    eval_batches: int = Field(ge=1, description="fixed held-out windows per evaluation, in batches")
+    eval_batch_size: int = Field(ge=1)
+    top_k: int = Field(ge=1, description="candidates from the student and from the referee at each position")
+    reality_weight: float = Field(ge=0, description="alpha, exponent of reality in the reward (avataRL 0.7)")
+    referee_weight: float = Field(ge=0, description="beta, exponent of the referee's probability (avataRL 0.3)")
+    smoothing: float = Field(gt=0, lt=1, description="reality gives 1 - smoothing to the ground truth")
+    reward_scale: float = Field(gt=0, description="r = scale * share before the clamp (avataRL 100)")
+    reward_clamp: float = Field(gt=0, description="largest reward at a position (avataRL 1.5)")
+    advantage: Literal["reward", "group"] = Field(
+        description="reward: A = r (avataRL); group: A = r minus its mean over the candidates")
+    ablations: list[Literal["rl_gt_only", "rl_small_referee"]] = Field(
+        description="extra arms: referee weight 0, and RL against a referee smaller than the main model")
+    sample_prompt: str = Field(min_length=1, description="text every model continues")
+    sample_chars: int = Field(ge=1, description="characters sampled after the prompt")
+
+    @model_validator(mode="after")
+    def _shapes(self) -> RefereeRLParams:
+        if self.n_embd % self.n_head or self.referee_n_embd % self.referee_n_head:
+            raise ValueError("n_embd must be a multiple of n_head (and referee_n_embd of referee_n_head)")
+        if self.referee_n_layer * self.referee_n_embd ** 2 >= self.n_layer * self.n_embd ** 2:
+            raise ValueError("the ablation's referee must be smaller than the main model")
+        if self.top_k > 64:
+            raise ValueError("top_k: at most 64 candidates per model")
+        return self
+
+
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "01_toy_bandit_grpo": ToyBanditParams,
     "02_mcts_tree": MctsTreeParams,
     "03_teacher_ensemble": TeacherEnsembleParams,
     "04_gsm8k_run": TrainingParams,
     "05_base_vs_trained": BaseVsTrainedParams,
+    "07_referee_rl": RefereeRLParams,
 }
 
 

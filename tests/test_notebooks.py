@@ -92,8 +92,22 @@ def check_05(m):
     assert m["verdict"].startswith("On 8 held-out problems (heldout)") and m["verdict"].count("McNemar") == 4
 
 
+def check_07(m):
+    assert m["steps"] == 30 and m["tokens"] == 30 * 8 * 32
+    assert (m["corpus"], m["note"] == "") in (("gsm8k", True), ("arithmetic", False))
+    assert m["referee_small_params"] < m["main_params"]
+    for arm in ("ce", "rl", "rl_gt_only", "referee_small", "rl_small_referee"):  # every arm learned from scratch
+        assert m[f"{arm}_final_val_bpc"] < m["initial_val_bpc"] - 0.5, arm
+    # beta = 0: only the ground truth is ever rewarded, so the arm is a reweighted CE and lands beside CE
+    assert m["rl_gt_only_only_gt_rewarded"] == 1.0 and m["rl_gt_only_gt_reward_share"] == 1.0
+    assert abs(m["rl_gt_only_vs_ce_relative_gap"]) < 0.1
+    assert 0 < m["rl_gt_reward_share"] <= 1 and abs(m["rl_vs_ce_relative_gap"]) < 0.2
+    assert m["rl_seconds"] > m["ce_seconds"], "an RL arm's time includes its referee's"
+    assert m["verdict"].startswith(m["corpus"])
+
+
 METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_teacher_ensemble": check_03,
-                 "04_gsm8k_run": check_04, "05_base_vs_trained": check_05}
+                 "04_gsm8k_run": check_04, "05_base_vs_trained": check_05, "07_referee_rl": check_07}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -116,7 +130,7 @@ def test_figures_are_written(smoke_run):
     figures = sorted(p.name for p in (out / "figures").iterdir())
     assert {"01_algorithms.png", "01_group_size.png", "01_chain.png", "03_weights.png", "03_teacher_speed.png",
             "03_similarity.png", "04_training.png", "04_cost.png", "05_training_per_token.png",
-            "05_accuracy.png"} <= set(figures)
+            "05_accuracy.png", "07_bits_per_char.png", "07_reward_diagnostics.png"} <= set(figures)
     assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
 
 

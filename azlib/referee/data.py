@@ -1,0 +1,76 @@
+"""A character-level corpus for notebook 07: GSM8K train problems and solutions as plain text
+(azlib.data.load_gsm8k), or the embedded arithmetic problems when GSM8K is unavailable. Not a tokenizer library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from azlib.data import DataUnavailable, arithmetic_problems, load_gsm8k
+
+
+def _row_text(row) -> str:
+    return f"Q: {row['prompt']}\nA: {row['info']['solution']}\n\n"
+
+
+@dataclass
+class CharCorpus:
+    """Text split by rows into train and held-out validation, encoded one id per character."""
+
+    source: str  # "gsm8k" or "arithmetic": say which in every output
+    chars: list[str]
+    train: torch.Tensor  # (N,) int64 ids
+    val: torch.Tensor
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> torch.Tensor:
+        index = {c: i for i, c in enumerate(self.chars)}
+        return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+    def batch(self, step: int, batch_size: int, block_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global batch of `step`: a function of (seed, step) only, so every process, every arm and a
+        resumed run draw the same windows. x (B, T) inputs, y (B, T) next characters."""
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        starts = torch.randint(len(self.train) - block_size - 1, (batch_size,), generator=g)
+        return _windows(self.train, starts, block_size)
+
+    def val_batches(self, num_batches: int, batch_size: int, block_size: int, seed: int):
+        """Fixed held-out windows, the same for every model and every evaluation."""
+        g = torch.Generator().manual_seed(seed + 7)
+        for _ in range(num_batches):
+            starts = torch.randint(len(self.val) - block_size - 1, (batch_size,), generator=g)
+            yield _windows(self.val, starts, block_size)
+
+
+def _windows(data: torch.Tensor, starts: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.stack([data[s:s + block_size] for s in starts.tolist()])
+    y = torch.stack([data[s + 1:s + 1 + block_size] for s in starts.tolist()])
+    return x, y
+
+
+def load_corpus(source: str = "auto", max_chars: int | None = None, val_fraction: float = 0.1,
+                arithmetic_rows: int = 20_000) -> tuple[CharCorpus, str]:
+    """GSM8K's train split as text (the last `val_fraction` of its rows held out), from `source` ("auto",
+    "hub" or a folder); falls back to arithmetic_problems text. Returns the corpus and a note ("" when GSM8K)."""
+    note = ""
+    try:
+        rows, name = load_gsm8k(source, split="train"), "gsm8k"
+    except DataUnavailable as err:
+        rows, name = arithmetic_problems(arithmetic_rows, seed=0), "arithmetic"
+        note = f"GSM8K unavailable ({err}); the corpus is azlib.data.arithmetic_problems text instead"
+    cut = int(len(rows) * (1 - val_fraction))
+    train_text = "".join(_row_text(r) for r in rows[:cut])
+    val_text = "".join(_row_text(r) for r in rows[cut:])
+    if max_chars is not None:
+        train_text, val_text = train_text[:max_chars], val_text[:max(max_chars // 10, 4096)]
+    chars = sorted(set(train_text) | set(val_text))
+    index = {c: i for i, c in enumerate(chars)}
+    enc = lambda t: torch.tensor([index[c] for c in t], dtype=torch.long)  # noqa: E731
+    return CharCorpus(name, chars, enc(train_text), enc(val_text)), note

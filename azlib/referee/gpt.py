@@ -1,0 +1,85 @@
+"""A small decoder-only GPT (nanoGPT style): token + position embeddings, pre-norm blocks, tied head.
+Only the network; losses live in objective.py, the loop in train.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    block_size: int = 128  # context length in tokens (characters here)
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0  # 0 keeps single-process and DDP runs bit-comparable
+
+
+class Block(nn.Module):
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(c.n_embd), nn.LayerNorm(c.n_embd)
+        # no qkv bias: the key bias has an exactly zero gradient (softmax ignores a shift shared by a row), and
+        # Adam turns its rounding noise into full-size steps, so DDP and one process would drift apart
+        self.qkv, self.proj = nn.Linear(c.n_embd, 3 * c.n_embd, bias=False), nn.Linear(c.n_embd, c.n_embd)
+        self.mlp = nn.Sequential(nn.Linear(c.n_embd, 4 * c.n_embd), nn.GELU(), nn.Linear(4 * c.n_embd, c.n_embd))
+        self.n_head, self.dropout = c.n_head, c.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """logits = GPT(idx): (B, T) token ids -> (B, T, vocab) next-token logits."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.head.weight = self.wte.weight  # weight tying, as nanoGPT
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
+            if name.endswith(("proj.weight", "mlp.2.weight")):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, 0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+    @torch.no_grad()
+    def sample(self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append `new_tokens` sampled tokens to each row of idx (the context is cropped to block_size)."""
+        for _ in range(new_tokens):
+            logits = self(idx[:, -self.config.block_size:])[:, -1] / temperature
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
