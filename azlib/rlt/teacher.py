@@ -106,6 +106,7 @@ class TeacherTrainer:
         self.teacher, self.student, self.problems = teacher, student, list(problems)
         self.settings, self.grpo, self.seed = settings, grpo, seed
         self.log: list[dict] = []
+        self.rewards: list[list[float]] = []  # per step, every explanation's r
         self.position = 0
 
     def step(self) -> dict:
@@ -122,6 +123,7 @@ class TeacherTrainer:
                             e.ids + (eos if e.finished else []), float(r), group=i // s.group_size)
                     for i, (e, r) in enumerate(zip(flat, scores.reward.tolist()))]
         stats = self.grpo.step(examples)
+        self.rewards.append(scores.reward.tolist())
         row = {"step": len(self.log) + 1, "r": scores.reward.mean().item(), "r_ss": scores.r_ss.mean().item(),
                "r_kl": scores.r_kl.mean().item(), "r_std": scores.reward.std().item() if len(flat) > 1 else 0.0,
                "explanation_tokens": sum(len(e.ids) for e in flat) / len(flat),
@@ -137,6 +139,30 @@ class TeacherTrainer:
             if on_step:
                 on_step(row)
         return self.log
+
+
+def mean_difference(a: Sequence[float], b: Sequence[float], *, paired: bool = False, z: float = 1.96) -> dict:
+    """mean(b) - mean(a) with a normal-approximation 95% interval: Welch's standard error
+    sqrt(var_a / n_a + var_b / n_b), or the paired one sqrt(var(b - a) / n) when paired."""
+    import statistics
+
+    if paired:
+        d = [y - x for x, y in zip(a, b, strict=True)]
+        diff, se = statistics.fmean(d), (statistics.variance(d) / len(d)) ** 0.5 if len(d) > 1 else float("nan")
+    else:
+        diff = statistics.fmean(b) - statistics.fmean(a)
+        se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    return {"mean_a": statistics.fmean(a), "mean_b": statistics.fmean(b), "difference": diff,
+            "ci_low": diff - z * se, "ci_high": diff + z * se, "n_a": len(a), "n_b": len(b)}
+
+
+def reward_rise(rewards_per_step: Sequence[Sequence[float]]) -> dict:
+    """The teacher's reward in the last quarter of its steps minus the first quarter (every explanation
+    counted; problems differ between the quarters, so difficulty adds noise)."""
+    k = max(1, len(rewards_per_step) // 4)
+    first = [r for step in rewards_per_step[:k] for r in step]
+    last = [r for step in rewards_per_step[-k:] for r in step]
+    return mean_difference(first, last) | {"steps_per_quarter": k}
 
 
 # -- distillation: fine-tuning students on what the teacher wrote ---------------------------------------
