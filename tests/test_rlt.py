@@ -104,3 +104,27 @@ def test_sft_trains_to_the_exact_token_budget(models):
     grpo = GRPO(student, GRPOSettings(learning_rate=1e-3, warmup_steps=0))
     log = sft_to_budget(grpo, examples, token_budget=sum(len(e.completion_ids) for e in examples) * 2 + 5, batch_size=2)
     assert log[-1]["tokens"] == sum(len(e.completion_ids) for e in examples) * 2 + 5
+
+
+def test_a_trained_teacher_joins_the_ensemble_as_a_right_branch_proposer(models, tmp_path):
+    from azlib.config import TeacherSpec
+    from azlib.teachers import TeacherEnsemble
+
+    teacher = Student(models[0], lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    with torch.no_grad():
+        for name, p in teacher.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+    teacher.save_adapter(tmp_path / "adapter")
+    spec = TeacherSpec(name="rlt", backend="hf", model=models[0], tier="cpu", labels=["1"],
+                       options={"adapter": str(tmp_path / "adapter")})
+    ensemble = TeacherEnsemble([spec], per_node=1)
+    try:
+        merged = ensemble.teachers[0].backend
+        prompt, ids = student_prompt("What is 2 + 3?"), teacher.backend.encode_continuation("It is 5.")
+        assert merged.score([prompt], [ids])[0] == pytest.approx(teacher.backend.score([prompt], [ids])[0], abs=1e-4)
+        assert merged.score([prompt], [ids]) != HFBackend(models[0]).score([prompt], [ids]), "the adapter is loaded"
+        proposals = ensemble.propose([("What is 2 + 3?", "")], n=2, max_new_tokens=4, seed=0)[0]
+    finally:
+        ensemble.close()
+    assert len(proposals) == 2 and {p.label for p in proposals} == {"1"}
