@@ -254,12 +254,52 @@ class RefereeRLParams(NotebookParams):
         return self
 
 
+class RLTParams(StudentParams):
+    """Notebook 06: a teacher trained by RL to explain (Cetin et al. 2025), students distilled on it (see azlib.rlt).
+    `model` is the student (frozen while the teacher trains; fresh copies are fine-tuned after)."""
+
+    teacher_model: str = Field(min_length=1, description="teacher: embedded:..., a hub name or a folder; same tokenizer as model")
+    task: Literal["arithmetic", "gsm8k"]
+    gsm8k: DataSource
+    arithmetic_steps: list[int] = Field(min_length=1, description="step counts of the arithmetic task, within 1..2")
+    num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
+    teacher_steps: int = Field(ge=1, description="GRPO steps of the teacher")
+    problems_per_step: int = Field(ge=1)
+    group_size: int = Field(ge=2, description="G: explanations per problem per step (published 64)")
+    max_explanation_tokens: int = Field(ge=1)
+    temperature: float = Field(gt=0, description="sampling temperature of the teacher's explanations")
+    alpha: float = Field(ge=0, description="weight of the min (r_SS) and max (r_KL) terms (published 0.01)")
+    kl_weight: float = Field(ge=0, description="lambda, weight of r_KL in r = r_SS - lambda r_KL (published 3)")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"]
+    beta: float = Field(ge=0, description="teacher's KL to its own base (published 0.04)")
+    learning_rate: float = Field(gt=0, description="teacher's learning rate")
+    warmup_steps: int = Field(ge=0)
+    micro_batch_size: int = Field(ge=1)
+    lora_r: int = Field(ge=1)
+    lora_alpha: int = Field(ge=1)
+    gradient_checkpointing: bool
+    sft_problems: int = Field(ge=1, description="training problems explained once by each teacher for the students' SFT")
+    sft_epochs: int = Field(ge=1, description="token budget of every student: this many passes over the RLT arm's data")
+    sft_batch_size: int = Field(ge=1, description="sequences per SFT step")
+    sft_learning_rate: float = Field(gt=0)
+    eval_problems: int = Field(ge=1, description="held-out problems every student answers, without a teacher")
+    eval_max_new_tokens: int = Field(ge=1)
+
+    @field_validator("arithmetic_steps")
+    @classmethod
+    def _steps(cls, value: list[int]) -> list[int]:
+        if not set(value) <= {1, 2}:
+            raise ValueError("arithmetic problems have 1 or 2 steps")
+        return value
+
+
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "01_toy_bandit_grpo": ToyBanditParams,
     "02_mcts_tree": MctsTreeParams,
     "03_teacher_ensemble": TeacherEnsembleParams,
     "04_gsm8k_run": TrainingParams,
     "05_base_vs_trained": BaseVsTrainedParams,
+    "06_rlt_teachers": RLTParams,
     "07_referee_rl": RefereeRLParams,
 }
 

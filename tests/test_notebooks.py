@@ -92,6 +92,19 @@ def check_05(m):
     assert m["verdict"].startswith("On 8 held-out problems (heldout)") and m["verdict"].count("McNemar") == 4
 
 
+def check_06(m):
+    assert m["teacher_steps"] == 2 and m["explanations"] == 2 * 2 * 2 and m["adapter_saved"] is True
+    assert m["r_first_step"] == pytest.approx(m["r_ss_first_step"] - 3.0 * m["r_kl_first_step"], abs=1e-4)
+    assert m["r_ss_first_step"] < 0, "r_SS is built from log-probabilities"
+    for arm in ("rlt", "untrained", "solutions"):  # every student trained on exactly the same token count
+        assert m[f"{arm}_sft_tokens"] == m["sft_budget_tokens"] > 0, arm
+    assert m["solutions_sft_steps"] >= m["rlt_sft_steps"], "solutions alone are shorter: more of them fit the budget"
+    for name in ("base", "rlt", "untrained", "solutions"):
+        assert m[f"{name}_n"] == 8
+    assert (m["ensemble_proposals"], m["ensemble_labels"]) == (2, "1"), "the trained teacher proposes right branches only"
+    assert m["verdict"].startswith("Teacher reward") and "McNemar p" in m["verdict"]
+
+
 def check_07(m):
     assert m["steps"] == 30 and m["tokens"] == 30 * 8 * 32
     assert (m["corpus"], m["note"] == "") in (("gsm8k", True), ("arithmetic", False))
@@ -107,7 +120,8 @@ def check_07(m):
 
 
 METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_teacher_ensemble": check_03,
-                 "04_gsm8k_run": check_04, "05_base_vs_trained": check_05, "07_referee_rl": check_07}
+                 "04_gsm8k_run": check_04, "05_base_vs_trained": check_05, "06_rlt_teachers": check_06,
+                 "07_referee_rl": check_07}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -130,7 +144,8 @@ def test_figures_are_written(smoke_run):
     figures = sorted(p.name for p in (out / "figures").iterdir())
     assert {"01_algorithms.png", "01_group_size.png", "01_chain.png", "03_weights.png", "03_teacher_speed.png",
             "03_similarity.png", "04_training.png", "04_cost.png", "05_training_per_token.png",
-            "05_accuracy.png", "07_bits_per_char.png", "07_reward_diagnostics.png"} <= set(figures)
+            "05_accuracy.png", "06_teacher_rewards.png", "06_students.png", "07_bits_per_char.png",
+            "07_reward_diagnostics.png"} <= set(figures)
     assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
 
 

@@ -20,8 +20,15 @@ from azlib.prompts import ANSWER_LINE
 class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
-    def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 32):
-        self._attach(*load_model(model, dtype=dtype, device=device), device, batch_size)
+    def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 32,
+                 adapter: str | None = None):
+        """adapter: a peft LoRA folder (e.g. a trained teacher's, notebook 06) merged into the weights."""
+        weights, tokenizer = load_model(model, dtype=dtype, device=device)
+        if adapter is not None:
+            from peft import PeftModel
+
+            weights = PeftModel.from_pretrained(weights, adapter).merge_and_unload()
+        self._attach(weights, tokenizer, device, batch_size)
 
     @classmethod
     def wrapping(cls, model, tokenizer, *, device: str = "cpu", batch_size: int = 32) -> HFBackend:

@@ -166,10 +166,11 @@ class TeacherEnsemble:
         return self._local(spec.model, spec.backend, shared, **spec.options)
 
     def _local(self, model: str, kind: str, shared: dict[str, Backend], **options) -> Backend:
-        if model not in shared:
-            shared[model] = make_backend(kind, model, **options)
-            self._owned.append(shared[model])
-        return shared[model]
+        key = f"{model}+{options['adapter']}" if options.get("adapter") else model  # an adapter makes another model
+        if key not in shared:
+            shared[key] = make_backend(kind, model, **options)
+            self._owned.append(shared[key])
+        return shared[key]
 
     def close(self) -> None:
         for thing in reversed(self._owned):
@@ -234,7 +235,7 @@ class TeacherEnsemble:
         def call(name: str) -> tuple[str, list[list[Sample]] | None]:
             teacher = by_name[name]
             spec, nodes = teacher.spec, asks[name]
-            prompts = [teacher_messages(spec.persona, label, *contexts[i]) for i in nodes for label in LABELS]
+            prompts = [teacher_messages(spec.persona, label, *contexts[i]) for i in nodes for label in spec.labels]
             start = time.perf_counter()
             try:
                 samples = teacher.backend.generate(prompts, n=n, max_new_tokens=min(max_new_tokens, spec.max_tokens),
@@ -257,7 +258,7 @@ class TeacherEnsemble:
                 if samples is None:
                     failed.extend(nodes)
                     continue
-                pairs = [(i, label) for i in nodes for label in LABELS]
+                pairs = [(i, label) for i in nodes for label in by_name[name].spec.labels]
                 for (i, label), group in zip(pairs, samples):
                     out[i].extend(Proposal(name, label, s) for s in group)
         return failed

@@ -25,7 +25,10 @@ class TeacherSpec(BaseModel):
     api_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
     timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
     max_retries: int = Field(2, ge=0)
-    options: dict[str, Any] = Field(default_factory=dict, description="extra backend arguments (vllm memory...)")
+    options: dict[str, Any] = Field(default_factory=dict, description="extra backend arguments (vllm memory, "
+                                    "hf adapter: a LoRA folder such as notebook 06's trained teacher)")
+    labels: list[Literal["1", "0"]] = Field(default_factory=lambda: ["1", "0"], min_length=1,
+                                            description="branches it proposes: '1' right, '0' wrong")
 
     @model_validator(mode="after")
     def _remote_needs_url(self) -> TeacherSpec:

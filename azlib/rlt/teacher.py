@@ -1,0 +1,202 @@
+"""Training an RLT teacher with azlib's GRPO (Cetin et al. 2025, sec. 3): the teacher (a LoRA `Student`)
+sees a question and its reference solution and writes an explanation; its reward is `rewards.py`'s
+r = r_SS - lambda r_KL under a frozen student. Then students are fine-tuned (SFT) on the explanations.
+Not the student's own RL (that is azlib.training) and not a new GRPO: the teacher's step is GRPO.step.
+
+The student reads  chat(q) -> assistant: "<explanation t>\n<solution s>"  (the paper's think/solution
+format, in the kit's chat prompt), both when scoring explanations and when it is fine-tuned on them;
+at test time it gets chat(q) alone and writes its own explanation and solution.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from azlib.data.rows import Row
+from azlib.prompts import chat_prompt
+from azlib.grpo import GRPO, Example
+from azlib.models.generation import Backend
+from azlib.rlt.rewards import ALPHA, LAMBDA, ExplanationScores, score_explanations
+
+TEACHER_INSTRUCTION = ("Above are a math question and its reference solution. Write a short explanation that "
+                       "teaches a student how to reach this solution step by step.")
+SEPARATOR = "\n"  # between the explanation and the solution in the student's answer
+
+
+def teacher_prompt(question: str, solution: str) -> list[dict[str, str]]:
+    """What the teacher sees: q and s (the paper's teacher input), then the instruction to explain."""
+    return [{"role": "user", "content": f"Question: {question}\n\nReference solution:\n{solution}\n\n{TEACHER_INSTRUCTION}"}]
+
+
+def student_prompt(question: str) -> list[dict[str, str]]:
+    """What the student sees: the kit's zero-shot chat prompt (the same as at test time)."""
+    return chat_prompt(question)
+
+
+def same_tokenizer(a: Backend, b: Backend) -> bool:
+    """Explanations move between teacher and student as token ids: their vocabularies must agree."""
+    return a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+
+
+@dataclass(frozen=True)
+class RLTSettings:
+    """The published setting is alpha 0.01, lambda 3, G = 64 explanations per question, temperature 0.7."""
+
+    alpha: float = ALPHA
+    kl_weight: float = LAMBDA  # lambda
+    group_size: int = 8  # G: explanations per question
+    problems_per_step: int = 4
+    max_explanation_tokens: int = 64
+    temperature: float = 0.7
+
+
+@dataclass
+class Explanation:
+    """One explanation of one row, as token ids (without EOS) and text; finished: the teacher ended it."""
+
+    row: Row
+    ids: list[int]
+    text: str
+    finished: bool
+
+
+def _strip_eos(ids: Sequence[int], eos: set[int]) -> list[int]:
+    ids = list(ids)
+    while ids and ids[-1] in eos:
+        ids.pop()
+    return ids
+
+
+def explain(teacher: Backend, rows: Sequence[Row], *, n: int = 1, max_new_tokens: int = 64, temperature: float = 0.7,
+            seed: int | None = None) -> list[list[Explanation]]:
+    """n explanations per row, from the teacher given (q, s)."""
+    samples = teacher.generate([teacher_prompt(r["prompt"], r["info"]["solution"]) for r in rows], n=n,
+                               max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    eos = getattr(teacher, "eos_ids", {teacher.tokenizer.eos_token_id})
+    return [[Explanation(r, _strip_eos(s.token_ids, eos), s.text.strip(), s.finish_reason == "stop") for s in group]
+            for r, group in zip(rows, samples)]
+
+
+def solution_ids(backend: Backend, row: Row, *, after_explanation: bool = True) -> list[int]:
+    """The reference solution's tokens as the student writes them (after the separator when explained)."""
+    return backend.encode_continuation((SEPARATOR if after_explanation else "") + row["info"]["solution"])
+
+
+def score(teacher: Backend, student: Backend, explanations: Sequence[Explanation], settings: RLTSettings) -> ExplanationScores:
+    """rewards.score_explanations on each explanation of its row."""
+    return score_explanations(
+        teacher, student, [teacher_prompt(e.row["prompt"], e.row["info"]["solution"]) for e in explanations],
+        [student_prompt(e.row["prompt"]) for e in explanations], [e.ids for e in explanations],
+        [solution_ids(student, e.row) for e in explanations], alpha=settings.alpha, kl_weight=settings.kl_weight)
+
+
+class TeacherTrainer:
+    """step() -> stats: G explanations for each of `problems_per_step` problems (cycled), each scored
+    r = r_SS - lambda r_KL by the frozen student, then one GRPO step on the teacher's adapter with the
+    question's G explanations as a group. The student is only ever scored (no gradient, no optimiser)."""
+
+    def __init__(self, teacher, student: Backend, problems: Sequence[Row], settings: RLTSettings, grpo: GRPO, *,
+                 seed: int = 0):
+        if grpo.student is not teacher:
+            raise ValueError("the GRPO optimiser must hold the teacher's parameters")
+        if not same_tokenizer(teacher.backend, student):
+            raise ValueError("teacher and student must share a tokenizer (explanations pass as token ids)")
+        self.teacher, self.student, self.problems = teacher, student, list(problems)
+        self.settings, self.grpo, self.seed = settings, grpo, seed
+        self.log: list[dict] = []
+        self.rewards: list[list[float]] = []  # per step, every explanation's r
+        self.position = 0
+
+    def step(self) -> dict:
+        s, start = self.settings, time.perf_counter()
+        rows = [self.problems[(self.position + i) % len(self.problems)] for i in range(s.problems_per_step)]
+        self.position += s.problems_per_step
+        backend = self.teacher.backend
+        groups = explain(backend, rows, n=s.group_size, max_new_tokens=s.max_explanation_tokens,
+                         temperature=s.temperature, seed=self.seed + len(self.log))
+        flat = [e for group in groups for e in group]
+        scores = score(backend, self.student, flat, s)
+        eos = [backend.tokenizer.eos_token_id]
+        examples = [Example(backend.encode_prompt(teacher_prompt(e.row["prompt"], e.row["info"]["solution"])),
+                            e.ids + (eos if e.finished else []), float(r), group=i // s.group_size)
+                    for i, (e, r) in enumerate(zip(flat, scores.reward.tolist()))]
+        stats = self.grpo.step(examples)
+        self.rewards.append(scores.reward.tolist())
+        row = {"step": len(self.log) + 1, "r": scores.reward.mean().item(), "r_ss": scores.r_ss.mean().item(),
+               "r_kl": scores.r_kl.mean().item(), "r_std": scores.reward.std().item() if len(flat) > 1 else 0.0,
+               "explanation_tokens": sum(len(e.ids) for e in flat) / len(flat),
+               "finished": sum(e.finished for e in flat) / len(flat),
+               "loss": stats["loss"], "kl_to_base": stats["kl"], "grad_norm": stats["grad_norm"],
+               "seconds": time.perf_counter() - start}
+        self.log.append(row)
+        return row
+
+    def run(self, steps: int, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+        for _ in range(steps):
+            row = self.step()
+            if on_step:
+                on_step(row)
+        return self.log
+
+
+def mean_difference(a: Sequence[float], b: Sequence[float], *, paired: bool = False, z: float = 1.96) -> dict:
+    """mean(b) - mean(a) with a normal-approximation 95% interval: Welch's standard error
+    sqrt(var_a / n_a + var_b / n_b), or the paired one sqrt(var(b - a) / n) when paired."""
+    import statistics
+
+    if paired:
+        d = [y - x for x, y in zip(a, b, strict=True)]
+        diff, se = statistics.fmean(d), (statistics.variance(d) / len(d)) ** 0.5 if len(d) > 1 else float("nan")
+    else:
+        diff = statistics.fmean(b) - statistics.fmean(a)
+        se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    return {"mean_a": statistics.fmean(a), "mean_b": statistics.fmean(b), "difference": diff,
+            "ci_low": diff - z * se, "ci_high": diff + z * se, "n_a": len(a), "n_b": len(b)}
+
+
+def reward_rise(rewards_per_step: Sequence[Sequence[float]]) -> dict:
+    """The teacher's reward in the last quarter of its steps minus the first quarter (every explanation
+    counted; problems differ between the quarters, so difficulty adds noise)."""
+    k = max(1, len(rewards_per_step) // 4)
+    first = [r for step in rewards_per_step[:k] for r in step]
+    last = [r for step in rewards_per_step[-k:] for r in step]
+    return mean_difference(first, last) | {"steps_per_quarter": k}
+
+
+# -- distillation: fine-tuning students on what the teacher wrote ---------------------------------------
+def sft_examples(backend: Backend, rows: Sequence[Row], explanations: Sequence[Explanation] | None = None) -> list[Example]:
+    """(chat(q), "t\\n s" + EOS) per row, or (chat(q), s + EOS) when explanations is None."""
+    eos = [backend.tokenizer.eos_token_id]
+    out = []
+    for i, row in enumerate(rows):
+        if explanations is None:
+            completion = solution_ids(backend, row, after_explanation=False)
+        else:
+            if explanations[i].row is not row and explanations[i].row["prompt"] != row["prompt"]:
+                raise ValueError(f"explanation {i} belongs to another row")
+            completion = explanations[i].ids + solution_ids(backend, row)
+        out.append(Example(backend.encode_prompt(student_prompt(row["prompt"])), completion + eos, 0.0, i))
+    return out
+
+
+def sft_to_budget(grpo: GRPO, examples: Sequence[Example], token_budget: int, batch_size: int) -> list[dict]:
+    """Imitation steps (GRPO.sft_step) over the examples in order, cycled, until `token_budget`
+    completion tokens have been trained on: arms with shorter completions see more of them. The last
+    batch is cut so no arm trains on more than the budget."""
+    log, spent, at = [], 0, 0
+    while spent < token_budget:
+        batch = []
+        while len(batch) < batch_size and spent + sum(len(e.completion_ids) for e in batch) < token_budget:
+            batch.append(examples[at % len(examples)])
+            at += 1
+        overshoot = spent + sum(len(e.completion_ids) for e in batch) - token_budget
+        if overshoot > 0:  # trim the last completion to the budget
+            last = batch[-1]
+            batch[-1] = Example(last.prompt_ids, list(last.completion_ids)[: len(last.completion_ids) - overshoot],
+                                last.reward, last.group)
+        stats = grpo.sft_step(batch)
+        spent += stats["completion_tokens"]
+        log.append({"step": len(log) + 1, "loss": stats["loss"], "tokens": spent, "grad_norm": stats["grad_norm"]})
+    return log
