@@ -52,14 +52,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _train(args) -> int:
+def _notebook_params(notebook: str, args):
+    """A notebook's parameters under --profile (env overrides applied), or None after saying why not."""
     from azlib.config import NOTEBOOKS_DIR, resolve
-    from azlib.training import trainer_from_params, training_problems
 
     try:
-        params, _ = resolve(NOTEBOOKS_DIR / "04_gsm8k_run.ipynb", args.profile, args.out.resolve())
+        return resolve(NOTEBOOKS_DIR / f"{notebook}.ipynb", args.profile, args.out.resolve())[0]
     except ParamsError as err:
         print(f"azlib: {err}", file=sys.stderr)
+        return None
+
+
+def _train(args) -> int:
+    from azlib.training import trainer_from_params, training_problems
+
+    if (params := _notebook_params("04_gsm8k_run", args)) is None:
         return 2
     problems, note = training_problems(params)
     if note:
@@ -75,14 +82,10 @@ def _referee(args) -> int:
 
     import torch
 
-    from azlib.config import NOTEBOOKS_DIR, resolve
     from azlib.referee import init_from_env, load_corpus
     from azlib.referee.train import arms_from_params, world
 
-    try:
-        params, _ = resolve(NOTEBOOKS_DIR / "07_referee_rl.ipynb", args.profile, args.out.resolve())
-    except ParamsError as err:
-        print(f"azlib: {err}", file=sys.stderr)
+    if (params := _notebook_params("07_referee_rl", args)) is None:
         return 2
     init_from_env()
     corpus, note = load_corpus(params.gsm8k, params.max_chars or None)

@@ -37,6 +37,15 @@ def _existing_data_source(value: str) -> str:
     return value
 
 
+def _arithmetic_steps(value: list[int]) -> list[int]:
+    if not value or not set(value) <= {1, 2}:
+        raise ValueError("arithmetic problems have 1 or 2 steps")
+    return value
+
+
+# Step counts of the easy arithmetic task's problems: a non-empty list within 1..2.
+ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
+
 # A dataset parameter: "auto" (local copy if present, else the hub, else skipped with a note),
 # "hub", or a folder (relative to the repo root) that must exist.
 DataSource = Annotated[str, AfterValidator(_existing_data_source)]
@@ -95,7 +104,18 @@ class StudentParams(NotebookParams):
     device: Literal["cpu", "cuda"]
 
 
-class MctsTreeParams(StudentParams):
+class SearchParams(NotebookParams):
+    """The text search's budget and shape, in every notebook that searches (02, 03, 04, 05)."""
+
+    num_mcts_iterations: int = Field(ge=1, description="simulations (leaf evaluations) per search")
+    max_tree_depth: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, description="tokens one search (of a step's problems) may generate in all")
+    student_samples: int = Field(ge=1, description="student rollouts or chunks per expansion")
+    chunk_tokens: int = Field(ge=1)
+    leaves_per_step: int = Field(ge=1, description="leaves expanded together, in one generate call")
+
+
+class MctsTreeParams(StudentParams, SearchParams):
     """Notebook 02: one search on tic-tac-toe and on text, drawn as trees (see azlib.mcts)."""
 
     ttt_position: str = Field(pattern=r"^[XO.]{9}$", description="board, row by row, '.' for empty")
@@ -107,18 +127,12 @@ class MctsTreeParams(StudentParams):
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     problem_index: int = Field(ge=0)
-    num_mcts_iterations: int = Field(ge=1, description="leaf evaluations of the text search")
-    max_tree_depth: int = Field(ge=1)
-    max_tokens: int = Field(ge=1, description="tokens the text search may generate in all")
     rule: Literal["puct", "uct"]
     exploration: float = Field(gt=0, description="c of PUCT/UCT")
-    student_samples: int = Field(ge=1, description="student chunks per expansion")
-    chunk_tokens: int = Field(ge=1)
     use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
-    leaves_per_step: int = Field(ge=1, description="leaves expanded together, in one generate call")
 
 
-class TeacherEnsembleParams(StudentParams):
+class TeacherEnsembleParams(StudentParams, SearchParams):
     """Notebook 03: the teacher ensemble proposing right and wrong chunks (see azlib.teachers)."""
 
     task: Literal["arithmetic", "gsm8k"]
@@ -130,17 +144,24 @@ class TeacherEnsembleParams(StudentParams):
     failing_teacher: bool = Field(description="add a teacher whose server is down, to show fault tolerance")
     teachers_per_node: int = Field(ge=1, description="teachers asked per expanded node, drawn by weight")
     teacher_samples: int = Field(ge=1, description="right and as many wrong chunks per asked teacher")
-    student_samples: int = Field(ge=1)
-    chunk_tokens: int = Field(ge=1)
-    num_mcts_iterations: int = Field(ge=1)
-    max_tree_depth: int = Field(ge=1)
-    max_tokens: int = Field(ge=1, description="tokens a search may generate in all")
-    leaves_per_step: int = Field(ge=1)
     ema_rate: float = Field(gt=0, le=1, description="step of each teacher's moving average of backed-up value")
     use_checker: bool = Field(description="ask the student model whether undecided leaves are complete")
 
 
-class TrainingParams(StudentParams):
+class UpdateParams(NotebookParams):
+    """A LoRA policy's GRPO update (azlib.grpo), in the notebooks that train one (04, 05 and 06's teacher)."""
+
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"]
+    beta: float = Field(ge=0, description="weight of the k3 KL to the reference (published RLT 0.04)")
+    learning_rate: float = Field(gt=0)
+    warmup_steps: int = Field(ge=0, description="linear learning-rate warmup, in optimiser steps")
+    micro_batch_size: int = Field(ge=1)
+    lora_r: int = Field(ge=1)
+    lora_alpha: int = Field(ge=1)
+    gradient_checkpointing: bool
+
+
+class TrainingParams(StudentParams, SearchParams, UpdateParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student."""
 
     generation: Literal["hf", "vllm"] = Field(
@@ -149,7 +170,7 @@ class TrainingParams(StudentParams):
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     num_train_problems: int = Field(ge=1, description="training problems (cycled through)")
-    arithmetic_steps: list[int] = Field(min_length=1, description="step counts of the arithmetic task, within 1..2")
+    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..2")
     teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"]
     teachers_per_node: int = Field(ge=1)
     groups: Literal["answers", "paths", "siblings", "visits", "sampling"] = Field(
@@ -164,36 +185,15 @@ class TrainingParams(StudentParams):
     problems_per_step: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1, description="steps between checkpoints")
     resume: bool = Field(description="continue from the latest checkpoint in the run folder")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"]
-    beta: float = Field(ge=0, description="weight of the KL to the reference")
-    learning_rate: float = Field(gt=0)
-    warmup_steps: int = Field(ge=0, description="linear learning-rate warmup, in optimiser steps")
     epsilon_high: float = Field(gt=0, description="upper clip of the ratio (0.2 symmetric; DAPO 0.28)")
     clip_advantages: float = Field(gt=0)
-    micro_batch_size: int = Field(ge=1)
-    lora_r: int = Field(ge=1)
-    lora_alpha: int = Field(ge=1)
     reference: Literal["adapters_off", "snapshot"]
     reference_refresh: int = Field(ge=1, description="steps between reference snapshots")
-    gradient_checkpointing: bool
     use_unsloth: bool
     optimizer: Literal["adamw", "adamw_8bit"]
-    num_mcts_iterations: int = Field(ge=1)
-    max_tree_depth: int = Field(ge=1)
-    max_tokens: int = Field(ge=1, description="tokens one search step may generate in all")
-    chunk_tokens: int = Field(ge=1)
-    student_samples: int = Field(ge=1)
-    leaves_per_step: int = Field(ge=1)
     temperature: float = Field(gt=0, description="sampling temperature of search rollouts/chunks and sampled answers")
     group_size: int = Field(ge=2, description="answers per problem when groups = 'sampling'")
     max_new_tokens: int = Field(ge=1, description="answer length: sampled answers and search rollouts")
-
-    @field_validator("arithmetic_steps")
-    @classmethod
-    def _steps(cls, value: list[int]) -> list[int]:
-        if not set(value) <= {1, 2}:
-            raise ValueError("arithmetic problems have 1 or 2 steps")
-        return value
 
 
 class BaseVsTrainedParams(TrainingParams):
@@ -254,14 +254,14 @@ class RefereeRLParams(NotebookParams):
         return self
 
 
-class RLTParams(StudentParams):
+class RLTParams(StudentParams, UpdateParams):
     """Notebook 06: a teacher trained by RL to explain (Cetin et al. 2025), students distilled on it (see azlib.rlt).
     `model` is the student (frozen while the teacher trains; fresh copies are fine-tuned after)."""
 
     teacher_model: str = Field(min_length=1, description="teacher: embedded:..., a hub name or a folder; same tokenizer as model")
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
-    arithmetic_steps: list[int] = Field(min_length=1, description="step counts of the arithmetic task, within 1..2")
+    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..2")
     num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
     teacher_steps: int = Field(ge=1, description="GRPO steps of the teacher")
     problems_per_step: int = Field(ge=1)
@@ -270,27 +270,12 @@ class RLTParams(StudentParams):
     temperature: float = Field(gt=0, description="sampling temperature of the teacher's explanations")
     alpha: float = Field(ge=0, description="weight of the min (r_SS) and max (r_KL) terms (published 0.01)")
     kl_weight: float = Field(ge=0, description="lambda, weight of r_KL in r = r_SS - lambda r_KL (published 3)")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"]
-    beta: float = Field(ge=0, description="teacher's KL to its own base (published 0.04)")
-    learning_rate: float = Field(gt=0, description="teacher's learning rate")
-    warmup_steps: int = Field(ge=0)
-    micro_batch_size: int = Field(ge=1)
-    lora_r: int = Field(ge=1)
-    lora_alpha: int = Field(ge=1)
-    gradient_checkpointing: bool
     sft_problems: int = Field(ge=1, description="training problems explained once by each teacher for the students' SFT")
     sft_epochs: int = Field(ge=1, description="token budget of every student: this many passes over the RLT arm's data")
     sft_batch_size: int = Field(ge=1, description="sequences per SFT step")
     sft_learning_rate: float = Field(gt=0)
     eval_problems: int = Field(ge=1, description="held-out problems every student answers, without a teacher")
     eval_max_new_tokens: int = Field(ge=1)
-
-    @field_validator("arithmetic_steps")
-    @classmethod
-    def _steps(cls, value: list[int]) -> list[int]:
-        if not set(value) <= {1, 2}:
-            raise ValueError("arithmetic problems have 1 or 2 steps")
-        return value
 
 
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {

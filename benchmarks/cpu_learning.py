@@ -10,24 +10,16 @@ Long (about an hour); not part of the tests. Goal: MCTS >= base + 20 points (p <
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from azlib.paths import REPO_ROOT
+from notebook_run import default_out, run_notebook
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"cpu-learning-{time.strftime('%Y%m%d-%H%M%S')}")
+    parser.add_argument("--out", type=Path, default=default_out("cpu-learning"))
     args = parser.parse_args()
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "azlib", "run", "--profile", "cpu", "--only", "05", "--out", str(args.out)],
-                   check=True, cwd=REPO_ROOT)
-    minutes = (time.perf_counter() - start) / 60
-    m = json.loads((args.out / "metrics.json").read_text())["05_base_vs_trained"]
+    m, minutes = run_notebook("05", "05_base_vs_trained", args.out)
     print(f"\nnotebook 05, cpu profile, in {minutes:.1f} min (run folder {args.out})")
     models = ["base", "mcts", *(arm for arm in ("grpo", "rft", "trl") if f"{arm}_tokens" in m)]
     for name in ("heldout", "gsm8k"):

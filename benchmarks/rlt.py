@@ -12,23 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from azlib.paths import REPO_ROOT
+from notebook_run import default_out, run_notebook
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"rlt-{time.strftime('%Y%m%d-%H%M%S')}")
+    parser.add_argument("--out", type=Path, default=default_out("rlt"))
     args = parser.parse_args()
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "azlib", "run", "--profile", "cpu", "--only", "06", "--out", str(args.out)],
-                   check=True, cwd=REPO_ROOT)
-    minutes = (time.perf_counter() - start) / 60
-    m = json.loads((args.out / "metrics.json").read_text())["06_rlt_teachers"]
+    m, minutes = run_notebook("06", "06_rlt_teachers", args.out)
     print(f"\nnotebook 06, cpu profile, in {minutes:.1f} min (goal < 45; run folder {args.out}); "
           f"teacher training {m['teacher_seconds'] / 60:.1f} min")
     print(f"teacher reward, first vs last quarter ({m['teacher_steps']} steps): {m['reward_first_quarter']:.3f} -> "

@@ -38,7 +38,7 @@ def test_lm_eval_protocol_uses_five_shots_and_reports_both_filters(hf, gsm8k_dir
     result = ev.evaluate(hf, test, "lm-eval-5shot", fewshot=train, max_new_tokens=64)
     assert list(result.scores) == ["strict-match", "flexible-extract"]
     assert all("Question:" not in r["output"] for r in result.records), "the stop sequence ends each answer"
-    with pytest.raises(ValueError, match="needs 5 few-shot rows"):
+    with pytest.raises(ValueError, match="needs the train split as its shot pool"):
         ev.evaluate(hf, test, "lm-eval-5shot", fewshot=train[:2])
 
 
