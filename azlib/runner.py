@@ -121,6 +121,16 @@ class _IPCKernelManager(AsyncKernelManager):
         super().__init__(transport="ipc", **kwargs)
 
 
+def run_one(number: str, profile: str, out: Path) -> tuple[dict, float]:
+    """One notebook (by its number) run into `out`: (its metrics, minutes of wall time). The benchmarks
+    that are notebook runs (cpu_learning.py, rlt.py) use it; a failed notebook raises."""
+    start = time.perf_counter()
+    if run(profile, only=[number], out=out):
+        raise RuntimeError(f"notebook {number} failed under profile {profile}; its partial output is in {out}")
+    (stem,) = [nb.stem for nb in list_notebooks([number])]
+    return RunFolder(out).metrics()[stem], (time.perf_counter() - start) / 60
+
+
 def summary(run_dir: RunFolder, status: dict[str, dict]) -> str:
     metrics = run_dir.metrics()
     rows = [("notebook", "status", "seconds", "metrics")]

@@ -10,16 +10,18 @@ Long (about an hour); not part of the tests. Goal: MCTS >= base + 20 points (p <
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
-from notebook_run import default_out, run_notebook
+from azlib.paths import REPO_ROOT
+from azlib.runner import run_one
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=default_out("cpu-learning"))
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"cpu-learning-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
-    m, minutes = run_notebook("05", "05_base_vs_trained", args.out)
+    m, minutes = run_one("05", "cpu", args.out)
     print(f"\nnotebook 05, cpu profile, in {minutes:.1f} min (run folder {args.out})")
     models = ["base", "mcts", *(arm for arm in ("grpo", "rft", "trl") if f"{arm}_tokens" in m)]
     for name in ("heldout", "gsm8k"):

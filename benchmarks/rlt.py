@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
-from notebook_run import default_out, run_notebook
+from azlib.paths import REPO_ROOT
+from azlib.runner import run_one
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=default_out("rlt"))
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"rlt-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
-    m, minutes = run_notebook("06", "06_rlt_teachers", args.out)
+    m, minutes = run_one("06", "cpu", args.out)
     print(f"\nnotebook 06, cpu profile, in {minutes:.1f} min (goal < 45; run folder {args.out}); "
           f"teacher training {m['teacher_seconds'] / 60:.1f} min")
     print(f"teacher reward, first vs last quarter ({m['teacher_steps']} steps): {m['reward_first_quarter']:.3f} -> "
