@@ -29,7 +29,9 @@ def _decode(hf, prompts, **kwargs):
 def test_greedy_tokens_equal_transformers_generate_and_logprobs_equal_score(hf):
     decoded = _decode(hf, CHATS, max_new_tokens=32)
     rows = [hf.encode_prompt(c) for c in CHATS]
-    inputs = hf._left_pad(rows)
+    width, pad = max(map(len, rows)), hf.tokenizer.pad_token_id
+    inputs = {"input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in rows]),
+              "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])}
     reference = hf.model.generate(**inputs, max_new_tokens=32, do_sample=False, top_k=None, top_p=None,
                                   temperature=None, eos_token_id=sorted(hf.eos_ids),
                                   pad_token_id=hf.tokenizer.pad_token_id)[:, inputs["input_ids"].shape[1]:]

@@ -126,12 +126,11 @@ class TokenizerPrompts:
             return self.tokenizer(continuation, add_special_tokens=False)["input_ids"]
         return list(continuation)
 
-    def scoring_rows(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]):
-        """(rows [prompt + continuation token ids], continuations' token ids) for `score`."""
+    def scoring_ids(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]):
+        """(prompts' token ids, continuations' token ids) for `score`."""
         if len(prompts) != len(continuations):
             raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
-        conts = [self.encode_continuation(c) for c in continuations]
-        return [self.encode_prompt(p) + c for p, c in zip(prompts, conts)], conts
+        return [self.encode_prompt(p) for p in prompts], [self.encode_continuation(c) for c in continuations]
 
 
 def without_system_turn(messages: Sequence[Message]) -> list[Message]:

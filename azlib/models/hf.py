@@ -1,5 +1,5 @@
 """The transformers backend: prompts in length-sorted batches through azlib's decode loop, and
-teacher-forced scoring. The CPU default; log-probs come from the decode loop, no second pass."""
+teacher-forced scoring (azlib.models.shared_prompts, as the loss). The CPU default; no second pass."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from azlib.models.generation import (
     Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
 )
 from azlib.models.loading import load_model
+from azlib.models.shared_prompts import completion_logits
 from azlib.prompts import ANSWER_LINE
 
 
@@ -56,14 +57,6 @@ class HFBackend(TokenizerPrompts, Backend):
         for start in range(0, len(order), self.batch_size):
             yield order[start : start + self.batch_size]
 
-    def _left_pad(self, rows: list[list[int]]) -> dict[str, torch.Tensor]:
-        """Pad rows to one width on the left; the mask hides the pads."""
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = [[pad] * (width - len(r)) + r for r in rows]
-        mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
-        return {"input_ids": torch.tensor(ids, device=self.device), "attention_mask": torch.tensor(mask, device=self.device)}
-
     def _stop_check(self, sampling: Sampling):
         """`is_done(new_tokens)` for the decode loop: a stop string in the newest text, or an answer line
         ended by the newest token (checked only when that token writes a newline)."""
@@ -100,19 +93,16 @@ class HFBackend(TokenizerPrompts, Backend):
     @torch.no_grad()
     @one_call_at_a_time
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
-        rows, conts = self.scoring_rows(prompts, continuations)
-        scores: list[list[float]] = [[] for _ in rows]
-        for batch in self._batches(rows):
-            keep = max(len(conts[i]) for i in batch) + 1
-            if keep == 1:
-                continue
-            inputs = self._left_pad([rows[i] for i in batch])
-            # positions from the mask: left padding must not shift the real tokens' positions
-            positions = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-            logits = self.model(**inputs, position_ids=positions, logits_to_keep=keep).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), -1)  # position t predicts token t + 1
-            targets = inputs["input_ids"][:, -(keep - 1) :]
-            chosen = logp.gather(-1, targets[..., None]).squeeze(-1)
-            for j, i in enumerate(batch):
-                scores[i] = chosen[j, chosen.shape[1] - len(conts[i]) :].tolist()
+        prompt_ids, conts = self.scoring_ids(prompts, continuations)
+        scores: list[list[float]] = [[] for _ in conts]
+        scored = [i for i, c in enumerate(conts) if c]  # an empty continuation has nothing to score
+        for batch in self._batches([prompt_ids[i] + conts[i] for i in scored]):
+            rows = [scored[j] for j in batch]
+            # the log-prob computation the training loss uses: a prompt shared by several rows runs once
+            logits, targets, _ = completion_logits(self.model, [prompt_ids[i] for i in rows], [conts[i] for i in rows],
+                                                   self.tokenizer.pad_token_id, self.device)
+            logits = logits.float()
+            chosen = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
+            for j, i in enumerate(rows):
+                scores[i] = chosen[j, : len(conts[i])].tolist()
         return scores

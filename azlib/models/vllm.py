@@ -95,7 +95,8 @@ class VLLMBackend(TokenizerPrompts, Backend):
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
         from vllm import SamplingParams
 
-        rows, conts = self.scoring_rows(prompts, continuations)
+        prompt_ids, conts = self.scoring_ids(prompts, continuations)
+        rows = [p + c for p, c in zip(prompt_ids, conts)]
         outs = self._run(rows, SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0))
         scores = []
         for out, row, cont in zip(outs, rows, conts):
