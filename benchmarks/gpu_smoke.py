@@ -87,7 +87,7 @@ def main() -> None:
     from azlib.mcts.envs.text import TextSearchSettings
     from azlib.mcts.search import SearchConfig
     from azlib.models.student import LoraSettings, Student
-    from azlib.training import Trainer, TrainSettings
+    from azlib.training import Trainer, TrainingConfig, TrainSettings
 
     report = Report(args.device)
     work = Path(tempfile.mkdtemp(prefix="azlib-gpu-smoke-"))
@@ -114,19 +114,20 @@ def main() -> None:
     report.data["phases"]["decode"]["tokens_per_second"] = round(tokens / report.data["phases"]["decode"]["seconds"], 1)
 
     problems = arithmetic_problems(16, seed=0, steps=(1,))
-    settings = dict(settings=TrainSettings(steps=2, problems_per_step=2, checkpoint_every=1, max_new_tokens=48),
-                    grpo=GRPOSettings(optimizer="adamw_8bit", micro_batch_size=8, max_completion_length=48),
-                    search_config=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=4000,
-                                               skip_solved=True, q_transform="min_max"),
-                    text=TextSearchSettings(student_samples=2, max_answer_tokens=48, temperature=1.0))
+    settings = TrainingConfig(train=TrainSettings(steps=2, problems_per_step=2, checkpoint_every=1, max_new_tokens=48,
+                                                  temperature=1.0),
+                              grpo=GRPOSettings(optimizer="adamw_8bit", micro_batch_size=8),
+                              search=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=4000,
+                                                  skip_solved=True, q_transform="min_max"),
+                              text=TextSearchSettings(student_samples=2))
     with report.phase("train_2_steps") as entry:
-        trainer = Trainer(first, problems, work / "run", **settings)
+        trainer = Trainer(first, problems, work / "run", settings)
         log = trainer.run(progress=False)
         entry |= {"optimizer": type(trainer.grpo.optimizer).__name__, "steps": len(log),
                   "loss": [round(r.get("loss", 0.0), 5) for r in log]}
     with report.phase("resume") as entry:
         del trainer, first
-        again = Trainer(student(), problems, work / "run", **settings)
+        again = Trainer(student(), problems, work / "run", settings)
         again.restore_latest()
         entry |= {"resumed_at_step": again.step, "optimizer_state_restored": bool(again.grpo.optimizer.state)}
         assert again.step == 2 and again.grpo.updates == 2, "resume did not restore the step"

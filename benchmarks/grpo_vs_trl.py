@@ -25,7 +25,7 @@ def run_azlib(args) -> dict:
 
     from azlib.data import arithmetic_problems
     from azlib.grpo import GRPO, GRPOSettings
-    from azlib.groups import sampled_groups, to_examples
+    from azlib.groups import sampled_groups
     from azlib.models.student import LoraSettings, Student
 
     torch.manual_seed(0)
@@ -39,7 +39,7 @@ def run_azlib(args) -> dict:
         indices = list(range(step * args.prompts, (step + 1) * args.prompts))
         completions, _ = sampled_groups(student.backend, rows, indices, args.group_size, max_new_tokens=args.tokens,
                                         temperature=args.temperature, seed=step)
-        trainer.step(to_examples(completions, student.backend))
+        trainer.step(completions)
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}
 

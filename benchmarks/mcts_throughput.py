@@ -55,7 +55,7 @@ def main() -> None:
     start = time.perf_counter()
     results = search(env, [env.root(i) for i in range(len(rows))], config, random.Random(0))
     wall = time.perf_counter() - start
-    tokens = results[0].tokens
+    tokens = sum(r.tokens for r in results)
     search_rate = tokens / wall
 
     # The same shape of work without a tree: one batched call per step, as many calls and samples.

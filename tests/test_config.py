@@ -8,6 +8,9 @@ from pydantic import TypeAdapter
 
 from azlib import config
 from azlib.config import ParamsError
+from azlib.mcts import SearchConfig
+from azlib.mcts.envs.text import TextSearchSettings
+from azlib.training import TrainingConfig, TrainSettings
 
 NB01 = config.NOTEBOOKS_DIR / "01_toy_bandit_grpo.ipynb"
 
@@ -78,10 +81,58 @@ def test_data_source_must_exist(gsm8k_dir):
 def test_env_overrides_apply_only_to_known_params(monkeypatch):
     monkeypatch.setenv("MAX_TREE_DEPTH", "7")
     monkeypatch.setenv("MAX_TOKENS", "64")
-    assert config.env_overrides({"max_tree_depth", "seed"}) == {"max_tree_depth": 7}
+    assert config.env_overrides({"search", "seed"}) == {"search.max_depth": 7, "search.max_tokens": 64}
+    assert config.env_overrides({"seed"}) == {}
     monkeypatch.setenv("MAX_TREE_DEPTH", "deep")
     with pytest.raises(ParamsError, match="MAX_TREE_DEPTH='deep' is not an integer"):
-        config.env_overrides({"max_tree_depth"})
+        config.env_overrides({"search"})
+
+
+def test_a_profile_or_env_var_changes_one_field_of_a_section(tmp_path, monkeypatch):
+    """Sections merge field by field: notebook cell < profile < env; the result is the library's own type."""
+    nb = config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"
+    cell = config.notebook_defaults(nb)["search"]
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / "04_gsm8k_run.yaml").write_text("search: {num_simulations: 7}\ngrpo: {epsilon_low: 0.1}\n")
+    monkeypatch.setattr(config, "PARAMS_DIR", tmp_path)
+    monkeypatch.setenv("MAX_TREE_DEPTH", "5")
+    params, overrides = config.resolve(nb, "smoke", tmp_path / "run")
+    assert isinstance(params.search, SearchConfig) and overrides == {"search.max_depth": 5}
+    assert (params.search.num_simulations, params.search.max_depth) == (7, 5)
+    assert params.search.max_tokens == cell["max_tokens"] and params.search.q_transform == cell["q_transform"]
+    assert params.grpo.epsilon_low == 0.1, "a GRPOSettings field the seed's params could not reach"
+    assert params.model_dump()["search"]["max_depth"] == 5, "config.json and papermill get plain dicts"
+
+
+def test_a_training_run_samples_and_scores_one_way():
+    """TrainingConfig writes the train section's temperature, reward and answer length into the search and
+    the update: GRPO's log-probs are those of the distribution the answers were sampled from."""
+    c = TrainingConfig(train=TrainSettings(temperature=0.3, reward="original", max_new_tokens=40),
+                       text=TextSearchSettings(temperature=0.9, top_p=0.5))
+    assert (c.text.temperature, c.text.top_p, c.text.reward, c.text.max_answer_tokens) == (0.3, 1.0, "original", 40)
+    assert (c.grpo.temperature, c.grpo.max_completion_length) == (0.3, 40)
+    chunked = TrainingConfig(text=TextSearchSettings(expansion="chunk", chunk_tokens=10), search=SearchConfig(max_depth=6))
+    assert chunked.text.max_answer_tokens == 60 and chunked.grpo.max_completion_length == 128, "depth x chunk"
+
+
+@pytest.mark.parametrize(
+    "section, value, message",
+    [
+        ("search", {"num_simulation": 3}, "search: Value error, unknown field(s) ['num_simulation'] of SearchConfig"),
+        ("search", {"num_simulations": "3"}, "search: Value error, num_simulations: Input should be a valid integer"),
+        ("search", {"num_simulations": 0}, "num_simulations, max_depth and leaves_per_step must be >= 1"),
+        ("search", {"c": float("nan")}, "search: Value error, c: must be finite"),
+        ("grpo", {"temperature": 0.5}, "unknown field(s) ['temperature'] of GRPOSettings"),
+        ("train", {"groups": "trees"}, "groups: Input should be 'answers', 'paths'"),
+        ("train", {"steps": 0}, "steps, problems_per_step, checkpoint_every and group_size must be >= 1"),
+        ("lora", 16, "expected a dict of LoraSettings fields, got int"),
+    ],
+)
+def test_bad_section_fields_are_named(section, value, message):
+    values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"), "output_dir": "x"}
+    with pytest.raises(ParamsError) as err:
+        config.validate("04_gsm8k_run", {**values, section: value})
+    assert message in str(err.value)
 
 
 def test_from_namespace_validates_a_notebooks_globals():

@@ -18,7 +18,7 @@ def write_notebook(path, params_source, body_source):
 
 
 class BudgetParams(config.NotebookParams):
-    max_tokens: int
+    search: config.Search
 
 
 @pytest.fixture
@@ -28,15 +28,15 @@ def fake_kit(tmp_path, monkeypatch):
     notebooks.mkdir()
     (params / "smoke").mkdir(parents=True)
     record = ("from azlib.runs import RunFolder\n"
-              "RunFolder(output_dir).record_metrics({name!r}, {{'max_tokens': max_tokens}})\n")
-    write_notebook(notebooks / "01_ok.ipynb", "seed = 0\nmax_tokens = 16\noutput_dir = 'x'",
+              "RunFolder(output_dir).record_metrics({name!r}, {{'max_tokens': search['max_tokens']}})\n")
+    write_notebook(notebooks / "01_ok.ipynb", "seed = 0\nsearch = {'max_tokens': 16}\noutput_dir = 'x'",
                    record.format(name="01_ok"))
-    write_notebook(notebooks / "02_broken.ipynb", "seed = 0\nmax_tokens = 16\noutput_dir = 'x'",
+    write_notebook(notebooks / "02_broken.ipynb", "seed = 0\nsearch = {'max_tokens': 16}\noutput_dir = 'x'",
                    record.format(name="02_broken") + "raise RuntimeError('boom')")
-    write_notebook(notebooks / "03_never.ipynb", "seed = 0\nmax_tokens = 16\noutput_dir = 'x'",
+    write_notebook(notebooks / "03_never.ipynb", "seed = 0\nsearch = {'max_tokens': 16}\noutput_dir = 'x'",
                    record.format(name="03_never"))
     for stem in ("01_ok", "02_broken", "03_never"):
-        (params / "smoke" / f"{stem}.yaml").write_text("max_tokens: 32\n")
+        (params / "smoke" / f"{stem}.yaml").write_text("search: {max_tokens: 32}\n")
         monkeypatch.setitem(config.NOTEBOOK_PARAMS, stem, BudgetParams)
     monkeypatch.setattr(config, "NOTEBOOKS_DIR", notebooks)
     monkeypatch.setattr(config, "PARAMS_DIR", params)
@@ -53,8 +53,8 @@ def test_a_failing_notebook_stops_the_run_and_keeps_its_partial_output(fake_kit,
     assert cfg["status"]["01_ok"]["status"] == "ok"
     assert cfg["status"]["02_broken"]["status"] == "failed: RuntimeError: boom"
     assert "03_never" not in cfg["status"] and not (out / "03_never.ipynb").exists()
-    assert cfg["env_overrides"]["01_ok"] == {"max_tokens": 48}
-    assert cfg["notebooks"]["01_ok"]["max_tokens"] == 48, "env var beats the profile"
+    assert cfg["env_overrides"]["01_ok"] == {"search.max_tokens": 48}
+    assert cfg["notebooks"]["01_ok"]["search"]["max_tokens"] == 48, "env var beats the profile"
     assert cfg["versions"]["torch"].startswith("2.") and cfg["git_commit"]
 
     metrics = json.loads((out / "metrics.json").read_text())
@@ -65,11 +65,11 @@ def test_a_failing_notebook_stops_the_run_and_keeps_its_partial_output(fake_kit,
 
 
 def test_invalid_params_stop_everything_before_execution(fake_kit, capsys):
-    (config.PARAMS_DIR / "smoke" / "03_never.yaml").write_text("max_tokens: '32'\n")
+    (config.PARAMS_DIR / "smoke" / "03_never.yaml").write_text("search: {max_tokens: '32'}\n")
     out = fake_kit / "run"
     assert main(["run", "--profile", "smoke", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "notebook 03_never: invalid parameters" in err and "max_tokens: Input should be a valid integer" in err
+    assert "notebook 03_never: invalid parameters" in err and "search: Value error, max_tokens: Input should be a valid integer" in err
     assert not list(out.glob("*.ipynb")), "nothing may run when any notebook's params are bad"
 
 

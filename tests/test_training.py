@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,12 +16,12 @@ import torch
 from azlib import config
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
-from azlib.groups import sampled_groups, to_examples, tree_groups
+from azlib.groups import sampled_groups, tree_groups
 from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import ModelLoadError
 from azlib.models.student import LoraSettings, Student
-from azlib.training import CheckpointError, Trainer, TrainSettings, trainer_from_params
+from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
 
@@ -69,10 +70,10 @@ def student():
 
 def small_trainer(student, folder, **settings):
     rows = arithmetic_problems(4, seed=0, steps=(1,))
-    return Trainer(student, rows, folder, settings=TrainSettings(problems_per_step=2, **settings),
-                   grpo=GRPOSettings(micro_batch_size=4),
-                   search_config=SearchConfig(num_simulations=3, max_depth=2, skip_solved=True),
-                   text=TextSearchSettings(student_samples=2, chunk_tokens=6, max_answer_tokens=12))
+    return Trainer(student, rows, folder, TrainingConfig(
+        train=TrainSettings(**{"problems_per_step": 2, "max_new_tokens": 12, **settings}),
+        grpo=GRPOSettings(micro_batch_size=4), search=SearchConfig(num_simulations=3, max_depth=2, skip_solved=True),
+        text=TextSearchSettings(student_samples=2, chunk_tokens=6)))
 
 
 def test_groups_from_trees_and_from_samples(student):
@@ -94,8 +95,9 @@ def test_groups_from_trees_and_from_samples(student):
                 assert sum(c.reward for c in members) == pytest.approx(1.0)
     sampled, tokens = sampled_groups(student.backend, rows, [0, 1], 3, max_new_tokens=12, temperature=1.0, seed=0)
     assert len(sampled) == 6 and [c.group for c in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
-    examples = to_examples(sampled, student.backend)
-    assert all(len(e.completion_ids) <= 12 and e.prompt_ids for e in examples)
+    assert all(len(c.completion_ids) <= 12 + c.eos and c.prompt_ids for c in sampled), "token ids from creation"
+    assert all(c.completion_ids == student.backend.encode_continuation(c.text) + [student.tokenizer.eos_token_id] * c.eos
+               for c in sampled), "the ids are the text's, through the student's template, EOS after a finished one"
 
 
 def test_finished_answers_reach_the_groups_under_the_trainings_own_search(student):
@@ -104,19 +106,16 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
     correct one) reached a GRPO group. Under the training's own config they must."""
     params = config.validate("04_gsm8k_run", {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"),
                                               **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": "x"})
-    trainer = trainer_from_params(params.model_copy(update={"expansion": "chunk", "reward": "original",
-                                                           "num_mcts_iterations": 8, "max_tree_depth": 4}),
-                                  "/nonexistent", arithmetic_problems(2, seed=3, steps=(1,)))
-    trainer = Trainer(student, trainer.problems, "/nonexistent", search_config=trainer.search_config,
-                      text=TextSearchSettings(expansion="chunk", reward="original", student_samples=3, chunk_tokens=40,
-                                              max_answer_tokens=120))
-    results = search(trainer.env, [trainer.env.root(i) for i in range(2)], trainer.search_config, random.Random(0))
+    training = TrainingConfig(train=replace(params.train, reward="original"),
+                              search=replace(params.search, num_simulations=8, max_depth=3),
+                              text=replace(params.text, expansion="chunk", student_samples=3, chunk_tokens=40))
+    trainer = Trainer(student, arithmetic_problems(2, seed=3, steps=(1,)), "/nonexistent", training)
+    results = search(trainer.env, [trainer.env.root(i) for i in range(2)], trainer.config.search, random.Random(0))
     finished_leaves = [n for r in results for i in r.tree.leaves() if (n := r.tree.nodes[i]).state["finished"]]
     assert finished_leaves, "a finished child (a terminal beside open siblings) is entered once: a visited leaf"
     paths = tree_groups(results, trainer.env, "paths")
     assert any(c.finished for c in paths), "finished answers are among the paths trained on"
-    examples = to_examples([c for c in paths if c.eos], student.backend)
-    assert all(e.completion_ids[-1] == student.tokenizer.eos_token_id for e in examples), "an EOS-ended answer keeps EOS"
+    assert all(c.completion_ids[-1] == student.tokenizer.eos_token_id for c in paths if c.eos), "an EOS-ended answer keeps EOS"
 
 
 def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
@@ -139,14 +138,16 @@ def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
 
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
     from azlib.grpo import GRPO
-    from azlib.groups import Completion, verified
+    from azlib.groups import completion, verified
 
     rows = arithmetic_problems(1, seed=5, steps=(1,))
-    good = Completion(0, 0, [{"role": "user", "content": rows[0]["prompt"]}], rows[0]["info"]["solution"], 1.0, True,
-                      True, True)
-    bad = Completion(0, 0, good.prompt, "#### 0", 0.0, False, True, True)
+    prompt = [{"role": "user", "content": rows[0]["prompt"]}]
+    ids = student.backend.encode_prompt(prompt)
+    good = completion(student.backend, 0, 0, prompt, ids, rows[0]["info"]["solution"], 1.0, correct=True,
+                      finished=True, eos=True)
+    bad = completion(student.backend, 0, 0, prompt, ids, "#### 0", 0.0, finished=True, eos=True)
     assert verified([good, bad, good]) == [good], "finished, correct, once each"
-    examples = to_examples([good], student.backend)
+    examples = [good]
     before = student.token_logprobs([examples[0].prompt_ids], [examples[0].completion_ids])[0].sum().item()
     saved = [p.detach().clone() for p in student.trainable_parameters()]
     trainer = GRPO(student, GRPOSettings(learning_rate=1e-3, warmup_steps=0))

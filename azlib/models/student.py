@@ -38,6 +38,10 @@ class LoraSettings:
     dropout: float = 0.05
     target_modules: str | tuple[str, ...] = "all-linear"
 
+    def __post_init__(self):
+        if self.r < 1 or self.alpha < 1 or not 0 <= self.dropout < 1:
+            raise ValueError(f"need r >= 1, alpha >= 1 and 0 <= dropout < 1, got {self.r}, {self.alpha}, {self.dropout}")
+
 
 class Student:
     """model: embedded:..., a hub name or a folder. `backend` generates with the current adapters."""

@@ -51,6 +51,12 @@ class RLTSettings:
     max_explanation_tokens: int = 64
     temperature: float = 0.7
 
+    def __post_init__(self):
+        if self.alpha < 0 or self.kl_weight < 0 or self.temperature <= 0:
+            raise ValueError("need alpha >= 0, kl_weight >= 0 and temperature > 0")
+        if self.group_size < 2 or self.problems_per_step < 1 or self.max_explanation_tokens < 1:
+            raise ValueError("need group_size >= 2 (a group), problems_per_step >= 1 and max_explanation_tokens >= 1")
+
 
 @dataclass
 class Explanation:

@@ -45,6 +45,10 @@ class TextSearchSettings:
     def __post_init__(self):
         if self.expansion not in ("rollout", "chunk"):
             raise ValueError(f"expansion must be 'rollout' or 'chunk', got {self.expansion!r}")
+        if min(self.student_samples, self.teacher_samples, self.chunk_tokens, self.max_answer_tokens) < 1:
+            raise ValueError("student_samples, teacher_samples, chunk_tokens and max_answer_tokens must be >= 1")
+        if self.temperature <= 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
 
 
 def word_similarity(a: str, b: str) -> float:
