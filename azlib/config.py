@@ -89,7 +89,8 @@ def section(settings: type, fixed: tuple[str, ...] = ()) -> Any:
 
 
 Search = section(SearchConfig)
-TextSearch = section(TextSearchSettings)
+# Notebooks 02 and 03 end an answer at depth x chunk tokens (so MAX_TREE_DEPTH moves both): not a field to set.
+TextSearch = section(TextSearchSettings, fixed=("max_answer_tokens",))
 Lora = section(LoraSettings, fixed=("target_modules",))
 # In a training run the `train` section's temperature, reward and answer length hold for the whole run
 # (azlib.training.TrainingConfig writes them into the search and the update), so those sections omit them.

@@ -52,8 +52,8 @@ class GRPOSettings:
             raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
         if self.scale_rewards not in ("group", "batch", "none"):
             raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}")
-        if min(self.epsilon_low, self.epsilon_high) < 0 or self.beta < 0 or self.learning_rate <= 0:
-            raise ValueError("epsilon_low, epsilon_high and beta must be >= 0, learning_rate > 0")
+        if min(self.epsilon_low, self.epsilon_high) <= 0 or self.beta < 0 or self.learning_rate <= 0:
+            raise ValueError("epsilon_low and epsilon_high must be > 0, beta >= 0, learning_rate > 0")
         if self.temperature <= 0 or self.warmup_steps < 0:
             raise ValueError(f"need temperature > 0 and warmup_steps >= 0, got {self.temperature}, {self.warmup_steps}")
         if self.micro_batch_size < 1 or self.num_iterations < 1 or self.max_completion_length < 1:

@@ -26,8 +26,10 @@ class PeerRun:
 def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_budget: int) -> PeerRun:
     """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated.
     The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0.
-    `params`: a TrainingParams (model, seed; its lora section, the grpo section's loss, clip range, KL weight and
-    learning rate, the train section's group size, problems per step, temperature and answer length)."""
+    `params`: a TrainingParams (model, seed; its lora section; the grpo section's loss, clip range, KL weight,
+    reward scaling, iterations, learning rate, weight decay and grad-norm clip (TRL has no advantage clip and
+    no equal-group filter, so clip_advantages and drop_equal_groups do not reach it); the train section's
+    group size, problems per step, temperature and answer length)."""
     try:
         from datasets import Dataset
         from peft import LoraConfig
@@ -60,7 +62,8 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     batch = t.group_size * t.problems_per_step
     config = GRPOConfig(output_dir=str(folder), use_cpu=params.device == "cpu", report_to=[], seed=params.seed,
                         loss_type=g.loss_type, beta=g.beta, epsilon=g.epsilon_low, epsilon_high=g.epsilon_high,
-                        learning_rate=g.learning_rate, warmup_steps=g.warmup_steps,
+                        scale_rewards=g.scale_rewards, num_iterations=g.num_iterations, weight_decay=g.weight_decay,
+                        max_grad_norm=g.max_grad_norm, learning_rate=g.learning_rate, warmup_steps=g.warmup_steps,
                         lr_scheduler_type="constant_with_warmup", num_generations=t.group_size,
                         per_device_train_batch_size=batch, gradient_accumulation_steps=1,
                         max_completion_length=t.max_new_tokens, temperature=t.temperature,

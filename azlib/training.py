@@ -64,8 +64,10 @@ class TrainSettings:
         if self.update not in ("grpo", "sft") or self.reward not in REWARD_KINDS:
             raise ValueError(f"update must be 'grpo' or 'sft' and reward one of {REWARD_KINDS}, "
                              f"got {self.update!r}, {self.reward!r}")
-        if self.replay_size < 0 or min(self.steps, self.problems_per_step, self.checkpoint_every, self.group_size) < 1:
-            raise ValueError("steps, problems_per_step, checkpoint_every and group_size must be >= 1, replay_size >= 0")
+        if self.replay_size < 0 or min(self.steps, self.problems_per_step, self.checkpoint_every) < 1:
+            raise ValueError("steps, problems_per_step and checkpoint_every must be >= 1, replay_size >= 0")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (a group of one has no advantage), got {self.group_size}")
         if self.max_new_tokens < 1 or self.reference_refresh < 1 or self.temperature <= 0:
             raise ValueError(f"need max_new_tokens >= 1, reference_refresh >= 1 and temperature > 0, got "
                              f"{self.max_new_tokens}, {self.reference_refresh}, {self.temperature}")
@@ -253,11 +255,15 @@ class Trainer:
         except (OSError, ValueError, RuntimeError, pickle.UnpicklingError) as err:
             raise CheckpointError(f"checkpoint {latest} is damaged ({err}); delete it to resume from the one "
                                   "before") from err
+        try:
+            replay = [Completion(**c) for c in state["replay"]]
+        except TypeError as err:
+            raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its replay buffer has no token "
+                                  f"ids: {err}); resume it with that version or start a new run") from None
         self.student.load_adapter(latest / "adapter")
         self.grpo.optimizer.load_state_dict(optimizer)
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
-        self.grpo.updates = state["updates"]
-        self.replay = [Completion(**c) for c in state["replay"]]
+        self.grpo.updates, self.replay = state["updates"], replay
         if self.teachers is not None:
             for t in self.teachers.teachers:
                 t.stats.score = state["teacher_scores"].get(t.name)

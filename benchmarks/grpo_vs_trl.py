@@ -39,7 +39,7 @@ def run_azlib(args) -> dict:
         indices = list(range(step * args.prompts, (step + 1) * args.prompts))
         completions, _ = sampled_groups(student.backend, rows, indices, args.group_size, max_new_tokens=args.tokens,
                                         temperature=args.temperature, seed=step)
-        trainer.step(completions)
+        trainer.step([c for c in completions if c.text])  # as the Trainer's step
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}
 

@@ -124,7 +124,8 @@ def test_a_training_run_samples_and_scores_one_way():
         ("search", {"c": float("nan")}, "search: Value error, c: must be finite"),
         ("grpo", {"temperature": 0.5}, "unknown field(s) ['temperature'] of GRPOSettings"),
         ("train", {"groups": "trees"}, "groups: Input should be 'answers', 'paths'"),
-        ("train", {"steps": 0}, "steps, problems_per_step, checkpoint_every and group_size must be >= 1"),
+        ("train", {"steps": 0}, "steps, problems_per_step and checkpoint_every must be >= 1"),
+        ("train", {"group_size": 1}, "group_size must be >= 2 (a group of one has no advantage)"),
         ("lora", 16, "expected a dict of LoraSettings fields, got int"),
     ],
 )
