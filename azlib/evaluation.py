@@ -7,6 +7,7 @@ import json
 import math
 import random
 import re
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +52,19 @@ def lm_eval_extract(output: str) -> dict[str, str | None]:
     last = next((g for g in flexible[-1] if g), None) if flexible else None
     return {"strict-match": lm_eval_clean(strict.group(1)) if strict else None,
             "flexible-extract": lm_eval_clean(last) if last else None}
+
+
+def mean_difference(a: Sequence[float], b: Sequence[float], *, paired: bool = False, z: float = 1.96) -> dict:
+    """mean(b) - mean(a) with a normal-approximation 95% interval: Welch's standard error
+    sqrt(var_a / n_a + var_b / n_b), or the paired one sqrt(var(b - a) / n) when paired."""
+    if paired:
+        d = [y - x for x, y in zip(a, b, strict=True)]
+        diff, se = statistics.fmean(d), (statistics.variance(d) / len(d)) ** 0.5 if len(d) > 1 else float("nan")
+    else:
+        diff = statistics.fmean(b) - statistics.fmean(a)
+        se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    return {"mean_a": statistics.fmean(a), "mean_b": statistics.fmean(b), "difference": diff,
+            "ci_low": diff - z * se, "ci_high": diff + z * se, "n_a": len(a), "n_b": len(b)}
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:

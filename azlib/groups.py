@@ -63,8 +63,9 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     backend, sibling_groups = env.student, 0
     for g, result in enumerate(results):
         problem = result.tree.root.state["problem"]
-        prompt = chat_prompt(env.problems[problem]["prompt"])
-        prompt_ids = backend.encode_prompt(prompt)
+        if kind in ("answers", "paths"):
+            prompt = chat_prompt(env.problems[problem]["prompt"])
+            prompt_ids = backend.encode_prompt(prompt)
         if kind == "answers":
             for a in tree_answers(result, env):
                 out.append(completion(backend, g, problem, prompt, prompt_ids, a["text"], a["reward"],

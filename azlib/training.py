@@ -111,7 +111,7 @@ class Trainer:
     def __init__(self, student: Student, problems: Sequence[Row], folder: str | Path,
                  config: TrainingConfig = TrainingConfig(), *, teachers=None, checker=None,
                  weights: RewardWeights = RewardWeights()):
-        self.student, self.problems, self.config, self.settings = student, list(problems), config, config.train
+        self.student, self.problems, self.config = student, list(problems), config
         self.folder = Path(folder)
         self.checkpoints = self.folder / "checkpoints"
         self.log_path = self.folder / "train_log.jsonl"
@@ -125,10 +125,10 @@ class Trainer:
     # -- one step ------------------------------------------------------------------------------------
     def _problems_for_step(self) -> list[int]:
         n = len(self.problems)
-        return [(self.position + k) % n for k in range(self.settings.problems_per_step)]
+        return [(self.position + k) % n for k in range(self.config.train.problems_per_step)]
 
     def train_step(self) -> dict:
-        s, start = self.settings, time.perf_counter()
+        s, start = self.config.train, time.perf_counter()
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         seed = step_seed(s.seed, self.step)
@@ -178,7 +178,7 @@ class Trainer:
                                   "or choose another folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         log = self._read_log(upto=self.step)
-        s = self.settings
+        s = self.config.train
         with tqdm(total=s.steps, initial=self.step, desc=f"GRPO steps ({s.groups})", unit="step",
                   disable=not progress) as bar:
             while self.step < s.steps and (s.token_budget is None or self.tokens < s.token_budget):
@@ -219,9 +219,9 @@ class Trainer:
         staging.mkdir()
         self.student.save_adapter(staging / "adapter")
         torch.save(self.grpo.optimizer.state_dict(), staging / "optimizer.pt")
-        state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.settings.seed,
+        state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.config.train.seed,
                  "updates": self.grpo.updates, "replay": [asdict(c) for c in self.replay],
-                 "settings": asdict(self.settings), "teacher_scores": self._teacher_scores()}
+                 "settings": asdict(self.config.train), "teacher_scores": self._teacher_scores()}
         (staging / "state.json").write_text(json.dumps(state, indent=1))
         for f in staging.rglob("*"):
             if f.is_file():

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from azlib.data.rows import Row
+from azlib.evaluation import mean_difference
 from azlib.prompts import chat_prompt
 from azlib.grpo import GRPO, Example
 from azlib.models.generation import Backend
@@ -125,8 +126,9 @@ class TeacherTrainer:
         flat = [e for group in groups for e in group]
         scores = score(backend, self.student, flat, s)
         eos = [backend.tokenizer.eos_token_id]
-        examples = [Example(backend.encode_prompt(teacher_prompt(e.row["prompt"], e.row["info"]["solution"])),
-                            e.ids + (eos if e.finished else []), float(r), group=i // s.group_size)
+        prompts = [backend.encode_prompt(teacher_prompt(r["prompt"], r["info"]["solution"])) for r in rows]
+        examples = [Example(prompts[i // s.group_size], e.ids + (eos if e.finished else []), float(r),
+                            group=i // s.group_size)
                     for i, (e, r) in enumerate(zip(flat, scores.reward.tolist()))]
         stats = self.grpo.step(examples)
         self.rewards.append(scores.reward.tolist())
@@ -145,21 +147,6 @@ class TeacherTrainer:
             if on_step:
                 on_step(row)
         return self.log
-
-
-def mean_difference(a: Sequence[float], b: Sequence[float], *, paired: bool = False, z: float = 1.96) -> dict:
-    """mean(b) - mean(a) with a normal-approximation 95% interval: Welch's standard error
-    sqrt(var_a / n_a + var_b / n_b), or the paired one sqrt(var(b - a) / n) when paired."""
-    import statistics
-
-    if paired:
-        d = [y - x for x, y in zip(a, b, strict=True)]
-        diff, se = statistics.fmean(d), (statistics.variance(d) / len(d)) ** 0.5 if len(d) > 1 else float("nan")
-    else:
-        diff = statistics.fmean(b) - statistics.fmean(a)
-        se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
-    return {"mean_a": statistics.fmean(a), "mean_b": statistics.fmean(b), "difference": diff,
-            "ci_low": diff - z * se, "ci_high": diff + z * se, "n_a": len(a), "n_b": len(b)}
 
 
 def reward_rise(rewards_per_step: Sequence[Sequence[float]]) -> dict:
