@@ -21,6 +21,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
 
 from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
+from azlib.mcts.forking import ForkSettings
 from azlib.mcts.search import SearchConfig
 from azlib.models.student import LoraSettings
 from azlib.paths import REPO_ROOT, repo_path
@@ -98,6 +99,7 @@ TrainingTextSearch = section(TextSearchSettings, fixed=("temperature", "top_p", 
 TrainingGRPO = section(GRPOSettings, fixed=("temperature", "max_completion_length"))
 Train = section(TrainSettings, fixed=("seed",))
 RLT = section(RLTSettings)
+Fork = section(ForkSettings)
 
 # Step counts of the easy arithmetic task's problems: a non-empty list within 1..2.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
@@ -220,6 +222,8 @@ class TrainingParams(StudentParams, SearchParams):
     resume: bool = Field(description="continue from the latest checkpoint in the run folder")
     text: TrainingTextSearch = Field(description="TextSearchSettings fields but temperature, top_p, reward and "
                                                  "max_answer_tokens (the train section's)")
+    fork: Fork = Field(description="azlib.mcts.forking.ForkSettings fields: the forking tree of train.groups "
+                                   "'forked' and 'treerl' (rounds, points, branches, where)")
     grpo: TrainingGRPO = Field(description="azlib.grpo.GRPOSettings fields but temperature and max_completion_length")
     lora: Lora = Field(description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
     train: Train = Field(description="azlib.training.TrainSettings fields: signal, update, steps, sampling")

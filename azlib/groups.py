@@ -11,6 +11,11 @@ it carries its token ids and its group from creation, so GRPO trains on it as it
   backed-up value Q; the prompt is the question plus the node's partial answer.
 - "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.
 - "sampling": G plain samples per problem, no tree: the GRPO baseline.
+- "forked": the G samples, then continuations forked from them (azlib.mcts.forking, TreeRL's EPTree):
+  every answer of a problem's forking tree in one group, scored by the reward.
+- "treerl": the same answers, each token with TreeRL's advantage from the tree's node values (the mean
+  reward of the answers under a node): global (V(s) - V(root)) plus local (V(s) - V(parent)), so a
+  wrong branch off a good prefix is blamed for its own tokens, not for the prefix.
 With update "sft" (expert iteration) only the verified completions (finished and correct) are kept
 and imitated: with tree groups that is distillation of the search's best answers (ReST-MCTS style),
 with "sampling" it is rejection-sampling fine-tuning.
@@ -25,12 +30,13 @@ from azlib.data.rows import Row
 from azlib.prompts import chat_prompt, continuation_prompt
 from azlib.grpo import Example
 from azlib.mcts.envs.text import TextEnv, trajectories, tree_answers
+from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
 from azlib.models.generation import Backend, Prompt
-from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
+from azlib.rewards import RewardKind, RewardWeights
 
-GROUP_KINDS = ("answers", "paths", "siblings", "visits", "sampling")
-GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling"]
+GROUP_KINDS = ("answers", "paths", "siblings", "visits", "sampling", "forked", "treerl")
+GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling", "forked", "treerl"]
 
 
 @dataclass(frozen=True)
@@ -95,33 +101,51 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     return out
 
 
+def answer_completion(backend, group: int, tree: ForkTree, answer: Answer,
+                      advantages: Sequence[float] = ()) -> Completion:
+    """A sampled answer as training reads it: its sampled ids (no decode and re-encode), an EOS id after a
+    finished one that did not end with it, so the student also learns where to stop."""
+    ids = list(answer.token_ids)
+    eos = answer.finished and not (ids and ids[-1] in getattr(backend, "eos_ids", {backend.tokenizer.eos_token_id}))
+    ids += [backend.tokenizer.eos_token_id] if eos else []
+    per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
+    return Completion(tree.prompt_ids, ids, answer.reward, group, tree.problem, tree.prompt, answer.text,
+                      answer.correct, answer.finished, answer.finished, answer.parts, advantages=per_token)
+
+
+def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "treerl"] = "answers") -> list[Completion]:
+    """One group per problem: every answer of its forking tree. "treerl" also gives each answer token its
+    TreeRL advantage (global + local, from the tree's node values), which GRPO then uses as it is."""
+    out = []
+    for g, tree in enumerate(trees):
+        per_token = tree_advantages(tree) if kind == "treerl" else {}
+        out += [answer_completion(backend, g, tree, tree.nodes[leaf].answer, per_token.get(leaf, ()))
+                for leaf in tree.leaves()]
+    return out
+
+
 def sampled_groups(backend: Backend, problems: Sequence[Row], indices: Sequence[int], group_size: int, *,
                    max_new_tokens: int, temperature: float, seed: int, reward: RewardKind = "correctness",
                    weights: RewardWeights = RewardWeights()) -> tuple[list[Completion], int]:
-    """G samples per problem, each scored as a whole answer; returns the completions and the tokens generated."""
-    samples = backend.generate([chat_prompt(problems[i]["prompt"]) for i in indices], n=group_size,
-                               max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed,
-                               stop_at_answer=True)
-    out, tokens = [], 0
-    for g, (i, answers) in enumerate(zip(indices, samples)):
-        prompt = chat_prompt(problems[i]["prompt"])
-        prompt_ids = backend.encode_prompt(prompt)
-        for s in answers:
-            tokens += s.completion_tokens
-            text, finished = complete_answer(s.text, s.finish_reason == "stop")
-            r = answer_reward(text, problems[i]["answer"], finished=finished, kind=reward, weights=weights,
-                              step_pres=[perplexity_reward(s.logprobs)])
-            parts = {k: v for k, v in r.as_dict().items() if k != "total"}
-            out.append(completion(backend, g, i, prompt, prompt_ids, text, r.total,
-                                  correct=finished and r.hre == 1.0, finished=finished, eos=finished, parts=parts))
-    return out, tokens
+    """G plain samples per problem (a forking tree with no forks), each scored as a whole answer; returns
+    the completions and the tokens generated."""
+    trees = ForkingSearch(backend, problems, ForkSettings(rounds=0), max_new_tokens=max_new_tokens,
+                          temperature=temperature, reward=reward, weights=weights).grow(indices, group_size, seed)
+    return forked_groups(trees, backend), sum(t.tokens for t in trees)
+
+
+def distinct_solution(text: str) -> str:
+    """An answer's text as deduplication compares it: lower case, runs of white space as one space."""
+    return " ".join(text.lower().split())
 
 
 def verified(completions: Sequence[Completion]) -> list[Completion]:
-    """The finished, correct completions, each text once per problem: what expert iteration imitates."""
+    """The finished, correct completions, each solution once per problem (azlib.groups.distinct_solution):
+    what expert iteration imitates."""
     seen, out = set(), []
     for c in completions:
-        if c.correct and (c.problem, c.text) not in seen:
-            seen.add((c.problem, c.text))
+        key = (c.problem, distinct_solution(c.text))
+        if c.correct and key not in seen:
+            seen.add(key)
             out.append(c)
     return out

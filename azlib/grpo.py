@@ -15,7 +15,7 @@ ratio token loss with a k3 KL to the reference, four aggregations), or imitation
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Sequence
 
 import torch
@@ -96,8 +96,8 @@ class LossParts(NamedTuple):
 
 
 def token_losses(logp, old_logp, ref_logp, advantages, settings: GRPOSettings) -> LossParts:
-    """Per-token loss [B, T] before aggregation; advantages [B]."""
-    a = advantages.unsqueeze(1)
+    """Per-token loss [B, T] before aggregation; advantages [B] (one per sequence) or [B, T] (per token)."""
+    a = advantages if advantages.dim() == 2 else advantages.unsqueeze(1)
     ratio = torch.exp(logp - old_logp)
     if settings.loss_type == "legacy":
         per_token = -a * logp
@@ -131,12 +131,14 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: GRPOSettings
 
 @dataclass(frozen=True)
 class Example:
-    """One completion in a group: token ids, its reward, and the key of its group."""
+    """One completion in a group: token ids, its reward, and the key of its group; `advantages`, one per
+    completion token, when the signal already has them (a tree's; then no group normalisation)."""
 
     prompt_ids: Sequence[int]
     completion_ids: Sequence[int]
     reward: float
     group: int
+    advantages: Sequence[float] = field(default=(), kw_only=True)
 
 
 def completion_mask(completions: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -207,7 +209,14 @@ class GRPO:
         s, model = self.settings, self.student.model
         rewards = torch.tensor([e.reward for e in examples], dtype=torch.float32)
         groups = torch.tensor([e.group for e in examples])
-        advantages = group_advantages(rewards, groups, s.scale_rewards, clip=s.clip_advantages)
+        if all(e.advantages for e in examples):  # the signal's own, per token (a tree's): used as they are
+            per_token = [torch.tensor(e.advantages, dtype=torch.float32) for e in examples]
+            if s.clip_advantages is not None:
+                per_token = [a.clamp(-s.clip_advantages, s.clip_advantages) for a in per_token]
+            advantages = torch.stack([a.mean() for a in per_token])  # for the diagnostics
+        else:
+            per_token = None
+            advantages = group_advantages(rewards, groups, s.scale_rewards, clip=s.clip_advantages)
         equal = equal_reward_groups(rewards, groups)
         device = torch.device(self.student.device)  # rewards are built here; log-probs live with the model
         keep = list(range(len(examples)))
@@ -234,11 +243,12 @@ class GRPO:
                 totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_low": 0.0, "clip_high": 0.0}
                 for idx, (old, ref, mask) in zip(batches, fixed):
                     logp, _, entropy = self._logprobs(examples, idx, entropy=True)
-                    a = advantages[idx].to(device)
+                    a = (advantages[idx] if per_token is None else
+                         torch.nn.utils.rnn.pad_sequence([per_token[i] for i in idx], batch_first=True)).to(device)
                     parts = token_losses(logp, logp.detach() if old is None else old, ref, a, s)
                     loss = aggregate(parts.loss, mask, s, batch_sequences=len(keep), batch_tokens=batch_tokens)
                     loss.backward()
-                    a = a.unsqueeze(1)
+                    a = a if a.dim() == 2 else a.unsqueeze(1)
                     totals["loss"] += loss.item()
                     totals["kl"] += (parts.kl * mask).sum().item()
                     totals["entropy"] += (entropy.detach() * mask).sum().item()

@@ -24,13 +24,15 @@ from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
 from azlib.grpo import GRPO, GRPOSettings
-from azlib.groups import GROUP_KINDS, Completion, GroupKind, sampled_groups, tree_groups, verified
+from azlib.groups import GROUP_KINDS, Completion, GroupKind, forked_groups, tree_groups, verified
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
+from azlib.mcts.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchConfig, search
 from azlib.models.student import LoraSettings, Student
 from azlib.rewards import REWARD_KINDS, RewardKind, RewardWeights
 
 CHECKPOINT_PREFIX = "step-"
+FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.mcts.forking, not by the MCTS search
 KEEP_CHECKPOINTS = 2
 
 
@@ -84,6 +86,7 @@ class TrainingConfig:
     train: TrainSettings = TrainSettings()
     search: SearchConfig = SearchConfig(skip_solved=True, q_transform="min_max")
     text: TextSearchSettings = TextSearchSettings()
+    fork: ForkSettings = ForkSettings()  # groups "forked" and "treerl" ("sampling": the same with no forks)
     grpo: GRPOSettings = GRPOSettings()
     lora: LoraSettings = LoraSettings()
 
@@ -119,6 +122,11 @@ class Trainer:
         self.teachers, self.weights = teachers, weights
         self.env = TextEnv(student.backend, self.problems, config.text, teachers=teachers, weights=weights,
                            checker=checker)
+        t = config.train
+        self.forking = ForkingSearch(student.backend, self.problems,
+                                     replace(config.fork, rounds=0) if t.groups == "sampling" else config.fork,
+                                     max_new_tokens=t.max_new_tokens, temperature=t.temperature, reward=t.reward,
+                                     weights=weights)
         self.step, self.position, self.tokens = 0, 0, 0
         self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
 
@@ -133,11 +141,10 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats()
         seed = step_seed(s.seed, self.step)
         indices = self._problems_for_step()
-        if s.groups == "sampling":
-            completions, tokens = sampled_groups(self.student.backend, self.problems, indices, s.group_size,
-                                                 max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                                                 seed=seed, reward=s.reward, weights=self.weights)
-            answers_correct = [c.correct for c in completions]
+        if s.groups in FORKED_GROUPS:
+            trees = self.forking.grow(indices, s.group_size, seed)
+            completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
+            tokens, answers_correct = sum(t.tokens for t in trees), [c.correct for c in completions]
         else:
             results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
             completions, tokens = tree_groups(results, self.env, s.groups), sum(r.tokens for r in results)
@@ -155,12 +162,12 @@ class Trainer:
         self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
             self.student.refresh_reference()
-        whole = completions if s.groups in ("answers", "paths", "sampling") else []  # sibling steps are not answers
+        whole = completions if s.groups not in ("siblings", "visits") else []  # sibling steps are not answers
         record = {"step": self.step, "position": self.position, "completions": len(completions),
                   "answer_accuracy": sum(answers_correct) / max(len(answers_correct), 1),
                   "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),
                   "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
-                  "verified": len(good), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
+                  "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
         if torch.cuda.is_available():
@@ -283,7 +290,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
     config = TrainingConfig(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
-                            text=params.text, grpo=params.grpo, lora=params.lora)
+                            text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
     torch.manual_seed(params.seed)  # the LoRA initialisation
     student = Student(params.model, lora=config.lora, reference=params.reference, dtype=params.dtype,
                       device=params.device, gradient_checkpointing=params.gradient_checkpointing,

@@ -21,6 +21,7 @@ from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import ModelLoadError
 from azlib.models.student import LoraSettings, Student
+from azlib.prompts import chat_prompt
 from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
@@ -96,8 +97,13 @@ def test_groups_from_trees_and_from_samples(student):
     sampled, tokens = sampled_groups(student.backend, rows, [0, 1], 3, max_new_tokens=12, temperature=1.0, seed=0)
     assert len(sampled) == 6 and [c.group for c in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
     assert all(len(c.completion_ids) <= 12 + c.eos and c.prompt_ids for c in sampled), "token ids from creation"
-    assert all(c.completion_ids == student.backend.encode_continuation(c.text) + [student.tokenizer.eos_token_id] * c.eos
-               for c in sampled), "the ids are the text's, through the student's template, EOS after a finished one"
+    direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=3, max_new_tokens=12,
+                                      temperature=1.0, seed=0, stop_at_answer=True)
+    eos = student.backend.eos_ids
+    assert [c.completion_ids for c in sampled] == [
+        list(s.token_ids) + [student.tokenizer.eos_token_id] * (c.finished and not (s.token_ids and s.token_ids[-1] in eos))
+        for c, s in zip(sampled, [s for group in direct for s in group])], \
+        "the ids trained are the ids sampled (no decode and re-encode), EOS after a finished answer"
 
 
 def test_finished_answers_reach_the_groups_under_the_trainings_own_search(student):

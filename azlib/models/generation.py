@@ -9,9 +9,16 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 Message = dict[str, str]
-# A raw text prompt, or chat messages. A final assistant message is continued, not answered:
+
+
+class TokenIds(tuple):
+    """A prompt given as token ids: a partial answer continued exactly as it was sampled (no decode and
+    re-encode, which need not give the same tokens back). Backends holding a tokenizer take it as is."""
+
+
+# A raw text prompt, chat messages, or token ids. A final assistant message is continued, not answered:
 # that is how tree search asks for the next chunk of a partial answer.
-Prompt = Union[str, Sequence[Message]]
+Prompt = Union[str, Sequence[Message], TokenIds]
 
 
 class BackendError(RuntimeError):
@@ -118,6 +125,8 @@ class TokenizerPrompts:
         return self.render(without_system_turn(messages))
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, TokenIds):
+            return list(prompt)
         # A chat template already wrote the special tokens; raw text gets the model's usual ones.
         return self.tokenizer(self.render(prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]
 

@@ -1,0 +1,288 @@
+"""A forking tree over whole answers (TreeRL's EPTree, Hou et al. 2025, sec. 3): each problem gets G
+independent answers, then rounds of continuations forked where the student was least sure, sharing the
+prefix before that point. Not MCTS (no value-guided descent); with 0 rounds it is plain sampling.
+
+Every generated token belongs to exactly one node and every rollout ends in a leaf that is a whole,
+checkable answer, scored once: nothing is discarded, so each token is counted once. A node's value is
+the mean reward of the answers under it (TreeRL's V(s)); azlib.groups turns leaves into training signals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+from azlib.data.rows import Row
+from azlib.models.generation import Backend, Prompt, Sample, TokenIds
+from azlib.prompts import chat_prompt
+from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
+
+BUCKET = 16  # forks whose answers have about as many tokens left share one generate call (to the nearest 16 below)
+
+
+@dataclass(frozen=True)
+class ForkSettings:
+    """How a problem's tree grows after its independent answers (the sampling arm's draw of G)."""
+
+    rounds: int = 1  # forking rounds; 0: the tree is plain sampling
+    points: int = 2  # fork points per problem per round
+    branches: int = 2  # continuations written from each point
+    # surprise: before the tokens the student sampled with the lowest probability (EPTree forks at high-
+    #   entropy tokens; a sampled token's surprisal -log p is a one-sample estimate of the entropy there);
+    # line: the same, among the first tokens of lines (step boundaries of a worked answer);
+    # root: fresh answers from the question: the tree's allocation (unsolved problems get more) without
+    #   its shared prefixes, the ablation that tells the two apart.
+    where: Literal["surprise", "line", "root"] = "surprise"
+    fork_from: Literal["any", "wrong"] = "any"  # which answers' tokens are fork points
+
+    def __post_init__(self):
+        if self.rounds < 0 or self.points < 1 or self.branches < 1:
+            raise ValueError(f"need rounds >= 0, points >= 1 and branches >= 1, got {self.rounds}, {self.points}, "
+                             f"{self.branches}")
+        if self.where not in ("surprise", "line", "root") or self.fork_from not in ("any", "wrong"):
+            raise ValueError(f"where must be 'surprise', 'line' or 'root' and fork_from 'any' or 'wrong', got "
+                             f"{self.where!r}, {self.fork_from!r}")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer as sampled, scored once. `token_ids` are the sampled ids up to its answer line (what
+    training reads; an EOS id follows when `finished`); `logprobs` the raw log-probs of those ids."""
+
+    problem: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finished: bool
+    reward: float
+    correct: bool
+    parts: dict[str, float]
+
+
+@dataclass
+class Node:
+    """A segment of tokens shared by every answer below it; a leaf ends an answer."""
+
+    parent: int  # -1: the root (the question; no tokens)
+    start: int  # position of the first token within the answer
+    token_ids: list[int]
+    logprobs: list[float]
+    children: list[int] = field(default_factory=list)
+    answer: Answer | None = None  # set on leaves
+    round: int = 0  # the forking round that generated it (0: the independent answers)
+
+
+@dataclass
+class ForkTree:
+    """One problem's tree. `tokens` counts every token generated for it (each lies in exactly one node)."""
+
+    problem: int
+    prompt: Prompt
+    prompt_ids: list[int]
+    nodes: list[Node] = field(default_factory=lambda: [Node(-1, 0, [], [])])
+    tokens: int = 0
+
+    def leaves(self) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n.answer is not None]
+
+    def answers(self) -> list[Answer]:
+        return [self.nodes[i].answer for i in self.leaves()]
+
+    def path(self, i: int) -> list[int]:
+        """Node ids from the root's first child down to node i."""
+        out = []
+        while i > 0:
+            out.append(i)
+            i = self.nodes[i].parent
+        return out[::-1]
+
+    def values(self) -> list[float]:
+        """V(s): the mean reward of the answers under each node (TreeRL)."""
+        total, count = [0.0] * len(self.nodes), [0] * len(self.nodes)
+        for leaf in self.leaves():
+            for i in [0, *self.path(leaf)]:
+                total[i] += self.nodes[leaf].answer.reward
+                count[i] += 1
+        return [t / c if c else 0.0 for t, c in zip(total, count)]
+
+    def leaf_counts(self) -> list[int]:
+        count = [0] * len(self.nodes)
+        for leaf in self.leaves():
+            for i in [0, *self.path(leaf)]:
+                count[i] += 1
+        return count
+
+    def _split(self, i: int, offset: int) -> int:
+        """Cut node i before its token `offset`: a new node takes the head and node i keeps the tail (so a
+        leaf stays a leaf under its id). Returns the head's id."""
+        node = self.nodes[i]
+        head = Node(node.parent, node.start, node.token_ids[:offset], node.logprobs[:offset], [i], None, node.round)
+        self.nodes.append(head)
+        siblings = self.nodes[node.parent].children
+        siblings[siblings.index(i)] = len(self.nodes) - 1
+        node.parent, node.start = len(self.nodes) - 1, node.start + offset
+        node.token_ids, node.logprobs = node.token_ids[offset:], node.logprobs[offset:]
+        return len(self.nodes) - 1
+
+    def branch_point(self, leaf: int, position: int) -> int:
+        """The node a continuation forked before answer token `position` of `leaf` hangs from (splitting
+        the node that holds that token when the position falls inside it)."""
+        for i in self.path(leaf):
+            node = self.nodes[i]
+            if node.start == position:
+                return node.parent
+            if node.start < position < node.start + len(node.token_ids):
+                return self._split(i, position - node.start)
+        raise ValueError(f"position {position} is not inside answer {leaf}")
+
+    def prefix(self, i: int) -> tuple[list[int], list[float]]:
+        """The answer tokens (and their log-probs) from the root down to node i, inclusive."""
+        ids, logprobs = [], []
+        for j in self.path(i):
+            ids += self.nodes[j].token_ids
+            logprobs += self.nodes[j].logprobs
+        return ids, logprobs
+
+    def to_json(self) -> dict:
+        return {"problem": self.problem, "tokens": self.tokens,
+                "nodes": [{"parent": n.parent, "start": n.start, "tokens": len(n.token_ids), "round": n.round,
+                           "children": n.children, "reward": n.answer.reward if n.answer else None,
+                           "correct": n.answer.correct if n.answer else None} for n in self.nodes]}
+
+
+class ForkingSearch:
+    """grow(indices, group_size, seed) -> one ForkTree per problem: G answers, then `rounds` of forks."""
+
+    def __init__(self, backend: Backend, problems: Sequence[Row], settings: ForkSettings = ForkSettings(), *,
+                 max_new_tokens: int, temperature: float, reward: RewardKind = "correctness",
+                 weights: RewardWeights = RewardWeights()):
+        self.backend, self.problems, self.settings = backend, list(problems), settings
+        self.max_new_tokens, self.temperature, self.reward, self.weights = max_new_tokens, temperature, reward, weights
+        self._newline: dict[int, bool] = {}
+
+    def grow(self, indices: Sequence[int], group_size: int, seed: int) -> list[ForkTree]:
+        prompts = [chat_prompt(self.problems[i]["prompt"]) for i in indices]
+        trees = [ForkTree(i, p, self.backend.encode_prompt(p)) for i, p in zip(indices, prompts)]
+        samples = self.backend.generate(prompts, n=group_size, max_new_tokens=self.max_new_tokens,
+                                        temperature=self.temperature, top_p=1.0, seed=seed, stop_at_answer=True)
+        for tree, group in zip(trees, samples):
+            for sample in group:
+                self._attach(tree, 0, sample, 0)
+        for r in range(1, self.settings.rounds + 1):
+            forks = [(tree, self._fork_node(tree, leaf, position))
+                     for tree in trees for leaf, position in self.fork_points(tree)]
+            if not forks:
+                break
+            buckets: dict[int, list[tuple[ForkTree, int]]] = {}
+            for tree, node in forks:
+                left = self.max_new_tokens - len(tree.prefix(node)[0])
+                buckets.setdefault(max(left // BUCKET * BUCKET, min(left, BUCKET)), []).append((tree, node))
+            for b, (left, members) in enumerate(sorted(buckets.items())):
+                out = self.backend.generate([TokenIds(t.prompt_ids + t.prefix(node)[0]) for t, node in members],
+                                            n=self.settings.branches, max_new_tokens=left,
+                                            temperature=self.temperature, top_p=1.0,
+                                            seed=(seed + 7_919 * r + b) % 2**31, stop_at_answer=True)
+                for (tree, node), group in zip(members, out):
+                    for sample in group:
+                        self._attach(tree, node, sample, r)
+        return trees
+
+    def _fork_node(self, tree: ForkTree, leaf: int | None, position: int) -> int:
+        return 0 if leaf is None else tree.branch_point(leaf, position)
+
+    def _attach(self, tree: ForkTree, parent: int, sample: Sample, round_: int) -> None:
+        """A generated continuation becomes a leaf under `parent`, its whole answer scored once."""
+        prefix_ids, prefix_logprobs = tree.prefix(parent)
+        ids, logprobs = prefix_ids + list(sample.token_ids), prefix_logprobs + list(sample.logprobs)
+        tree.nodes.append(Node(parent, len(prefix_ids), list(sample.token_ids), list(sample.logprobs), round=round_))
+        tree.nodes[parent].children.append(len(tree.nodes) - 1)
+        tree.tokens += sample.completion_tokens
+        tokenizer = self.backend.tokenizer
+        full = sample.text if parent == 0 else tokenizer.decode(ids, skip_special_tokens=True)
+        text, finished = complete_answer(full, sample.finish_reason == "stop")
+        kept = len(ids) if text == full else _ids_for_text(tokenizer, ids, len(text))
+        gold = self.problems[tree.problem]["answer"]
+        r = answer_reward(text, gold, finished=finished, kind=self.reward, weights=self.weights,
+                          step_pres=[perplexity_reward(logprobs[:kept])])
+        parts = {k: v for k, v in r.as_dict().items() if k != "total"}
+        tree.nodes[-1].answer = Answer(tree.problem, tuple(ids[:kept]), tuple(logprobs[:kept]), text, finished,
+                                       r.total, finished and r.hre == 1.0, parts)
+
+    def fork_points(self, tree: ForkTree) -> list[tuple[int | None, int]]:
+        """(leaf, position) pairs: fork before answer token `position` of leaf's answer (None, 0: the question).
+        A problem whose answers are all correct gets none; positions are ranked by the sampled token's
+        surprisal, each prefix forked at most once; a line that repeats an earlier one (a loop) is skipped."""
+        s, answers = self.settings, tree.answers()
+        if all(a.correct for a in answers):
+            return []
+        if s.where == "root":
+            return [(None, 0)] * s.points
+        forked = {tuple(tree.prefix(i)[0]) for i, node in enumerate(tree.nodes) if len(node.children) > 1}
+        candidates = []
+        for leaf in tree.leaves():
+            answer = tree.nodes[leaf].answer
+            if s.fork_from == "wrong" and answer.correct:
+                continue
+            ids, logprobs = answer.token_ids, answer.logprobs
+            for p in self._positions(ids):
+                candidates.append((-logprobs[p], leaf, p))
+        chosen, seen = [], forked
+        for surprisal, leaf, p in sorted(candidates, key=lambda c: (-c[0], c[1], c[2])):
+            key = tuple(tree.nodes[leaf].answer.token_ids[:p])
+            if key not in seen:
+                seen.add(key)
+                chosen.append((leaf, p))
+            if len(chosen) == s.points:
+                break
+        return chosen
+
+    def _positions(self, ids: Sequence[int]) -> list[int]:
+        """Where a fork may go within an answer: after its first token, never inside a repeated line, and
+        (where = line) only at the first token of a line."""
+        lines, out, line_start, seen_lines = [], [], 0, set()
+        for p in range(1, len(ids) + 1):
+            if p == len(ids) or self._writes_newline(ids[p - 1]):
+                lines.append((line_start, p))
+                line_start = p
+        for begin, end in lines:
+            key = tuple(ids[begin:end])
+            repeated = key in seen_lines
+            seen_lines.add(key)
+            if repeated:
+                continue
+            for p in range(max(begin, 1), end):
+                if self.settings.where == "surprise" or p == begin:
+                    out.append(p)
+        return out
+
+    def _writes_newline(self, token: int) -> bool:
+        if token not in self._newline:
+            self._newline[token] = "\n" in self.backend.tokenizer.decode([token])
+        return self._newline[token]
+
+
+def _ids_for_text(tokenizer, ids: Sequence[int], length: int) -> int:
+    """The fewest leading ids whose text is at least `length` characters (an answer cut at its answer line
+    by a backend that generated past it)."""
+    for k in range(1, len(ids) + 1):
+        if len(tokenizer.decode(ids[:k], skip_special_tokens=True)) >= length:
+            return k
+    return len(ids)
+
+
+def tree_advantages(tree: ForkTree) -> dict[int, list[float]]:
+    """Per leaf, one advantage per answer token (TreeRL, Hou et al. 2025, eq. 4-6): a token in segment s
+    gets R(s) = (V(s) - V(root) + V(s) - V(parent(s))) / sqrt(L(s)), the global plus the local advantage,
+    L(s) the answers under s (so a prefix shared by many answers is not counted many times over)."""
+    values, counts = tree.values(), tree.leaf_counts()
+    out = {}
+    for leaf in tree.leaves():
+        per_token = []
+        for i in tree.path(leaf):
+            node = tree.nodes[i]
+            parent = max(node.parent, 0)
+            r = (2 * values[i] - values[0] - values[parent]) / math.sqrt(counts[i])
+            per_token += [r] * len(node.token_ids)
+        out[leaf] = per_token[: len(tree.nodes[leaf].answer.token_ids)]
+    return out

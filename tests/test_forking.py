@@ -1,0 +1,168 @@
+"""The forking tree (azlib.mcts.forking): sampling as its special case bit for bit, every generated token
+counted once, forks that continue the sampled ids, TreeRL advantages on a hand-built tree, deduplication,
+and GRPO trained on per-token advantages."""
+
+import pytest
+import torch
+
+from azlib.data import arithmetic_problems
+from azlib.grpo import GRPO, GRPOSettings
+from azlib.groups import Completion, forked_groups, sampled_groups, verified
+from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
+from azlib.prompts import chat_prompt
+from azlib.models.student import LoraSettings, Student
+from azlib.training import Trainer, TrainingConfig, TrainSettings
+
+
+def answer(reward: float, ids=(9,)) -> Answer:
+    return Answer(0, tuple(ids), (-1.0,) * len(ids), "x", True, reward, reward == 1.0, {})
+
+
+def hand_tree() -> ForkTree:
+    """root -> A [1, 2] -> A1 [3] (reward 1), A2 [4, 5] (reward 0);  root -> B [6] (reward 0)."""
+    tree = ForkTree(0, "q", [0])
+    tree.nodes[0].children = [1, 4]
+    tree.nodes += [Node(0, 0, [1, 2], [-1.0, -1.0], [2, 3]),
+                   Node(1, 2, [3], [-1.0], answer=answer(1.0, (1, 2, 3))),
+                   Node(1, 2, [4, 5], [-1.0, -1.0], answer=answer(0.0, (1, 2, 4, 5))),
+                   Node(0, 0, [6], [-1.0], answer=answer(0.0, (6,)))]
+    return tree
+
+
+def test_treerl_advantages_on_a_hand_built_tree():
+    # V(root) = 1/3, V(A) = 1/2, L(A) = 2: R(A) = (1/6 + 1/6) / sqrt 2; R(A1) = 2/3 + 1/2; R(A2) = -1/3 - 1/2;
+    # R(B) = -1/3 - 1/3
+    adv = tree_advantages(hand_tree())
+    assert adv[2] == pytest.approx([0.235702, 0.235702, 1.166667], abs=1e-6)
+    assert adv[3] == pytest.approx([0.235702, 0.235702, -0.833333, -0.833333], abs=1e-6)
+    assert adv[4] == pytest.approx([-0.666667], abs=1e-6)
+    assert hand_tree().values() == pytest.approx([1 / 3, 0.5, 1.0, 0.0, 0.0])
+
+
+def test_a_fork_splits_a_node_and_leaves_keep_their_ids():
+    tree = ForkTree(0, "q", [0])
+    tree.nodes[0].children = [1]
+    tree.nodes.append(Node(0, 0, [1, 2, 3, 4, 5], [-0.1] * 5, answer=answer(0.0, (1, 2, 3, 4, 5))))
+    head = tree.branch_point(1, 3)
+    assert tree.prefix(head)[0] == [1, 2, 3] and tree.nodes[1].start == 3 and tree.nodes[1].token_ids == [4, 5]
+    assert tree.leaves() == [1] and tree.prefix(1)[0] == [1, 2, 3, 4, 5], "the leaf is still its whole answer"
+    assert tree.branch_point(1, 3) == head, "the same point again: the same node"
+    assert tree.branch_point(1, 1) != head and tree.prefix(tree.branch_point(1, 1))[0] == [1]
+
+
+def test_verified_answers_are_deduplicated_by_their_normalised_solution():
+    def c(text, correct=True, problem=0):
+        return Completion([1], [2], 1.0, 0, problem, "q", text, correct, True)
+
+    kept = verified([c("2 + 3 = 5\n#### 5\n"), c("2 + 3  =  5\n####  5"), c("2+3 = 5\n#### 5"), c("x", False),
+                     c("2 + 3 = 5\n#### 5\n", problem=1)])
+    assert [(k.problem, k.text) for k in kept] == [(0, "2 + 3 = 5\n#### 5\n"), (0, "2+3 = 5\n#### 5"),
+                                                  (1, "2 + 3 = 5\n#### 5\n")]
+
+
+class Counting:
+    """A backend that counts the tokens of every sample it returns (the tokens the model generated)."""
+
+    def __init__(self, backend):
+        self.inner, self.generated, self.calls = backend, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, prompts, **kwargs):
+        out = self.inner.generate(prompts, **kwargs)
+        self.generated += sum(len(s.token_ids) for group in out for s in group)
+        self.calls += 1
+        return out
+
+
+@pytest.fixture(scope="module")
+def student():
+    return Student("embedded:smollm2-135m-instruct", lora=LoraSettings(r=4))
+
+
+@pytest.mark.model
+def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
+    rows = arithmetic_problems(3, seed=5, steps=(1,))
+    direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=2, max_new_tokens=24,
+                                      temperature=0.7, top_p=1.0, seed=3, stop_at_answer=True)
+    trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0), max_new_tokens=24,
+                          temperature=0.7).grow([0, 1, 2], 2, seed=3)
+    samples = [s for group in direct for s in group]
+    answers = [a for t in trees for a in t.answers()]
+    assert [a.token_ids for a in answers] == [s.token_ids for s in samples], "hf stops at the answer line: all kept"
+    assert [a.logprobs for a in answers] == [s.logprobs for s in samples]
+    assert sum(t.tokens for t in trees) == sum(s.completion_tokens for s in samples)
+
+    def first_step(groups, **fork):
+        trainer = Trainer(student, rows, "/nonexistent", TrainingConfig(
+            train=TrainSettings(groups=groups, update="sft", problems_per_step=3, group_size=2, max_new_tokens=24,
+                                temperature=0.7, seed=3), **fork))
+        trainer.grpo.sft_step = lambda examples: {}  # the answers, not the update, are compared
+        trainer.train_step()
+        return trainer.replay, trainer.forking.grow([0, 1, 2], 2, seed=9)
+
+    sampled, again = first_step("sampling")
+    forked, forked_again = first_step("forked", fork=ForkSettings(rounds=0, points=3, branches=2))
+    assert sampled == forked, "the replay (verified answers) of one step: equal"
+    assert [t.answers() for t in again] == [t.answers() for t in forked_again]
+
+
+@pytest.mark.model
+def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student):
+    rows = arithmetic_problems(3, seed=20000, steps=(2,))
+    backend = Counting(student.backend)
+    trees = ForkingSearch(backend, rows, ForkSettings(rounds=2, points=2, branches=2), max_new_tokens=40,
+                          temperature=0.7).grow([0, 1, 2], 3, seed=1)
+    assert backend.calls >= 2, "some problem was not all correct, so it forked"
+    assert sum(t.tokens for t in trees) == backend.generated, "every generated token counted, none twice"
+    for tree in trees:
+        assert sum(len(n.token_ids) for n in tree.nodes) == tree.tokens, "each token lies in exactly one node"
+        sampled = [tree.prefix(leaf)[0] for leaf in tree.leaves()]
+        forked = [leaf for leaf in tree.leaves() if tree.nodes[leaf].round > 0]
+        if all(a.correct for a in tree.answers()[:3]):
+            assert not forked, "a problem whose answers are all correct gets no forks"
+        for leaf in forked:
+            node = tree.nodes[leaf]
+            prefix = tree.prefix(node.parent)[0]
+            assert 0 < len(prefix) and any(other[: len(prefix)] == prefix for other in sampled
+                                           if other != tree.prefix(leaf)[0]), "a fork continues another answer's ids"
+            assert list(node.answer.token_ids) == (prefix + node.token_ids)[: len(node.answer.token_ids)]
+            assert len(prefix) + len(node.token_ids) <= 40, "a forked answer is capped as a sampled one"
+    completions = forked_groups(trees, student.backend, "treerl")
+    assert all(len(c.advantages) == len(c.completion_ids) for c in completions)
+    assert {c.group for c in completions} == {0, 1, 2}
+
+
+@pytest.mark.model
+def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(student):
+    rows = arithmetic_problems(2, seed=7, steps=(1,))
+    completions, _ = sampled_groups(student.backend, rows, [0, 1], 3, max_new_tokens=12, temperature=1.0, seed=0)
+    completions = [Completion(c.prompt_ids, c.completion_ids, float(i % 2), c.group, c.problem, c.prompt, c.text,
+                              c.correct) for i, c in enumerate(completions)]  # mixed rewards in each group
+    settings = GRPOSettings(beta=0.0, scale_rewards="none", clip_advantages=None, learning_rate=1e-3, warmup_steps=0)
+
+    def update(examples):
+        """The step's parameter change, flattened (the student is put back after)."""
+        torch.manual_seed(0)
+        start = [p.detach().clone() for p in student.trainable_parameters()]
+        GRPO(student, settings).step(examples)
+        delta = torch.cat([(p.detach() - s).flatten() for p, s in zip(student.trainable_parameters(), start)])
+        with torch.no_grad():
+            for p, s in zip(student.trainable_parameters(), start):
+                p.copy_(s)
+        return delta
+
+    def cosine(a, b):
+        return float(a @ b / (a.norm() * b.norm()))
+
+    by_group = update(completions)
+    means = {g: sum(c.reward for c in completions if c.group == g) / 3 for g in (0, 1)}
+
+    def with_advantages(sign):
+        return [Completion(c.prompt_ids, c.completion_ids, c.reward, c.group, c.problem, c.prompt, c.text, c.correct,
+                           advantages=[sign * (c.reward - means[c.group])] * len(c.completion_ids)) for c in completions]
+
+    # Adam's first step is about lr x sign(gradient), so the directions are compared, not the last digits
+    assert by_group.norm() > 0 and cosine(by_group, update(with_advantages(+1))) > 0.999
+    assert cosine(by_group, update(with_advantages(-1))) < -0.999, "the advantages given are the ones used"
