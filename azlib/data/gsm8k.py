@@ -1,4 +1,4 @@
-"""GSM8K as rows of the kit's schema, from the Hugging Face hub or a local JSONL folder, and its easiest rows by step count.
+"""GSM8K as rows of the kit's schema, from the Hugging Face hub or a local JSONL folder; its rows ranked by steps.
 Reads and normalises only; answer extraction from model text lives in azlib.rewards."""
 
 from __future__ import annotations
