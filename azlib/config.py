@@ -19,6 +19,7 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter,
                       ValidationError, field_validator, model_validator)
 
+from azlib.data.arithmetic import STEP_COUNTS
 from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
@@ -53,8 +54,8 @@ def _existing_data_source(value: str) -> str:
 
 
 def _arithmetic_steps(value: list[int]) -> list[int]:
-    if not value or not set(value) <= {1, 2}:
-        raise ValueError("arithmetic problems have 1 or 2 steps")
+    if not value or not set(value) <= set(STEP_COUNTS):
+        raise ValueError(f"arithmetic problems have {min(STEP_COUNTS)} to {max(STEP_COUNTS)} steps")
     return value
 
 
@@ -101,7 +102,7 @@ Train = section(TrainSettings, fixed=("seed",))
 RLT = section(RLTSettings)
 Fork = section(ForkSettings)
 
-# Step counts of the easy arithmetic task's problems: a non-empty list within 1..2.
+# Step counts of the easy arithmetic task's problems: a non-empty list within 1..4.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
 
 # A dataset parameter: "auto" (local copy if present, else the hub, else skipped with a note),
@@ -216,7 +217,7 @@ class TrainingParams(StudentParams, SearchParams):
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
     num_train_problems: int = Field(ge=1, description="training problems (cycled through)")
-    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..2")
+    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
     teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"]
     teachers_per_node: int = Field(ge=1)
     resume: bool = Field(description="continue from the latest checkpoint in the run folder")
@@ -294,7 +295,7 @@ class RLTParams(StudentParams):
     teacher_model: str = Field(min_length=1, description="teacher: embedded:..., a hub name or a folder; same tokenizer as model")
     task: Literal["arithmetic", "gsm8k"]
     gsm8k: DataSource
-    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..2")
+    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
     num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
     teacher_steps: int = Field(ge=1, description="GRPO steps of the teacher")
     rlt: RLT = Field(description="azlib.rlt.RLTSettings fields: alpha, kl_weight (lambda), group_size (G), lengths")

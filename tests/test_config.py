@@ -136,6 +136,14 @@ def test_bad_section_fields_are_named(section, value, message):
     assert message in str(err.value)
 
 
+def test_arithmetic_chains_have_one_to_four_steps():
+    values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"), "output_dir": "x"}
+    assert config.validate("04_gsm8k_run", {**values, "arithmetic_steps": [1, 2, 3, 4]}).arithmetic_steps == [1, 2, 3, 4]
+    for steps in ([5], [], [0, 2]):
+        with pytest.raises(ParamsError, match="arithmetic_steps: Value error, arithmetic problems have 1 to 4 steps"):
+            config.validate("04_gsm8k_run", {**values, "arithmetic_steps": steps})
+
+
 def test_from_namespace_validates_a_notebooks_globals():
     namespace = good_bandit_values(num_seeds=3) | {"plt": object(), "__name__": "__main__"}
     assert config.from_namespace("01_toy_bandit_grpo", namespace).num_seeds == 3

@@ -1,12 +1,13 @@
-"""GSM8K loading (local real, hub unreachable) and the seeded arithmetic generator."""
+"""GSM8K loading (local real, hub unreachable), its step counts, and the seeded arithmetic chain generator."""
 
 import json
 import re
 
 import pytest
 
-from azlib.data import DataUnavailable, arithmetic_problems, gold_answer, load_gsm8k
-from azlib.data import gsm8k
+from azlib.data import (DataUnavailable, arithmetic_problems, easiest_by_steps, gold_answer, load_gsm8k,
+                        solution_steps)
+from azlib.data import arithmetic, gsm8k
 
 
 def test_local_gsm8k_has_both_splits_in_the_kit_schema(gsm8k_dir):
@@ -56,22 +57,110 @@ def test_auto_prefers_the_local_copy_then_the_hub(monkeypatch, tmp_path, gsm8k_d
         load_gsm8k("auto", "test")
 
 
-def test_arithmetic_problems_are_seeded_and_correct():
+LINE = re.compile(r"(\d+) ([-+*]) (\d+) = (\d+)")
+OPERATION = {"+": "add", "-": "sub", "*": "mul"}
+WORDINGS = ("train", "transfer", "all")
+
+
+@pytest.mark.parametrize("wording", WORDINGS)
+def test_every_step_of_every_chain_checks_out(wording):
+    rows = arithmetic_problems(500, seed=3, steps=(1, 2, 3, 4), wording=wording)
+    assert {r["info"]["steps"] for r in rows} == {1, 2, 3, 4}
+    for r in rows:
+        info = r["info"]
+        *work, last = info["solution"].split("\n")
+        assert last == f"#### {r['answer']}"
+        assert len(work) == info["steps"] and info["operation"].count("-") == info["steps"] - 1
+        value, operands = None, []
+        for line, operation in zip(work, info["operation"].split("-"), strict=True):
+            a, op, b, c = LINE.fullmatch(line).groups()
+            a, b, c = int(a), int(b), int(c)
+            assert value is None or a == value, "each step starts from the previous result"
+            assert OPERATION[op] == operation
+            assert {"+": a + b, "-": a - b, "*": a * b}[op] == c and 0 < c < 1000
+            operands += [a, b] if value is None else [b]
+            value = c
+        assert r["answer"] == str(value)
+        assert [int(x) for x in re.findall(r"\d+", r["prompt"])] == operands, "the prompt states exactly these numbers"
+        assert info["source"] == "arithmetic" and info["wording"] == wording
+        assert len(info["templates"]) in (info["steps"] + 1, info["steps"] + 2), "an opening, one per step, a question"
+
+
+def sentences(prompt):
+    return re.split(r"(?<=[.?])\s+", prompt)
+
+
+def skeleton(sentence):
+    """A sentence with numbers, names and items masked: what its template contributes."""
+    names = "|".join(name for name, _, _ in arithmetic.NAMES)
+    items = "|".join(arithmetic.ITEMS)
+    sentence = re.sub(rf"\b({names})\b", "NAME", re.sub(rf"\b({items})\b", "ITEM", sentence))
+    return re.sub(r"\d+", "#", sentence)
+
+
+def test_transfer_wordings_share_no_template_and_no_sentence_with_training():
+    train = arithmetic_problems(2000, seed=5, steps=(1, 2, 3, 4), wording="train")
+    transfer = arithmetic_problems(2000, seed=6, steps=(1, 2, 3, 4), wording="transfer")
+    train_ids = {t for r in train for t in r["info"]["templates"]}
+    transfer_ids = {t for r in transfer for t in r["info"]["templates"]}
+    assert not train_ids & transfer_ids
+    train_sentences, transfer_sentences = ({skeleton(s) for r in rows for s in sentences(r["prompt"])}
+                                           for rows in (train, transfer))
+    assert not train_sentences & transfer_sentences
+    train_questions, transfer_questions = ({skeleton(sentences(r["prompt"])[-1]) for r in rows}
+                                           for rows in (train, transfer))
+    assert len(train_questions) >= 3 and len(transfer_questions) >= 2 and not train_questions & transfer_questions
+    for prefix in ("start", "add", "sub", "mul", "question"):
+        assert len({t for t in train_ids if t.startswith(prefix + ".")}) >= 3, prefix
+        assert len({t for t in transfer_ids if t.startswith(prefix + ".")}) >= 2, prefix
+    mixed = arithmetic_problems(500, seed=7, steps=(1, 2, 3, 4), wording="all")
+    assert {t for r in mixed for t in r["info"]["templates"]} == train_ids | transfer_ids, "'all' draws from both"
+
+
+def test_the_wordings_of_one_seed_pose_the_same_chains():
+    train, transfer = (arithmetic_problems(100, seed=8, steps=(2, 3), wording=w) for w in ("train", "transfer"))
+    assert [r["info"]["solution"] for r in train] == [r["info"]["solution"] for r in transfer]
+    assert all(a["prompt"] != b["prompt"] for a, b in zip(train, transfer, strict=True))
+    assert len({r["info"]["id"] for r in train + transfer}) == 200, "ids never collide across wordings"
+
+
+def test_arithmetic_problems_are_seeded_and_keep_the_old_call_forms():
     rows = arithmetic_problems(300, seed=3)
-    assert rows == arithmetic_problems(300, seed=3)
+    assert rows == arithmetic_problems(300, 3) == arithmetic_problems(300, 3, steps=(1, 2))
     assert rows != arithmetic_problems(300, seed=4)
     assert {r["info"]["steps"] for r in rows} == {1, 2}
-    assert len({r["info"]["operation"] for r in rows}) == 6
-    for r in rows:
-        work = r["info"]["solution"].split("\n#### ")[0]
-        value = None
-        for line in work.splitlines():  # re-check every step of the worked solution
-            a, op, b, _, c = line.split()
-            expected = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
-            assert expected == int(c) >= 0
-            value = c
-        assert r["answer"] == value and r["info"]["solution"].endswith(f"#### {value}")
-    one_step = arithmetic_problems(50, seed=0, steps=(1,))
-    assert {r["info"]["steps"] for r in one_step} == {1}
-    with pytest.raises(ValueError):
-        arithmetic_problems(5, steps=(3,))
+    assert arithmetic_problems(300, seed=3, steps=(1, 2, 3, 4), wording="transfer") == \
+        arithmetic_problems(300, seed=3, steps=(1, 2, 3, 4), wording="transfer")
+    assert {r["info"]["steps"] for r in arithmetic_problems(50, seed=0, steps=(1,))} == {1}
+    assert {r["info"]["steps"] for r in arithmetic_problems(50, seed=0, steps=(4,))} == {4}
+    assert arithmetic_problems(0) == []
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"n": -1}, "n"), ({"n": 5, "steps": ()}, "steps"), ({"n": 5, "steps": (5,)}, "steps"),
+    ({"n": 5, "steps": (0, 1)}, "steps"), ({"n": 5, "wording": "test"}, "wording"),
+])
+def test_bad_arithmetic_arguments_are_named(kwargs, argument):
+    with pytest.raises(ValueError, match=rf"^{argument} must"):
+        arithmetic_problems(**kwargs)
+
+
+def test_solution_steps_counts_calculator_annotations_or_lines():
+    test, train = load_gsm8k("tests/fixtures/gsm8k", "test"), load_gsm8k("tests/fixtures/gsm8k", "train")
+    # Read off the fixture: Janet's ducks (2 annotations), Josh's house (4), Kylar's glasses (5), Betty's wallet (3).
+    assert [solution_steps(test[i]) for i in (0, 2, 5)] == [2, 4, 5] and solution_steps(train[2]) == 3
+    plain = {"prompt": "q", "answer": "10", "info": {"solution": "First 2 + 3 = 5.\n\nThen 5 * 2 = 10.\n#### 10"}}
+    assert solution_steps(plain) == 2, "without annotations, the non-empty lines before ####"
+
+
+def test_easiest_by_steps_keeps_file_order_among_ties():
+    test = load_gsm8k("tests/fixtures/gsm8k", "test")
+    easiest = easiest_by_steps(test, 5)
+    # Rows 0, 1, 3 and 4 of the fixture take 2 steps, row 6 (the sheep) is the first of 3.
+    assert [(r["info"]["id"], r["info"]["steps"]) for r in easiest] == [
+        ("gsm8k-test-0", 2), ("gsm8k-test-1", 2), ("gsm8k-test-3", 2), ("gsm8k-test-4", 2), ("gsm8k-test-6", 3)]
+    assert [r["prompt"] for r in easiest_by_steps(test, 10, max_steps=2)] == [test[i]["prompt"] for i in (0, 1, 3, 4)]
+    assert "steps" not in test[0]["info"], "the input rows are left as they were"
+    assert easiest_by_steps(test, 0) == []
+    with pytest.raises(ValueError, match="^n must"):
+        easiest_by_steps(test, -1)

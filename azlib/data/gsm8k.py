@@ -1,9 +1,10 @@
-"""GSM8K as rows of the kit's schema, from the Hugging Face hub or a local JSONL folder.
+"""GSM8K as rows of the kit's schema, from the Hugging Face hub or a local JSONL folder; its rows ranked by steps.
 Reads and normalises only; answer extraction from model text lives in azlib.rewards."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +24,27 @@ class DataUnavailable(RuntimeError):
 def gold_answer(solution: str) -> str:
     """The reference number of a GSM8K solution: text after the last '####', commas removed."""
     return solution.split("####")[-1].strip().replace(",", "")
+
+
+def solution_steps(row: Row) -> int:
+    """Calculation steps of a GSM8K row: the `<<...>>` calculator annotations of its reference solution, or,
+    where it has none, the non-empty lines before '####'."""
+    solution = row["info"]["solution"]
+    annotations = len(re.findall(r"<<[^>]*>>", solution))
+    return annotations or sum(1 for line in solution.split("####")[0].splitlines() if line.strip())
+
+
+def easiest_by_steps(rows: list[Row], n: int, max_steps: int | None = None) -> list[Row]:
+    """The `n` rows with the fewest solution steps (fewer if fewer have at most `max_steps`), ties in file
+    order: GSM8K's easiest problems, a transfer set for what was learned on short arithmetic chains.
+    Each returned row is a copy whose info gains "steps"."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got n={n}")
+    counted = [(solution_steps(row), row) for row in rows]
+    if max_steps is not None:
+        counted = [(steps, row) for steps, row in counted if steps <= max_steps]
+    easiest = sorted(counted, key=lambda pair: pair[0])[:n]  # sorted is stable: ties keep file order
+    return [{**row, "info": {**row["info"], "steps": steps}} for steps, row in easiest]
 
 
 def to_rows(records: list[dict], split: str) -> list[Row]:
