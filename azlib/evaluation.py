@@ -1,5 +1,6 @@
 """Accuracy of a model on rows of the kit's schema, through the generation interface: protocols,
-per-problem JSONL records, Wilson intervals, and the paired comparison (exact McNemar). No training."""
+per-problem JSONL records, Wilson intervals, the paired comparison (exact McNemar), and the statistics
+that compare training arms across seeds (paired t, Holm) and pass@k. No training."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from scipy import stats
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
@@ -54,17 +56,65 @@ def lm_eval_extract(output: str) -> dict[str, str | None]:
             "flexible-extract": lm_eval_clean(last) if last else None}
 
 
-def mean_difference(a: Sequence[float], b: Sequence[float], *, paired: bool = False, z: float = 1.96) -> dict:
-    """mean(b) - mean(a) with a normal-approximation 95% interval: Welch's standard error
-    sqrt(var_a / n_a + var_b / n_b), or the paired one sqrt(var(b - a) / n) when paired."""
-    if paired:
-        d = [y - x for x, y in zip(a, b, strict=True)]
-        diff, se = statistics.fmean(d), (statistics.variance(d) / len(d)) ** 0.5 if len(d) > 1 else float("nan")
-    else:
-        diff = statistics.fmean(b) - statistics.fmean(a)
-        se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+def mean_difference(a: Sequence[float], b: Sequence[float], z: float = 1.96) -> dict:
+    """mean(b) - mean(a) of two independent samples with a normal-approximation 95% interval on
+    Welch's standard error sqrt(var_a / n_a + var_b / n_b). Paired samples: `seed_difference`."""
+    diff = statistics.fmean(b) - statistics.fmean(a)
+    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
     return {"mean_a": statistics.fmean(a), "mean_b": statistics.fmean(b), "difference": diff,
             "ci_low": diff - z * se, "ci_high": diff + z * se, "n_a": len(a), "n_b": len(b)}
+
+
+def seed_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict:
+    """Two arms' accuracies paired by training seed (a[i], b[i] share seed i; any pairing unit works):
+    mean of b - a, its standard error sd / sqrt(n), a Student-t interval and the two-sided paired
+    t-test p-value on n - 1 degrees of freedom (Student 1908; 3 seeds: t = 4.303 at 95%).
+    One seed has no spread to measure: se is nan, the interval (-inf, inf), p 1.0, and `note` says so."""
+    differences = [y - x for x, y in zip(a, b, strict=True)]
+    n, diff = len(differences), statistics.fmean(differences)
+    out = {"mean_a": statistics.fmean(a), "mean_b": statistics.fmean(b), "difference": diff,
+           "differences": differences, "n": n, "note": ""}
+    if n < 2:
+        return out | {"se": math.nan, "ci_low": -math.inf, "ci_high": math.inf, "p": 1.0,
+                      "note": "one seed: no spread across seeds, so no interval and no test"}
+    se = statistics.stdev(differences) / math.sqrt(n)
+    half = stats.t.ppf((1 + confidence) / 2, n - 1) * se
+    p = 2 * stats.t.sf(abs(diff) / se, n - 1) if se > 0 else float(diff == 0)  # identical differences: p 1 or 0
+    return out | {"se": se, "ci_low": diff - half, "ci_high": diff + half, "p": float(p)}
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the input order (Holm 1979, step-down): sorted ascending,
+    adj_(i) = max over j <= i of min(1, (m - j) p_(j)), j counted from 0; reject where adj < alpha."""
+    m, order = len(p_values), sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running_max = [0.0] * m, 0.0
+    for j, i in enumerate(order):
+        running_max = max(running_max, min(1.0, (m - j) * p_values[i]))
+        adjusted[i] = running_max
+    return adjusted
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which `correct` pass (Chen et al. 2021, eq. 1):
+    1 - C(n - c, k) / C(n, k), computed as 1 - prod_{i = n-c+1}^{n} (1 - k / i) to stay stable."""
+    if not (0 <= correct <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= correct <= n and 1 <= k <= n; got n={n}, correct={correct}, k={k}")
+    if n - correct < k:
+        return 1.0  # every k-subset holds a correct sample
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - correct + 1, n + 1))
+
+
+def comparison_table(per_seed: dict[str, list[float]], pairs: list[tuple[str, str]],
+                     mcnemar_p: dict[tuple[str, str], list[float]]) -> list[dict]:
+    """One row per pair (a, b) of arms: b - a across seeds with its t-interval (`seed_difference`).
+    A pair's p-value is the two-sided paired t-test of its per-seed differences (1.0 with one seed);
+    Holm's correction runs over the pairs, and a difference is significant when p_holm < 0.05.
+    The per-seed exact McNemar p-values (`mcnemar_p[a, b]`, one per seed) are carried alongside."""
+    differences = [seed_difference(per_seed[a], per_seed[b]) for a, b in pairs]
+    adjusted = holm([d["p"] for d in differences])
+    return [{"a": a, "b": b, "difference": d["difference"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
+             "p": d["p"], "p_holm": p_holm, "significant": p_holm < 0.05, "seeds": d["n"], "mcnemar_p": mcnemar_p[a, b]}
+            for (a, b), d, p_holm in zip(pairs, differences, adjusted)]
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -1,8 +1,13 @@
-"""Evaluation end to end on the real model, lm-eval's answer filters, Wilson CIs, McNemar."""
+"""Evaluation end to end on the real model, lm-eval's answer filters; the statistics (Wilson, McNemar, Holm,
+pass@k, the paired t across seeds) against statsmodels and scipy, independent implementations."""
 
+import itertools
 import math
+import random
+import statistics
 
 import pytest
+from scipy import stats
 
 from azlib import evaluation as ev
 from azlib.data import arithmetic_problems, load_gsm8k
@@ -56,22 +61,110 @@ def test_lm_eval_filters(output, strict, flexible):
     assert ev.lm_eval_extract(output) == {"strict-match": strict, "flexible-extract": flexible}
 
 
-def test_wilson_interval_by_hand():
-    lo, hi = ev.wilson_interval(18, 1319)
-    p, z, n = 18 / 1319, 1.96, 1319
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    assert (lo, hi) == pytest.approx((centre - half, centre + half))
-    assert ev.wilson_interval(0, 10)[0] == 0.0 and ev.wilson_interval(10, 10)[1] == 1.0
-    assert ev.wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+Z95 = stats.norm.ppf(0.975)  # statsmodels' alpha = 0.05
 
 
-def test_mcnemar_exact_by_hand():
-    assert ev.mcnemar_exact(0, 0) == 1.0
-    assert ev.mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # 2 * 0.5^5
-    assert ev.mcnemar_exact(1, 9) == pytest.approx(2 * (1 + 10) / 1024)
-    assert ev.mcnemar_exact(9, 1) == ev.mcnemar_exact(1, 9)
-    assert ev.mcnemar_exact(6, 6) == 1.0
+def test_wilson_interval_matches_statsmodels():
+    from statsmodels.stats.proportion import proportion_confint  # dev extra; .venv-verifiers collects this file
+
+    for n in (1, 2, 5, 10, 37, 500, 1319):
+        for correct in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            expected = proportion_confint(correct, n, alpha=0.05, method="wilson")
+            assert ev.wilson_interval(correct, n, z=Z95) == pytest.approx(expected, abs=1e-12), (correct, n)
+    assert ev.wilson_interval(0, 0) == (0.0, 1.0), "no problems: nothing is known"
+
+
+def test_mcnemar_exact_matches_statsmodels():
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    for only_a in range(0, 31, 3):
+        for only_b in (0, 1, 2, 5, 9, 17, 30, 60):
+            table = [[0, only_a], [only_b, 0]]  # [[both, only a], [only b, neither]]; the diagonal does not count
+            expected = mcnemar(table, exact=True).pvalue
+            assert ev.mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-9, abs=1e-15), (only_a, only_b)
+
+
+def test_holm_matches_statsmodels_and_a_known_case():
+    from statsmodels.stats.multitest import multipletests
+
+    assert ev.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert ev.holm([]) == [] and ev.holm([0.2]) == [0.2]
+    rng = random.Random(0)
+    for m in (2, 3, 5, 8, 20):
+        for _ in range(25):
+            p = [rng.choice([rng.random(), rng.random() * 0.05, 0.01]) for _ in range(m)]  # 0.01: ties
+            adjusted = ev.holm(p)
+            assert adjusted == pytest.approx(list(multipletests(p, method="holm")[1]), abs=1e-12)
+            in_sorted_order = [adjusted[i] for i in sorted(range(m), key=lambda i: p[i])]
+            assert in_sorted_order == sorted(in_sorted_order), "step-down: never smaller than a smaller p's"
+            assert all(raw <= adj <= 1.0 for raw, adj in zip(p, adjusted))
+
+
+def test_pass_at_k_matches_the_binomial_formula_and_enumeration():
+    for n in range(1, 21):
+        for correct in range(n + 1):
+            for k in range(1, n + 1):
+                expected = 1 - math.comb(n - correct, k) / math.comb(n, k)
+                assert ev.pass_at_k(n, correct, k) == pytest.approx(expected, abs=1e-12), (n, correct, k)
+    for samples in itertools.product([False, True], repeat=5):  # every outcome of n = 5 samples
+        for k in range(1, 6):
+            subsets = list(itertools.combinations(samples, k))
+            expected = sum(any(s) for s in subsets) / len(subsets)
+            assert ev.pass_at_k(5, sum(samples), k) == pytest.approx(expected, abs=1e-12)
+    assert ev.pass_at_k(200, 3, 1) == pytest.approx(3 / 200), "pass@1 is the share of correct samples"
+    for bad in [(4, 5, 1), (4, -1, 1), (4, 2, 0), (4, 2, 5)]:
+        with pytest.raises(ValueError, match="pass@k needs"):
+            ev.pass_at_k(*bad)
+
+
+@pytest.mark.parametrize("a, b", [
+    ([0.412, 0.398, 0.431], [0.455, 0.440, 0.447]),
+    ([0.50, 0.52, 0.49, 0.51, 0.50], [0.49, 0.55, 0.50, 0.50, 0.53]),
+    ([0.3, 0.7], [0.35, 0.6]),
+    ([0.61, 0.58, 0.60, 0.62, 0.59, 0.57, 0.63, 0.60, 0.61, 0.58],
+     [0.60, 0.60, 0.61, 0.65, 0.58, 0.59, 0.66, 0.60, 0.64, 0.60]),
+])
+def test_seed_difference_matches_scipy(a, b):
+    d = ev.seed_difference(a, b)
+    differences = [y - x for x, y in zip(a, b)]
+    n = len(a)
+    low, high = stats.t.interval(0.95, n - 1, loc=statistics.fmean(differences), scale=stats.sem(differences))
+    assert (d["ci_low"], d["ci_high"]) == pytest.approx((low, high), abs=1e-12)
+    assert d["p"] == pytest.approx(stats.ttest_rel(b, a).pvalue, rel=1e-9)
+    assert d["difference"] == pytest.approx(statistics.fmean(b) - statistics.fmean(a))
+    assert d["se"] == pytest.approx(stats.sem(differences)) and d["n"] == n and d["differences"] == differences
+    wider = ev.seed_difference(a, b, confidence=0.99)
+    assert wider["ci_low"] < d["ci_low"] and wider["ci_high"] > d["ci_high"]
+
+
+def test_seed_difference_with_three_seeds_uses_t_4_303_and_survives_one_seed():
+    d = ev.seed_difference([0.40, 0.42, 0.41], [0.45, 0.44, 0.48])
+    assert (d["ci_high"] - d["difference"]) / d["se"] == pytest.approx(4.303, abs=1e-3)
+    one = ev.seed_difference([0.40], [0.45])
+    assert one["difference"] == pytest.approx(0.05) and math.isnan(one["se"]) and one["p"] == 1.0
+    assert (one["ci_low"], one["ci_high"]) == (-math.inf, math.inf) and "one seed" in one["note"]
+    same = ev.seed_difference([0.4, 0.5, 0.6], [0.4, 0.5, 0.6])
+    assert same["p"] == 1.0 and same["ci_low"] == same["ci_high"] == 0.0, "no difference at all: p is 1"
+    with pytest.raises(ValueError):
+        ev.seed_difference([0.4, 0.5], [0.4])
+
+
+def test_comparison_table_tests_pairs_across_seeds_then_holm():
+    from statsmodels.stats.multitest import multipletests
+
+    per_seed = {"grpo": [0.40, 0.42, 0.41], "tree": [0.47, 0.48, 0.49], "rejection": [0.41, 0.40, 0.44]}
+    pairs = [("grpo", "tree"), ("grpo", "rejection")]
+    mcnemar_p = {("grpo", "tree"): [0.01, 0.02, 0.003], ("grpo", "rejection"): [0.8, 0.6, 0.3]}
+    rows = ev.comparison_table(per_seed, pairs, mcnemar_p)
+    raw = [stats.ttest_rel(per_seed[b], per_seed[a]).pvalue for a, b in pairs]
+    assert [r["p"] for r in rows] == pytest.approx(raw)
+    assert [r["p_holm"] for r in rows] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    assert [(r["a"], r["b"], r["significant"], r["seeds"]) for r in rows] == [("grpo", "tree", True, 3),
+                                                                             ("grpo", "rejection", False, 3)]
+    assert rows[0]["mcnemar_p"] == [0.01, 0.02, 0.003], "carried as given"
+    assert rows[0]["ci_low"] < rows[0]["difference"] < rows[0]["ci_high"]
+    assert set(rows[0]) == {"a", "b", "difference", "ci_low", "ci_high", "p", "p_holm", "significant", "seeds",
+                            "mcnemar_p"}
 
 
 def test_compare_pairs_records_by_id():
