@@ -118,7 +118,7 @@ def main() -> None:
                                                   temperature=1.0),
                               grpo=GRPOSettings(optimizer="adamw_8bit", micro_batch_size=8),
                               search=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=4000,
-                                                  skip_solved=True, q_transform="min_max"),
+                                                  skip_solved=True, q_transform="parent_value"),
                               text=TextSearchSettings(student_samples=2))
     with report.phase("train_2_steps") as entry:
         trainer = Trainer(first, problems, work / "run", settings)

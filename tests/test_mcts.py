@@ -1,5 +1,6 @@
-"""The search: selection rules by hand, exactness on tic-tac-toe against minimax, golden trees,
-JSON round trips, and batched expansion on text with the real model."""
+"""The search: selection rules by hand (PUCT, UCT, the Q transforms, Gumbel's sigma and sequential halving
+against mctx's numbers), exactness on tic-tac-toe against minimax, golden trees, JSON round trips, and
+batched expansion on text with the real model."""
 
 import json
 import os
@@ -10,7 +11,8 @@ import pytest
 
 from azlib.mcts import Child, Expansion, SearchConfig, Tree, search, visit_weights
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.mcts.search import _q_values, _score
+from azlib.mcts.search import (_q_values, _score, q_by_parent_and_siblings, q_by_parent_value, q_completed_by_mix_value,
+                                q_raw, sequence_of_considered_visits)
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -28,17 +30,134 @@ def test_selection_scores_by_hand():
     assert _score(b, b.q, uct, sqrt_n, log_n) == float("inf")
 
 
-def test_min_max_q_by_hand():
-    """mctx's qtransform_by_parent_and_siblings: unvisited children get the parent's Q, then every Q is
-    rescaled by the min and max of the parent's and the visited children's Q."""
+def test_q_transforms_by_hand():
+    """Parent Q 0.5; children Q 0.9 and 0.2 (visited) and one unvisited. Both rescaled rules map the range
+    [min, max] of the parent's and the visited children's Q, here [0.2, 0.9], onto [0, 1]; they differ on
+    the unvisited child: "parent_value" values it at the parent, (0.5 - 0.2) / 0.7 = 3/7; "mctx"
+    (qtransform_by_parent_and_siblings) at the minimum, so it reads 0."""
     tree = Tree.with_root("r")
-    tree.root.visits, tree.root.value_sum = 10, 4.0  # parent Q 0.4
+    tree.root.visits, tree.root.value_sum = 10, 5.0  # parent Q 0.5
     kids = [tree.nodes[tree.add_child(0, k, k, 0.3, visits=v, value_sum=w)]
-            for k, (v, w) in enumerate([(4, 3.2), (5, 0.5), (0, 0.0)])]  # Q 0.8, 0.1, unvisited
-    raw = _q_values(tree.root, kids, SearchConfig())
-    scaled = _q_values(tree.root, kids, SearchConfig(q_transform="min_max"))
-    assert raw == pytest.approx([0.8, 0.1, 0.0])
-    assert scaled == pytest.approx([1.0, 0.0, (0.4 - 0.1) / 0.7])
+            for k, (v, w) in enumerate([(2, 1.8), (5, 1.0), (0, 0.0)])]  # Q 0.9, 0.2, unvisited
+    assert _q_values(tree.root, kids, SearchConfig()) == pytest.approx([0.9, 0.2, 0.0])
+    parent_value, mctx = SearchConfig(q_transform="parent_value"), SearchConfig(q_transform="mctx")
+    assert _q_values(tree.root, kids, parent_value) == pytest.approx([1.0, 0.0, 0.4286], abs=1e-4)
+    assert _q_values(tree.root, kids, mctx) == pytest.approx([1.0, 0.0, 0.0])
+
+    # A parent better than its children (Q 1.0) stretches the range to [0.2, 1.0]: 0.9 reads 0.7 / 0.8 = 0.875,
+    # and the parent-value rule makes the unvisited child the most attractive (1.0); mctx's still reads 0.
+    assert q_by_parent_value([0.9, 0.2, 0.0], [2, 5, 0], 1.0) == pytest.approx([0.875, 0.0, 1.0])
+    assert q_by_parent_and_siblings([0.9, 0.2, 0.0], [2, 5, 0], 1.0) == pytest.approx([0.875, 0.0, 0.0])
+    assert q_raw([0.9, 0.2, 0.7], [2, 5, 0], 1.0) == [0.9, 0.2, 0.0], "an unvisited child reads 0"
+    # All visited children equal and the parent too: the range is empty, and everything reads 0 (eps 1e-8).
+    assert q_by_parent_and_siblings([0.3, 0.3], [1, 1], 0.3) == [0.0, 0.0]
+
+    # Two players: a node's value_sum is from the view of whoever moved INTO it, its children's from the view
+    # of the player choosing among them; so the parent's value for the chooser is minus its Q.
+    tree.root.value_sum = -5.0  # parent Q -0.5: worth +0.5 to the player choosing among the children
+    assert _q_values(tree.root, kids, parent_value, two_player=True) == pytest.approx([1.0, 0.0, 0.4286], abs=1e-4)
+    assert _q_values(tree.root, kids, mctx, two_player=True) == pytest.approx([1.0, 0.0, 0.0])
+
+
+def test_completed_q_by_mix_value_by_hand():
+    """Gumbel's sigma(completed Q) (mctx's qtransform_completed_by_mix_value), worked out by hand. Priors 0.4,
+    0.3, 0.2, 0.1; the first three visited once with Q 0.2, 0.6, 1.0; raw value of the node 0.5.
+    Mixed value for the unvisited child: (0.5 + 3 x (0.4 x 0.2 + 0.3 x 0.6 + 0.2 x 1.0) / 0.9) / 4 = 0.50833.
+    Completed Q [0.2, 0.6, 1.0, 0.50833], rescaled by min 0.2 and max 1.0: [0, 0.5, 1, 0.38542];
+    times (c_visit + max N) x c_scale = (50 + 1) x 0.1 = 5.1: [0, 2.55, 5.1, 1.96562]."""
+    sigma = q_completed_by_mix_value([0.2, 0.6, 1.0, 0.0], [1, 1, 1, 0], [0.4, 0.3, 0.2, 0.1], 0.5)
+    assert sigma == pytest.approx([0.0, 2.55, 5.1, 1.96562], abs=1e-5)
+    # Nothing visited yet: every child completed with the raw value; an empty range reads 0.
+    assert q_completed_by_mix_value([0.0, 0.0], [0, 0], [0.5, 0.5], 0.7) == [0.0, 0.0]
+
+
+def test_sequential_halving_visits_match_mctx():
+    """mctx's own expected sequences (mctx/_src/tests/seq_halving_test.py): for each simulation, the visit
+    count asked of the action visited next. With m = 8 and 24 simulations: 8 actions once, the best 4 twice
+    more, the best 2 for the rest."""
+    assert sequence_of_considered_visits(8, 24) == (0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2,
+                                                    3, 3, 4, 4, 5, 5, 6, 6)
+    assert sequence_of_considered_visits(8, 47) == (0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3,
+                                                    4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
+                                                    13, 13, 14, 14, 15, 15, 16, 16, 17)
+    assert sequence_of_considered_visits(8, 2) == (0, 0)
+    assert sequence_of_considered_visits(8, 13) == (0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2)
+    assert sequence_of_considered_visits(7, 24) == (0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2,
+                                                    3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8)
+    assert sequence_of_considered_visits(1, 16) == tuple(range(16)) == sequence_of_considered_visits(0, 16)
+
+
+class FourArms:
+    """Single-agent: the root's four actions have priors 0.4, 0.3, 0.2, 0.1 and lead to leaves worth 0.2,
+    0.6, 1.0, 0.0; the root itself is valued 0.5."""
+
+    two_player = False
+    priors, values = (0.4, 0.3, 0.2, 0.1), (0.2, 0.6, 1.0, 0.0)
+
+    def expand(self, states, rng):
+        return [Expansion([Child(k, k, p) for k, p in enumerate(self.priors)], 0.5) if s == "root"
+                else Expansion([Child("end", "end", 1.0)], self.values[s]) for s in states]
+
+    def is_terminal(self, state):
+        return state == "end"
+
+    def terminal_value(self, state):
+        return 0.0
+
+
+def test_gumbel_visits_each_considered_action_once_then_picks_argmax_by_hand():
+    """m = 3 considered actions and a budget of 4 (the root's expansion, then one visit each). With seed 2
+    the Gumbel noise is g = [3.1019, 2.9265, -1.0552, -0.9028]; g + log P = [2.186, 1.723, -2.665, -3.205],
+    so actions 0, 1, 2 are considered. sigma(completed Q) = [0, 2.55, 5.1, 1.9656] (worked out in
+    test_completed_q_by_mix_value_by_hand). g + log P + sigma = [2.186, 4.273, 2.435, .]: action 1, which
+    is neither the prior's and noise's favourite (0) nor the best valued (2). action_weights: the improved
+    policy P e^sigma / sum = [0.4, 3.842, 32.80, 0.714] / 37.76."""
+    config = SearchConfig(rule="gumbel", num_simulations=4, max_considered_actions=3)
+    (result,) = search(FourArms(), ["root"], config, random.Random(2))
+    children = [result.tree.nodes[i] for i in result.tree.root.children]
+    assert [c.info["gumbel"] for c in children] == pytest.approx([3.1019, 2.9265, -1.0552, -0.9028], abs=1e-4)
+    assert [c.info["considered"] for c in children] == [True, True, True, False]
+    assert [c.visits for c in children] == [1, 1, 1, 0] and result.simulations == 4
+    assert result.action == 1
+    assert result.action_weights == pytest.approx([0.0106, 0.1018, 0.8688, 0.0189], abs=1e-4)
+    assert result.tree.root.info["raw_value"] == 0.5
+
+
+def test_gumbel_wins_and_blocks_on_tictactoe():
+    """Uniform priors, 32 simulations. With exact leaf values (minimax: the prior knows nothing, the values
+    everything) and no noise (gumbel_scale 0, mctx's setting for evaluation), the search takes the win or the
+    block; signs wrong anywhere and it would take the opposite. With random playouts, a win in one is found."""
+
+    def exact(board):
+        moves = ttt.legal_moves(board)
+        return [1 / len(moves)] * len(moves), float(ttt.minimax(board))
+
+    must = {"XX.OO....": 2, "XX..O....": 2, "X.O.X....": 8}  # X wins at 2; O blocks at 2; O blocks at 8
+    config = SearchConfig(rule="gumbel", num_simulations=32, max_depth=9, gumbel_scale=0.0)
+    for board, move in must.items():
+        for seed in range(3):
+            (result,) = search(ttt.TicTacToe(exact), [board], config, random.Random(seed))
+            assert result.action == move, f"{board}: played {result.action}, must play {move}"
+            assert result.simulations == 32 and sum(result.action_weights) == pytest.approx(1.0)
+            assert max(range(len(result.actions)), key=result.action_weights.__getitem__) == result.actions.index(move)
+    for board, wins in {"XX.OO....": {2}, "XX.OO...X": {5}}.items():  # X, then O, completes a row
+        for seed in range(3):
+            (result,) = search(ttt.TicTacToe(), [board], config, random.Random(seed))
+            assert result.action in wins
+    # With the default noise (gumbel_scale 1) the move is a sample that favours the improved policy.
+    noisy = SearchConfig(rule="gumbel", num_simulations=32, max_depth=9)
+    picks = [search(ttt.TicTacToe(exact), ["XX..O...."], noisy, random.Random(seed))[0].action for seed in range(20)]
+    assert picks.count(2) >= 16
+
+
+def test_search_config_rejects_bad_values():
+    bad = [dict(q_transform="min_max"), dict(rule="mcts"), dict(c=-1.0), dict(max_considered_actions=0),
+           dict(gumbel_scale=-1.0), dict(value_scale=0.0), dict(maxvisit_init=-1.0),
+           dict(rule="gumbel", leaves_per_step=2), dict(rule="gumbel", dirichlet_fraction=0.25)]
+    for fields in bad:
+        with pytest.raises(ValueError):
+            SearchConfig(**fields)
+    SearchConfig(rule="gumbel", max_considered_actions=1, gumbel_scale=0.0)  # the edge cases are fine
 
 
 class Bandit:
@@ -72,11 +191,23 @@ class Bandit:
 def test_search_with_rollout_values_beats_the_policys_greedy_answer():
     """AlphaZero's point on a toy: the search's answer is right more often than the policy's own greedy one,
     because rollouts' values pull the visits to the line that leads to correct answers."""
-    config = SearchConfig(num_simulations=12, max_depth=50, q_transform="min_max", c=1.0)
+    config = SearchConfig(num_simulations=12, max_depth=50, q_transform="parent_value", c=1.0)
     greedy = Bandit.p_correct[max(range(3), key=Bandit.priors.__getitem__)]
     picks = [search(Bandit(), ["root"], config, random.Random(seed))[0] for seed in range(200)]
     search_accuracy = sum(Bandit.p_correct[max(range(3), key=lambda k: r.action_weights[k])] for r in picks) / len(picks)
     assert greedy == 0.1 and search_accuracy > 0.6
+
+
+def test_gumbel_with_rollout_evaluations():
+    """Text-style expansion: children arrive with rollouts already backed up. Sequential halving counts the
+    simulations it sends through each root child (not the rollouts), so the budget is spent as on games."""
+    config = SearchConfig(rule="gumbel", num_simulations=12, max_depth=50)
+    picks = [search(Bandit(), ["root"], config, random.Random(seed))[0] for seed in range(100)]
+    for r in picks:
+        children = [r.tree.nodes[i] for i in r.tree.root.children]
+        assert r.simulations == 12 and sum(c.info["simulations"] for c in children) == 11
+        assert sum(r.action_weights) == pytest.approx(1.0)
+    assert sum(Bandit.p_correct[r.action] for r in picks) / len(picks) > 0.6, "the search finds the good line"
 
 
 def test_terminal_children_are_entered_once_then_skipped():
@@ -178,6 +309,16 @@ def test_many_roots_and_leaves_share_one_expand_call_per_step():
     assert all(r.simulations == 24 for r in results)
     assert max(env.batches) > 3, "leaves of several trees must go out together"
     assert len(env.batches) < 3 * 24 / 2
+
+
+def test_gumbel_searches_many_roots_in_lock_step():
+    env = CountingEnv()
+    config = SearchConfig(rule="gumbel", num_simulations=16, max_depth=9)
+    results = search(env, [ttt.EMPTY, "X........", "X...O...."], config, random.Random(0))
+    assert all(r.simulations == 16 for r in results) and max(env.batches) == 3, "one leaf per tree, all trees per call"
+    for r in results:
+        children = [r.tree.nodes[i] for i in r.tree.root.children]
+        assert [c.visits for c in children] == [c.info["simulations"] for c in children], "games: a simulation is a visit"
 
 
 class DeadEndEnv:

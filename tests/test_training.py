@@ -128,7 +128,7 @@ def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
     rows = arithmetic_problems(2, seed=4, steps=(1,))
     env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=64))
     results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=3, max_depth=6, skip_solved=True,
-                                                                        q_transform="min_max"), random.Random(0))
+                                                                        q_transform="parent_value"), random.Random(0))
     answers = tree_groups(results, env, "answers")
     assert len(answers) >= 6 and {c.group for c in answers} == {0, 1}
     assert all(c.reward == float(c.correct) for c in answers), "correctness: 1 for a finished correct answer, else 0"

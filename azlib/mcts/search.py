@@ -1,19 +1,20 @@
-"""One Monte Carlo tree search for games and for text: select (PUCT or UCT), expand a batch of
+"""One Monte Carlo tree search for games and for text: select (PUCT, UCT or Gumbel), expand a batch of
 leaves with ONE environment call, back up. Pure function of environment, roots, config and rng.
 
 The shape follows mctx: `search(env, roots, config, rng) -> [SearchResult(action, action_weights,
 tree)]`. Many roots (problems) are searched in lock-step, and each step may take several leaves per
-tree (virtual loss), so a text environment turns a whole step into one batched generate call.
+tree (virtual loss; PUCT and UCT), so a text environment turns a whole step into one batched generate call.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, Sequence
 
-from azlib.mcts.tree import Tree
+from azlib.mcts.tree import Node, Tree
 
 
 @dataclass(frozen=True)
@@ -21,17 +22,33 @@ class SearchConfig:
     """Budgets and the selection rule. Defaults follow the original system (60 iterations, depth 12,
     c = 1.414); `NUM_MCTS_ITERATIONS`, `MAX_TREE_DEPTH`, `MAX_TOKENS` reach these through azlib.config."""
 
-    num_simulations: int = 60  # leaf evaluations per root
+    num_simulations: int = 60  # leaf evaluations per root; the root's own expansion is the first
     max_depth: int = 12  # a node this deep is terminal
-    rule: Literal["puct", "uct"] = "puct"
-    c: float = 1.414  # exploration constant of either rule
-    # How PUCT reads Q. "raw": the mean backed-up value, 0 for an unvisited child (AlphaZero on games
-    # with values in [-1, 1]; the seed). "min_max" (mctx's qtransform_by_parent_and_siblings): an
-    # unvisited child is valued at its parent's Q, and Qs are rescaled to [0, 1] by the min and max of
-    # the parent's and its visited children's Q, so c means the same whatever the reward's scale.
-    q_transform: Literal["raw", "min_max"] = "raw"
+    # How a node picks the child to descend into:
+    # "puct" (AlphaZero): Q + c * P * sqrt(N_parent) / (1 + N_child).
+    # "uct" (the original system): Q + c * sqrt(ln N_parent / N_child), an unvisited child first.
+    # "gumbel" (Gumbel MuZero, Danihelka et al. 2022, as mctx's gumbel_muzero_policy): the root samples
+    #   Gumbel noise once, keeps the top `max_considered_actions` by noise + log prior and shares the
+    #   simulations among them by sequential halving; below the root, the deterministic rule of the
+    #   improved policy. The move is the best survivor, `action_weights` the improved policy (not the
+    #   visits); `c`, `q_transform`, `temperature` are not read, nor `skip_solved` at the root. One leaf
+    #   per tree per step (leaves_per_step = 1): a text search still batches one leaf of every root per
+    #   model call.
+    rule: Literal["puct", "uct", "gumbel"] = "puct"
+    c: float = 1.414  # exploration constant of puct and uct
+    # How puct and uct read Q (each a function below): "raw" (q_raw: the mean backed-up value, 0 for an
+    # unvisited child; AlphaZero on games with values in [-1, 1]; the seed), "parent_value"
+    # (q_by_parent_value: an unvisited child valued at its parent, then rescaled to [0, 1] by the min and
+    # max of the parent's and its visited children's Q), "mctx" (q_by_parent_and_siblings, mctx's
+    # default for MuZero: the same rescaling, an unvisited child valued at the minimum, so it reads 0).
+    # Rescaled, c means the same whatever the reward's scale.
+    q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
+    max_considered_actions: int = 16  # gumbel: root actions sampled without replacement (m; mctx's default)
+    gumbel_scale: float = 1.0  # gumbel: scale of the root's Gumbel noise; 0 searches without noise
+    value_scale: float = 0.1  # gumbel: c_scale in sigma(q) = (c_visit + max_b N(b)) * c_scale * q (mctx's default)
+    maxvisit_init: float = 50.0  # gumbel: c_visit in that sigma (mctx's default)
     dirichlet_alpha: float = 0.3
-    dirichlet_fraction: float = 0.0  # share of root prior replaced by Dirichlet noise (AlphaZero: 0.25)
+    dirichlet_fraction: float = 0.0  # share of root prior replaced by Dirichlet noise (AlphaZero: 0.25); not gumbel
     temperature: float = 1.0  # on the root visit counts: 0 = argmax, 1 = proportional
     leaves_per_step: int = 1  # leaves collected per tree per step, kept apart by virtual loss
     virtual_loss: float = 1.0
@@ -41,14 +58,22 @@ class SearchConfig:
     def __post_init__(self):
         if self.num_simulations < 1 or self.max_depth < 1 or self.leaves_per_step < 1:
             raise ValueError("num_simulations, max_depth and leaves_per_step must be >= 1")
-        if self.rule not in ("puct", "uct") or self.c < 0 or self.temperature < 0:
+        if self.rule not in ("puct", "uct", "gumbel") or self.c < 0 or self.temperature < 0:
             raise ValueError(f"bad selection settings: rule={self.rule!r}, c={self.c}, temperature={self.temperature}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1 (or None), got {self.max_tokens}")
         if not 0 <= self.dirichlet_fraction <= 1 or self.dirichlet_alpha <= 0 or self.virtual_loss < 0:
             raise ValueError("need 0 <= dirichlet_fraction <= 1, dirichlet_alpha > 0 and virtual_loss >= 0")
-        if self.q_transform not in ("raw", "min_max"):
-            raise ValueError(f"q_transform must be 'raw' or 'min_max', got {self.q_transform!r}")
+        if self.q_transform not in ("raw", "parent_value", "mctx"):
+            raise ValueError(f"q_transform must be 'raw', 'parent_value' or 'mctx', got {self.q_transform!r}")
+        if self.max_considered_actions < 1 or self.gumbel_scale < 0 or self.value_scale <= 0 or self.maxvisit_init < 0:
+            raise ValueError(f"need max_considered_actions >= 1, gumbel_scale >= 0, value_scale > 0 and "
+                             f"maxvisit_init >= 0, got {self.max_considered_actions}, {self.gumbel_scale}, "
+                             f"{self.value_scale}, {self.maxvisit_init}")
+        if self.rule == "gumbel" and (self.leaves_per_step != 1 or self.dirichlet_fraction):
+            raise ValueError("rule 'gumbel' takes one leaf per tree per step (leaves_per_step=1) and explores by "
+                             f"its Gumbel noise (dirichlet_fraction=0), got {self.leaves_per_step}, "
+                             f"{self.dirichlet_fraction}")
 
 
 class Child(NamedTuple):
@@ -84,22 +109,59 @@ class Environment(Protocol):
 
 @dataclass
 class SearchResult:
-    action: Any  # chosen root action: argmax of visits at temperature 0, else sampled from weights
+    # The chosen root action: argmax of visits at temperature 0, else sampled from the weights; gumbel:
+    # the considered action that survived sequential halving with the highest g + logits + sigma(Q).
+    action: Any
     actions: list[Any]  # the root's children's actions, in order
-    action_weights: list[float]  # visit distribution over `actions`, temperature applied
+    # Over `actions`: the visit distribution, temperature applied; gumbel: the improved policy
+    # softmax(logits + sigma(completed Q)) (mctx's action_weights), the policy target of Gumbel MuZero.
+    action_weights: list[float]
     tree: Tree
     simulations: int
     tokens: int  # generated by this root's expansions (a step's total is the sum over its results)
 
 
-def _q_values(parent, children, config: SearchConfig) -> list[float]:
-    """Each child's Q as the rule reads it (see SearchConfig.q_transform)."""
-    if config.q_transform == "raw":
-        return [c.q for c in children]
-    q = [c.q if c.visits else parent.q for c in children]
-    seen = [parent.q, *(c.q for c in children if c.visits)]
-    low, high = min(seen), max(seen)
-    return [(x - low) / max(high - low, 1e-8) for x in q]
+# Q transforms: each child's Q as puct and uct read it. `q` and `visits` are the children's, Q from the
+# view of the player choosing among them; `node_value` is the parent's value from that same view
+# (mctx's node_value: azlib's parent Q, negated in a two-player game, since a node's value_sum is
+# from the view of whoever moved into it).
+
+
+def q_raw(q: Sequence[float], visits: Sequence[int], node_value: float) -> list[float]:
+    """The mean backed-up value, 0 for an unvisited child (AlphaZero, Silver et al. 2018)."""
+    return [x if n else 0.0 for x, n in zip(q, visits)]
+
+
+def q_by_parent_value(q: Sequence[float], visits: Sequence[int], node_value: float,
+                      epsilon: float = 1e-8) -> list[float]:
+    """An unvisited child valued at its parent (first-play urgency at the parent's value), then min-max
+    rescaled over the parent and the visited children. azlib's rule: mctx's below but for unvisited children."""
+    completed = [x if n else node_value for x, n in zip(q, visits)]
+    low, high = min(node_value, *completed), max(node_value, *completed)
+    return [(x - low) / max(high - low, epsilon) for x in completed]
+
+
+def q_by_parent_and_siblings(q: Sequence[float], visits: Sequence[int], node_value: float,
+                             epsilon: float = 1e-8) -> list[float]:
+    """mctx's qtransforms.qtransform_by_parent_and_siblings: min-max rescaled over the parent and the
+    visited children; an unvisited child completed with the minimum, so it reads 0."""
+    safe_q = [x if n else node_value for x, n in zip(q, visits)]
+    low, high = min(node_value, min(safe_q)), max(node_value, max(safe_q))
+    completed = [x if n else low for x, n in zip(q, visits)]
+    return [(x - low) / max(high - low, epsilon) for x in completed]
+
+
+Q_TRANSFORMS = {"raw": q_raw, "parent_value": q_by_parent_value, "mctx": q_by_parent_and_siblings}
+
+
+def _node_value(node: Node, two_player: bool) -> float:
+    return -node.q if two_player else node.q
+
+
+def _q_values(node: Node, children: Sequence[Node], config: SearchConfig, two_player: bool = False) -> list[float]:
+    """Each child's Q as puct and uct read it (SearchConfig.q_transform)."""
+    transform = Q_TRANSFORMS[config.q_transform]
+    return transform([c.q for c in children], [c.visits for c in children], _node_value(node, two_player))
 
 
 def _score(child, q: float, config: SearchConfig, sqrt_n: float, log_n: float) -> float:
@@ -110,7 +172,122 @@ def _score(child, q: float, config: SearchConfig, sqrt_n: float, log_n: float) -
     return q + config.c * math.sqrt(log_n / child.visits)
 
 
-def _select(tree: Tree, config: SearchConfig) -> list[int]:
+# Gumbel MuZero (Danihelka et al. 2022, "Policy improvement by planning with Gumbel"), as mctx's
+# gumbel_muzero_policy. The prior's logits are log P; a zero prior gets mctx's floor LOW_LOGIT.
+LOW_LOGIT = -1e9
+
+
+def _logits(priors: Sequence[float]) -> list[float]:
+    return [math.log(p) if p > 0 else LOW_LOGIT for p in priors]
+
+
+def _softmax(x: Sequence[float]) -> list[float]:
+    top = max(x)
+    e = [math.exp(v - top) for v in x]
+    return [v / sum(e) for v in e]
+
+
+def q_completed_by_mix_value(q: Sequence[float], visits: Sequence[int], priors: Sequence[float], raw_value: float,
+                             value_scale: float = 0.1, maxvisit_init: float = 50.0,
+                             epsilon: float = 1e-8) -> list[float]:
+    """sigma(completed Q), mctx's qtransforms.qtransform_completed_by_mix_value (the paper, Sec. 4 and App. D):
+    an unvisited child gets the mixed value (the node's raw value and its visited children's prior-weighted
+    Q, weighted 1 : sum N), all are min-max rescaled, then scaled by (c_visit + max N) * c_scale."""
+    total = sum(visits)
+    probs = [max(p, sys.float_info.min) for p in _softmax(_logits(priors))]
+    visited_mass = sum(p for p, n in zip(probs, visits) if n)
+    weighted_q = sum(p * x / visited_mass for p, x, n in zip(probs, q, visits) if n) if visited_mass else 0.0
+    mixed = (raw_value + total * weighted_q) / (total + 1)
+    completed = [x if n else mixed for x, n in zip(q, visits)]
+    low, high = min(completed), max(completed)
+    scale = (maxvisit_init + max(visits)) * value_scale
+    return [scale * (x - low) / max(high - low, epsilon) for x in completed]
+
+
+def sequence_of_considered_visits(max_num_considered_actions: int, num_simulations: int) -> tuple[int, ...]:
+    """mctx's seq_halving.get_sequence_of_considered_visits: for each simulation, the visit count that
+    sequential halving (Karnin et al. 2013) asks of the root action it visits. Each phase visits every
+    surviving action num_simulations / (log2(m) * survivors) times, then halves the survivors (to >= 2)."""
+    if max_num_considered_actions <= 1:
+        return tuple(range(num_simulations))
+    log2max = int(math.ceil(math.log2(max_num_considered_actions)))
+    sequence: list[int] = []
+    visits = [0] * max_num_considered_actions
+    num_considered = max_num_considered_actions
+    while len(sequence) < num_simulations:
+        num_extra_visits = max(1, int(num_simulations / (log2max * num_considered)))
+        for _ in range(num_extra_visits):
+            sequence.extend(visits[:num_considered])
+            for i in range(num_considered):
+                visits[i] += 1
+        num_considered = max(2, num_considered // 2)
+    return tuple(sequence[:num_simulations])
+
+
+def _sigma(node: Node, children: Sequence[Node], config: SearchConfig) -> list[float]:
+    return q_completed_by_mix_value([c.q for c in children], [c.visits for c in children], [c.prior for c in children],
+                                    node.info["raw_value"], config.value_scale, config.maxvisit_init)
+
+
+def _gumbel_scores(root: Node, children: Sequence[Node], config: SearchConfig) -> list[float]:
+    """g + logits + sigma(completed Q) per root child, mctx's seq_halving.score_considered before its
+    visit-count mask (logits shifted by their max, the sum floored at LOW_LOGIT)."""
+    logits = _logits([c.prior for c in children])
+    top = max(logits)
+    return [max(LOW_LOGIT, c.info["gumbel"] + lg - top + s)
+            for c, lg, s in zip(children, logits, _sigma(root, children, config))]
+
+
+def _gumbel_root(root: Node, children: Sequence[Node], config: SearchConfig) -> int:
+    """mctx's action_selection.gumbel_muzero_root_action_selection: among the considered actions whose
+    count equals the one sequential halving asks for now, the highest g + logits + sigma(completed Q).
+    The count is of the simulations sent through the child (info["simulations"]): on games that is its
+    visits, as in mctx; a text child's visits also count the rollouts it arrived with, no simulations."""
+    considered = [k for k, c in enumerate(children) if c.info["considered"]]
+    counts = [c.info["simulations"] for c in children]
+    # mctx evaluates the root outside its budget; here its expansion is the first simulation.
+    table = sequence_of_considered_visits(len(considered), config.num_simulations - 1)
+    target = table[min(sum(counts), len(table) - 1)]
+    scores = _gumbel_scores(root, children, config)
+    eligible = [k for k in considered if counts[k] == target] or considered  # not empty while every simulation counts
+    return max(eligible, key=scores.__getitem__)
+
+
+def _gumbel_interior(node: Node, children: Sequence[Node], candidates: Sequence[int], config: SearchConfig) -> int:
+    """mctx's action_selection.gumbel_muzero_interior_action_selection (the paper, Sec. 5): argmax of
+    pi'(a) - N(a) / (1 + sum_b N(b)), pi' = softmax(logits + sigma(completed Q)), so that the visits
+    follow the improved policy pi' deterministically."""
+    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(node, children, config))])
+    total = sum(c.visits for c in children)
+    return max(candidates, key=lambda k: improved[k] - children[k].visits / (1 + total))
+
+
+def _root_gumbel(tree: Tree, config: SearchConfig, rng: random.Random) -> None:
+    """Once per search, at the root's expansion: Gumbel noise g(a) for every root action, and the top
+    max_considered_actions by g + logits considered (sampling without replacement, the Gumbel-top-k trick)."""
+    children = [tree.nodes[i] for i in tree.root.children]
+    logits = _logits([c.prior for c in children])
+    for child in children:  # -log(-log U), U in (0, 1)
+        child.info["gumbel"] = config.gumbel_scale * -math.log(-math.log(max(rng.random(), sys.float_info.min)))
+        child.info["considered"], child.info["simulations"] = False, 0
+    order = sorted(range(len(children)), key=lambda k: -(children[k].info["gumbel"] + logits[k]))
+    for k in order[:config.max_considered_actions]:
+        children[k].info["considered"] = True
+
+
+def _gumbel_decision(root: Node, children: Sequence[Node], config: SearchConfig) -> tuple[int, list[float]]:
+    """mctx's gumbel_muzero_policy once the search is done: among the considered actions sent the most
+    simulations (the survivors of sequential halving), the highest g + logits + sigma(completed Q); and
+    the improved policy softmax(logits + sigma(completed Q)) as the action weights."""
+    considered = [k for k, c in enumerate(children) if c.info["considered"]]
+    most = max(children[k].info["simulations"] for k in considered)
+    scores = _gumbel_scores(root, children, config)
+    best = max((k for k in considered if children[k].info["simulations"] == most), key=scores.__getitem__)
+    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(root, children, config))])
+    return best, improved
+
+
+def _select(tree: Tree, config: SearchConfig, two_player: bool = False) -> list[int]:
     """Root-to-leaf path: descend by the rule until an unexpanded or terminal node."""
     path = [0]
     node = tree.nodes[0]
@@ -119,9 +296,13 @@ def _select(tree: Tree, config: SearchConfig) -> list[int]:
         candidates = range(len(children))
         if config.skip_solved:  # a solved child is entered once, so that its value is backed up
             candidates = [k for k in candidates if not (children[k].solved and children[k].visits)] or candidates
-        sqrt_n, log_n = math.sqrt(max(node.visits, 1)), math.log(max(node.visits, 1))
-        q = _q_values(node, children, config)
-        best = max(candidates, key=lambda k: _score(children[k], q[k], config, sqrt_n, log_n))
+        if config.rule == "gumbel":  # sequential halving keeps its own count: the root ignores skip_solved
+            best = _gumbel_root(node, children, config) if len(path) == 1 else \
+                _gumbel_interior(node, children, candidates, config)
+        else:
+            sqrt_n, log_n = math.sqrt(max(node.visits, 1)), math.log(max(node.visits, 1))
+            q = _q_values(node, children, config, two_player)
+            best = max(candidates, key=lambda k: _score(children[k], q[k], config, sqrt_n, log_n))
         path.append(node.children[best])
         node = children[best]
     return path
@@ -215,7 +396,9 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
         for t in active:
             tree, claimed = trees[t], set()
             for _ in range(min(config.leaves_per_step, config.num_simulations - simulations[t])):
-                path = _select(tree, config)
+                path = _select(tree, config, env.two_player)
+                if config.rule == "gumbel" and len(path) > 1:  # sequential halving counts simulations
+                    tree.nodes[path[1]].info["simulations"] += 1
                 leaf = tree.nodes[path[-1]]
                 if leaf.terminal:  # known value: back it up, no model call
                     _apply(tree, path, 1, leaf.info["terminal_value"], env.two_player)
@@ -233,8 +416,12 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
                 tree = trees[t]
                 _apply(tree, path, -1, config.virtual_loss, False)
                 added = _add_children(tree, path[-1], expansion, env, config, step)
+                if config.rule == "gumbel":  # the environment's own value estimate: mctx's raw value
+                    tree.nodes[path[-1]].info["raw_value"] = expansion.value
                 if path[-1] == 0:
                     _root_noise(tree, config, rng)
+                    if config.rule == "gumbel":
+                        _root_gumbel(tree, config, rng)
                 _back_up(tree, path, expansion, added, env.two_player)
                 _mark_solved(tree, path)
                 simulations[t] += 1
@@ -247,6 +434,9 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
         weights = visit_weights([c.visits for c in children], config.temperature)
         if not children:
             action = None
+        elif config.rule == "gumbel":
+            best, weights = _gumbel_decision(tree.root, children, config)
+            action = children[best].action
         elif config.temperature == 0:
             action = children[weights.index(1.0)].action
         else:
