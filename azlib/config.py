@@ -231,15 +231,27 @@ class TrainingParams(StudentParams, SearchParams):
 
 
 class BaseVsTrainedParams(TrainingParams):
-    """Notebook 05: the base vs the MCTS-trained student vs the other arms at an equal token budget."""
+    """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base."""
 
-    arms: list[Literal["grpo", "rft", "trl"]] = Field(
-        description="arms trained to the MCTS run's token budget: azlib plain GRPO, rejection-sampling "
-                    "fine-tuning, TRL's GRPOTrainer")
-
-    eval_problems: int = Field(ge=1, description="held-out problems every model answers")
-    eval_gsm8k_problems: int = Field(ge=0, description="GSM8K test problems also evaluated (0: none)")
+    arms: list[Literal["tree", "tree_grpo", "resample", "mcts", "rft", "grpo", "trl"]] = Field(
+        min_length=1, description="arms (azlib.experiment.ARMS): forking tree + imitation, forking tree + TreeRL "
+                                  "GRPO, the tree's allocation without prefixes, PUCT MCTS, rejection-sampling "
+                                  "fine-tuning, plain GRPO, TRL's GRPOTrainer")
+    seeds: list[int] = Field(min_length=1, description="training seeds: every arm is trained once per seed")
+    calibration_problems: int = Field(ge=0, description="problems per step count in the calibration table (0: none)")
+    calibration_samples: int = Field(ge=1, description="sampled answers per problem for the calibration's pass@k")
+    eval_problems: int = Field(ge=1, description="problems in each held-out set: in-template and transfer")
+    eval_gsm8k_problems: int = Field(ge=0, description="GSM8K test problems with the fewest steps, also "
+                                                       "evaluated (0: none)")
     eval_max_new_tokens: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _budget(self) -> BaseVsTrainedParams:
+        if self.train.token_budget is None:
+            raise ValueError("train.token_budget: every arm trains to one budget of generated tokens; set it")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds: each training seed once")
+        return self
 
 
 class RefereeRLParams(NotebookParams):

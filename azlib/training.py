@@ -84,7 +84,7 @@ class TrainingConfig:
     log-probs must be those of the temperature the answers were sampled at, without top-p)."""
 
     train: TrainSettings = TrainSettings()
-    search: SearchConfig = SearchConfig(skip_solved=True, q_transform="min_max")
+    search: SearchConfig = SearchConfig(skip_solved=True, q_transform="parent_value")
     text: TextSearchSettings = TextSearchSettings()
     fork: ForkSettings = ForkSettings()  # groups "forked" and "treerl" ("sampling": the same with no forks)
     grpo: GRPOSettings = GRPOSettings()
@@ -145,10 +145,12 @@ class Trainer:
             trees = self.forking.grow(indices, s.group_size, seed)
             completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
             tokens, answers_correct = sum(t.tokens for t in trees), [c.correct for c in completions]
+            prefill = sum(t.prefill for t in trees)
         else:
             results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
             completions, tokens = tree_groups(results, self.env, s.groups), sum(r.tokens for r in results)
             answers_correct = [search_answer(r, self.env)["correct"] for r in results]
+            prefill = None  # the text env does not count its prompts
             if self.teachers is not None:
                 for r in results:
                     self.teachers.credit(teacher_values(r))
@@ -168,7 +170,7 @@ class Trainer:
                   "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),
                   "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
-                  "tokens": tokens, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
+                  "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()

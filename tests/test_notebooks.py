@@ -82,14 +82,19 @@ def check_04(m):
 
 
 def check_05(m):
-    assert m["mcts_steps"] == 2 and m["mcts_tokens"] == m["budget_tokens"] > 0
-    for arm in ("grpo", "rft", "trl"):  # every arm ran, each until it had spent the MCTS run's tokens
-        assert m[f"{arm}_tokens"] >= m["budget_tokens"], arm
-    for model in ("base", "mcts", "grpo", "rft", "trl"):
-        assert m[f"{model}_heldout_n"] == 8
-    assert m["heldout_base_vs_mcts_fixed"] + m["heldout_base_vs_mcts_broken"] <= 8
+    arms = ["tree", "tree_grpo", "resample", "mcts", "rft", "grpo", "trl"]
+    assert m["seeds"] == 2 and m["arms"] == ",".join(arms) and m["heldout_n"] == m["transfer_n"] == 4
+    for arm in arms:  # every arm ran for every seed, each until it had spent the budget
+        for seed in (0, 1):
+            assert m[f"{arm}_seed{seed}_tokens"] >= m["budget_tokens"] == 60, (arm, seed)
+        for name in ("heldout", "transfer"):
+            assert m[f"{arm}_{name}_seed_min"] <= m[f"{arm}_{name}_accuracy"] <= m[f"{arm}_{name}_seed_max"]
+    for arm in ("tree", "resample", "rft"):
+        assert m[f"{arm}_verified_per_1k"] >= 0 and m[f"{arm}_solved_per_1k"] <= m[f"{arm}_verified_per_1k"]
+    for k in (1, 2, 3, 4):  # the calibration table: every step count, pass@k never below pass@1
+        assert 0 <= m[f"calibration_{k}-step_pass@1"] <= m[f"calibration_{k}-step_pass@2"] <= 1
     assert m["ranking_inversions_correctness"] == 0, "the default reward puts every correct finished answer first"
-    assert m["verdict"].startswith("On 8 held-out problems (heldout)") and m["verdict"].count("McNemar") == 4
+    assert m["verdict"].startswith("At 60 generated tokens per arm and seed") and m["verdict"].count("Holm p") == 14
 
 
 def check_06(m):

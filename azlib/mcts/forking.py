@@ -75,13 +75,16 @@ class Node:
 
 @dataclass
 class ForkTree:
-    """One problem's tree. `tokens` counts every token generated for it (each lies in exactly one node)."""
+    """One problem's tree. `tokens` counts every token generated for it (each lies in exactly one node);
+    `prefill` the prompt tokens its generate calls read (the question once for its G answers, then the
+    question and prefix once per fork point)."""
 
     problem: int
     prompt: Prompt
     prompt_ids: list[int]
     nodes: list[Node] = field(default_factory=lambda: [Node(-1, 0, [], [])])
     tokens: int = 0
+    prefill: int = 0
 
     def leaves(self) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.answer is not None]
@@ -167,6 +170,7 @@ class ForkingSearch:
         samples = self.backend.generate(prompts, n=group_size, max_new_tokens=self.max_new_tokens,
                                         temperature=self.temperature, top_p=1.0, seed=seed, stop_at_answer=True)
         for tree, group in zip(trees, samples):
+            tree.prefill += len(tree.prompt_ids)
             for sample in group:
                 self._attach(tree, 0, sample, 0)
         for r in range(1, self.settings.rounds + 1):
@@ -184,6 +188,7 @@ class ForkingSearch:
                                             temperature=self.temperature, top_p=1.0,
                                             seed=(seed + 7_919 * r + b) % 2**31, stop_at_answer=True)
                 for (tree, node), group in zip(members, out):
+                    tree.prefill += len(tree.prompt_ids) + len(tree.prefix(node)[0])
                     for sample in group:
                         self._attach(tree, node, sample, r)
         return trees

@@ -1,0 +1,235 @@
+"""Notebook 05's experiment as a library: does the tree help? Calibrate the task for the base student,
+train every arm to one token budget for several seeds, answer an in-template held-out set and a transfer
+set, and compare with statistics that separate methods. No plotting (the notebook draws)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_steps, load_gsm8k,
+                        task_problems)
+from azlib.data.arithmetic import STEP_COUNTS
+from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.models.generation import Backend
+from azlib.prompts import chat_prompt
+from azlib.rewards import complete_answer, extract_answer, is_correct
+
+# What each arm searches or samples, and how it updates. Every arm but "trl" runs azlib's Trainer.
+ARMS = {
+    "tree": {"groups": "forked", "update": "sft"},  # forking tree, imitation of its verified answers
+    "tree_grpo": {"groups": "treerl", "update": "grpo"},  # forking tree, TreeRL's per-token advantages
+    "resample": {"groups": "forked", "update": "sft", "where": "root"},  # the tree's allocation, no prefixes
+    "mcts": {"groups": "answers"},  # PUCT over first lines with rollouts (the update of the params)
+    "rft": {"groups": "sampling", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
+    "grpo": {"groups": "sampling", "update": "grpo"},  # plain GRPO
+    "trl": {},  # TRL's GRPOTrainer
+}
+
+
+def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
+    """(training problems, held-out sets, a note). For the arithmetic task: "heldout", problems the training
+    never saw in the training wordings, and "transfer", the SAME problems (numbers, names, chains) in
+    wordings no training problem used, so the two differ only in wording; for GSM8K, its test split. With
+    eval_gsm8k_problems, also "gsm8k": GSM8K's test problems with the fewest calculation steps."""
+    steps, n = tuple(params.arithmetic_steps), params.eval_problems
+    problems, note = task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
+                                   steps=steps)
+    sets: dict[str, list[Row]] = {}
+    if problems[0]["info"].get("source") == "arithmetic":
+        seen = {r["info"]["solution"] + r["prompt"] for r in problems}
+        drawn = {w: arithmetic_problems(2 * n, seed=params.seed + 10_000, steps=steps, wording=w)
+                 for w in ("train", "transfer")}
+        kept = [i for i, r in enumerate(drawn["train"]) if r["info"]["solution"] + r["prompt"] not in seen][:n]
+        sets = {"heldout": [drawn["train"][i] for i in kept], "transfer": [drawn["transfer"][i] for i in kept]}
+    else:
+        sets["heldout"] = load_gsm8k(params.gsm8k, "test", limit=n)
+    if params.eval_gsm8k_problems:
+        try:
+            sets["gsm8k"] = easiest_by_steps(load_gsm8k(params.gsm8k, "test"), params.eval_gsm8k_problems)
+        except DataUnavailable as err:
+            note += f" GSM8K test unavailable, not evaluated: {err}"
+    return problems, sets, note.strip()
+
+
+def calibration_sets(params) -> dict[str, list[Row]]:
+    """`calibration_problems` fresh problems per step count 1..4 (training wordings), none of them trained on."""
+    return {f"{k}-step": arithmetic_problems(params.calibration_problems, seed=params.seed + 20_000, steps=(k,))
+            for k in STEP_COUNTS} if params.calibration_problems else {}
+
+
+def calibration(backend: Backend, sets: dict[str, Sequence[Row]], *, samples: int, temperature: float,
+                max_new_tokens: int, seed: int = 0, ks: Sequence[int] = (1, 2, 4, 8, 16)) -> list[dict]:
+    """Per named set of problems: greedy pass@1, and sampled pass@k at the run's temperature (the unbiased
+    estimator over `samples` answers per problem), the base student's standing on the task. Where pass@1 is
+    a few percent and pass@16 a good share, there is something for search to find and to teach."""
+    table = []
+    for name, rows in tqdm(list(sets.items()), desc="calibration", unit="set"):
+        prompts = [chat_prompt(r["prompt"]) for r in rows]
+        greedy = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0, stop_at_answer=True)
+        sampled = backend.generate(prompts, n=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                   top_p=1.0, seed=seed, stop_at_answer=True)
+        correct = [[_correct(s, r) for s in group] for group, r in zip(sampled, rows)]
+        row = {"set": name, "problems": len(rows), "greedy": sum(_correct(g[0], r) for g, r in zip(greedy, rows)) / len(rows)}
+        for k in (k for k in ks if k <= samples):
+            row[f"pass@{k}"] = sum(pass_at_k(samples, sum(c), k) for c in correct) / len(rows)
+        row["tokens_per_answer"] = sum(s.completion_tokens for g in sampled for s in g) / (samples * len(rows))
+        row["truncated"] = sum(s.finish_reason == "length" for g in sampled for s in g) / (samples * len(rows))
+        table.append(row)
+    return table
+
+
+def _correct(sample, row: Row) -> bool:
+    text, finished = complete_answer(sample.text, sample.finish_reason == "stop")
+    return finished and is_correct(extract_answer(text), row["answer"])
+
+
+@dataclass
+class ArmResult:
+    """One arm trained with one seed: tokens generated, its step log, its answers to every evaluation set."""
+
+    arm: str
+    seed: int
+    tokens: int
+    log: list[dict]
+    records: dict[str, list[dict]]  # evaluation set -> per-problem records (azlib.evaluation)
+
+    def accuracy(self, name: str) -> float:
+        return sum(r["correct"] for r in self.records[name]) / max(len(self.records[name]), 1)
+
+
+@dataclass
+class Experiment:
+    """Every arm over every seed against the base, on every evaluation set (rows of the kit's schema)."""
+
+    params: object  # a BaseVsTrainedParams
+    problems: list[Row]
+    eval_sets: dict[str, list[Row]]
+    folder: Path
+    base: dict[str, list[dict]] = field(default_factory=dict)
+    runs: dict[tuple[str, int], ArmResult] = field(default_factory=dict)
+
+    def run(self, progress: bool = True) -> Experiment:
+        """Train and evaluate what is not on disk yet: a finished (arm, seed) leaves `result.json` in its own
+        folder, so an interrupted experiment continues where it stopped and loses no finished arm."""
+        from azlib.models import make_backend
+
+        p = self.params
+        base = make_backend("hf", p.model, dtype=p.dtype, device=p.device)
+        self.base = self._evaluate(base, self.folder / "base")
+        base.close()
+        jobs = [(arm, seed) for seed in p.seeds for arm in p.arms]
+        for arm, seed in tqdm(jobs, desc="arms x seeds", unit="run", disable=not progress):
+            self.runs[(arm, seed)] = self._arm(arm, seed)
+        return self
+
+    def _evaluate(self, backend: Backend, folder: Path) -> dict[str, list[dict]]:
+        out = {}
+        for name, rows in self.eval_sets.items():
+            path = folder / f"records-{name}.jsonl"
+            if not path.exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(".partial")
+                evaluate(backend, rows, "chat-0shot", max_new_tokens=self.params.eval_max_new_tokens,
+                         seed=self.params.seed, records_path=partial)
+                partial.rename(path)
+            out[name] = load_records(path)
+        return out
+
+    def _arm(self, arm: str, seed: int) -> ArmResult:
+        import gc
+
+        folder = self.folder / f"seed-{seed}" / arm
+        done = folder / "result.json"
+        if done.exists():
+            saved = json.loads(done.read_text())
+            return ArmResult(arm, seed, saved["tokens"], saved["log"], self._evaluate(None, folder))
+        p = self.params
+        budget = p.train.token_budget
+        if arm == "trl":
+            from azlib.peers import train_with_trl
+
+            peer = train_with_trl(p.model_copy(update={"seed": seed}), self.problems, folder / "train",
+                                  token_budget=budget)
+            backend, tokens, log = peer.backend, peer.tokens, peer.log
+        else:
+            from dataclasses import replace
+
+            from azlib.training import trainer_from_params
+
+            spec = dict(ARMS[arm])
+            arm_params = p.model_copy(update={"seed": seed, "fork": replace(p.fork, where=spec.pop("where", p.fork.where))})
+            trainer = trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **spec)
+            log = trainer.run(resume=(folder / "train").exists(), progress=False)
+            backend, tokens = trainer.student.backend, trainer.tokens
+        records = self._evaluate(backend, folder)
+        (folder / "result.json").write_text(json.dumps({"tokens": tokens, "log": log}))
+        del backend
+        gc.collect()
+        return ArmResult(arm, seed, tokens, log, records)
+
+    # -- what the runs say ------------------------------------------------------------------------------
+    def accuracies(self) -> list[dict]:
+        """One row per (model, seed, set): accuracy, tokens trained, tokens per answer."""
+        rows = [{"model": "base", "seed": None, "set": name, "accuracy": _accuracy(records), "tokens": 0,
+                 "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in self.base.items()]
+        for (arm, seed), run in self.runs.items():
+            rows += [{"model": arm, "seed": seed, "set": name, "accuracy": run.accuracy(name), "tokens": run.tokens,
+                      "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in run.records.items()]
+        return rows
+
+    def comparisons(self, pairs: Sequence[tuple[str, str]]) -> list[dict]:
+        """Each pair (a, b) on each set: the mean over seeds of b - a with its t-interval, the per-seed exact
+        McNemar p-values, and Holm's correction over every pair and set compared here ("base" is the same
+        model in every seed)."""
+        per_seed, mcnemar, named = {}, {}, []
+        for name in self.eval_sets:
+            for a, b in pairs:
+                key = (f"{a}@{name}", f"{b}@{name}")
+                named.append(key)
+                for model in (a, b):
+                    per_seed[f"{model}@{name}"] = [_accuracy(self._records(model, s, name)) for s in self.params.seeds]
+                mcnemar[key] = [compare(self._records(a, s, name), self._records(b, s, name)).p_value
+                                for s in self.params.seeds]
+        rows = comparison_table(per_seed, named, mcnemar)
+        for row in rows:
+            row["set"] = row["a"].split("@")[1]
+            row["a"], row["b"] = row["a"].split("@")[0], row["b"].split("@")[0]
+            row["b_above_a_in"] = sum(d > 0 for d in _differences(per_seed, row))
+        return rows
+
+    def _records(self, model: str, seed: int, name: str) -> list[dict]:
+        return self.base[name] if model == "base" else self.runs[(model, seed)].records[name]
+
+    def mechanism(self) -> list[dict]:
+        """Per arm and seed: distinct verified answers and problems with one, per 1,000 generated tokens
+        (what an improvement step has to imitate, and what it cost to find)."""
+        out = []
+        for (arm, seed), run in self.runs.items():
+            if arm == "trl" or not run.log:
+                continue
+            tokens = sum(r["tokens"] for r in run.log)
+            out.append({"arm": arm, "seed": seed, "tokens": tokens,
+                        "verified_per_1k": 1000 * sum(r["verified"] for r in run.log) / max(tokens, 1),
+                        "solved_per_1k": 1000 * sum(r["solved"] for r in run.log) / max(tokens, 1),
+                        "prefill_per_generated": sum(r.get("prefill_tokens") or 0 for r in run.log) / max(tokens, 1),
+                        "truncated": _mean(r["truncated"] for r in run.log)})
+        return out
+
+
+def _differences(per_seed: dict[str, list[float]], row: dict) -> list[float]:
+    a, b = per_seed[f"{row['a']}@{row['set']}"], per_seed[f"{row['b']}@{row['set']}"]
+    return [y - x for x, y in zip(a, b)]
+
+
+def _accuracy(records: Sequence[dict]) -> float:
+    return sum(r["correct"] for r in records) / max(len(records), 1)
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / max(len(values), 1)

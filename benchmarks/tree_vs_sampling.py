@@ -1,0 +1,103 @@
+"""Does the tree earn its place? Notebook 05's experiment (azlib.experiment) with the `cpu` profile, on 2 CPU
+cores: the base student's calibration table, then the forking tree and rejection sampling (main mode; every
+arm in --mode all) trained to one budget of generated tokens for each of 3 training seeds, every model on
+500 held-out problems in the training wordings and the same 500 in wordings never trained on.
+
+Prints accuracies (mean and per seed), the mechanism (distinct verified answers and solved problems per
+1,000 generated tokens), every comparison with its across-seed t-interval and Holm-corrected p, and the
+goals: tree >= RFT + 5 points on both sets and above it in every seed; every trained arm >= base + 10 on
+the transfer set; verified answers per 1k tokens >= 1.3x RFT's. Long (about an hour); not part of the tests.
+An interrupted run continues where it stopped when given the same --out.
+
+    .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from azlib.config import NOTEBOOKS_DIR, resolve
+from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, task_sets
+from azlib.models import make_backend
+from azlib.paths import REPO_ROOT
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("main", "all"), default="main",
+                        help="main: base, tree and RFT; all: every arm of azlib.experiment.ARMS")
+    parser.add_argument("--steps", type=int, default=None, help="arithmetic steps per problem (default: the profile's)")
+    parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the profile's token budget")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"tree-vs-sampling-{time.strftime('%Y%m%d-%H%M%S')}")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    params, _ = resolve(NOTEBOOKS_DIR / "05_base_vs_trained.ipynb", "cpu", args.out.resolve())
+    train = params.train.__class__(**{**params.train.__dict__,
+                                      "token_budget": int(params.train.token_budget * args.budget_scale)})
+    params = params.model_copy(update={"arms": ["tree", "rft"] if args.mode == "main" else list(ARMS), "train": train,
+                                       "arithmetic_steps": [args.steps] if args.steps else params.arithmetic_steps})
+    problems, sets, note = task_sets(params)
+    print(f"{args.mode} mode: arms {params.arms}, seeds {params.seeds}, {params.train.token_budget:,} tokens per arm and "
+          f"seed, {params.arithmetic_steps}-step problems, held-out sets { {k: len(v) for k, v in sets.items()} } {note}")
+
+    calibration_path = args.out / "calibration.json"
+    if not calibration_path.exists() and params.calibration_problems:
+        base = make_backend("hf", params.model, dtype=params.dtype, device=params.device)
+        table = calibration(base, calibration_sets(params), samples=params.calibration_samples,
+                            temperature=params.train.temperature, max_new_tokens=params.train.max_new_tokens,
+                            seed=params.seed)
+        base.close()
+        args.out.mkdir(parents=True, exist_ok=True)
+        calibration_path.write_text(json.dumps(table, indent=1))
+    if calibration_path.exists():
+        print("\ncalibration (base student, sampled at the training temperature):")
+        for row in json.loads(calibration_path.read_text()):
+            print("  " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+
+    experiment = Experiment(params, problems, sets, args.out / "experiment").run()
+    print("\naccuracy (mean over seeds; each seed):")
+    rows = experiment.accuracies()
+    for name in sets:
+        for model in ["base", *params.arms]:
+            values = [r["accuracy"] for r in rows if r["model"] == model and r["set"] == name]
+            tokens = [r["tokens"] for r in rows if r["model"] == model and r["set"] == name]
+            print(f"  {name:9s} {model:10s} {sum(values) / len(values):6.1%}  seeds "
+                  f"{' '.join(f'{v:.1%}' for v in values)}  tokens {' '.join(f'{t:,}' for t in tokens)}")
+    print("\nmechanism (per 1,000 generated tokens; mean over seeds):")
+    mechanism = experiment.mechanism()
+    per_arm = {}
+    for arm in params.arms:
+        runs = [m for m in mechanism if m["arm"] == arm]
+        if runs:
+            per_arm[arm] = {k: sum(m[k] for m in runs) / len(runs)
+                            for k in ("verified_per_1k", "solved_per_1k", "prefill_per_generated", "truncated")}
+            print(f"  {arm:10s} " + ", ".join(f"{k} {v:.3f}" for k, v in per_arm[arm].items()))
+    pairs = [(arm, "tree") for arm in params.arms if arm != "tree"] + [("base", arm) for arm in params.arms]
+    comparisons = experiment.comparisons(pairs)
+    print("\ncomparisons (b - a, mean over seeds, 95% t-interval, Holm over all of these):")
+    for c in comparisons:
+        print(f"  {c['set']:9s} {c['a']:>9s} -> {c['b']:9s} {c['difference'] * 100:+6.1f} points "
+              f"[{c['ci_low'] * 100:+.1f}, {c['ci_high'] * 100:+.1f}]  above in {c['b_above_a_in']}/{c['seeds']}  "
+              f"p {c['p']:.3g}  Holm {c['p_holm']:.3g}  McNemar per seed {', '.join(f'{p:.3g}' for p in c['mcnemar_p'])}")
+    print("\ngoals:")
+    for c in comparisons:
+        if (c["a"], c["b"]) == ("rft", "tree"):
+            print(f"  {c['set']}: tree >= RFT + 5 points: {c['difference'] >= 0.05} ({c['difference'] * 100:+.1f}); "
+                  f"above in every seed: {c['b_above_a_in'] == c['seeds']}; "
+                  f"upper bound of tree - RFT: {c['ci_high'] * 100:+.1f} points")
+        if c["a"] == "base" and c["set"] == "transfer":
+            print(f"  transfer: {c['b']} >= base + 10 points: {c['difference'] >= 0.10} ({c['difference'] * 100:+.1f})")
+    if "tree" in per_arm and "rft" in per_arm:
+        ratio = per_arm["tree"]["verified_per_1k"] / max(per_arm["rft"]["verified_per_1k"], 1e-9)
+        print(f"  verified answers per 1k tokens, tree / RFT: {ratio:.2f}x (goal >= 1.3x)")
+    minutes = (time.perf_counter() - start) / 60
+    print(f"\n{minutes:.1f} min (goal for the main mode: 120; run folder {args.out})")
+    (args.out / "summary.json").write_text(json.dumps({"minutes": minutes, "accuracies": rows, "mechanism": mechanism,
+                                                       "comparisons": comparisons}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
