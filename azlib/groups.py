@@ -5,8 +5,8 @@ it carries its token ids and its group from creation, so GRPO trains on it as it
 - "answers" (default): every complete answer the search wrote for a problem (its rollouts and
   finished terminals) forms the problem's group, scored by the reward (correctness by default). The
   tree decides where answers are sampled from; each answer is a whole, checkable, EOS-ended text.
-- "paths" (the seed): the root-to-leaf paths of the tree, finished or not, each scored with the
-  reward of its text (the seed's weighted sum: HRE at terminals, discounted PRE, penalties).
+- "paths" (the original system): the root-to-leaf paths of the tree, finished or not, each scored with the
+  reward of its text (the original system's weighted sum: HRE at terminals, discounted PRE, penalties).
 - "siblings" (TreeRPO-style): the children of each expanded node form a group, scored by their
   backed-up value Q; the prompt is the question plus the node's partial answer.
 - "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.

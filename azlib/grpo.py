@@ -27,7 +27,7 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "legacy")
 class GRPOSettings:
     """Defaults: the original system (beta 0.1, advantages clipped at 3, grad norm 1.0) with TRL 1.16's
     loss aggregation (dapo: no length bias) and clip range 0.2; lr 5e-5 with 5 warmup steps, within
-    published LoRA-RL practice (1e-5 to 1e-4; the seed's 2e-4 and the kit's former 3e-4 were higher)."""
+    published LoRA-RL practice (1e-5 to 1e-4; the original system's 2e-4 and the kit's former 3e-4 were higher)."""
 
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"] = "dapo"
     beta: float = 0.1  # weight of the k3 KL to the reference policy

@@ -1,7 +1,7 @@
 """Does the tree earn its place? Notebook 05's experiment (azlib.experiment) with the `cpu` profile, on 2 CPU
 cores: the base student's calibration table, then the forking tree and rejection sampling (main mode; every
 arm in --mode all) trained to one budget of generated tokens for each of 3 training seeds, every model on
-500 held-out problems in the training wordings and the same 500 in wordings never trained on.
+the profile's held-out problems (200) in the training wordings and the same problems in wordings never trained on.
 
 Prints accuracies (mean and per seed), the mechanism (distinct verified answers and solved problems per
 1,000 generated tokens), every comparison with its across-seed t-interval and Holm-corrected p, and the

@@ -100,7 +100,7 @@ def test_a_profile_or_env_var_changes_one_field_of_a_section(tmp_path, monkeypat
     assert isinstance(params.search, SearchConfig) and overrides == {"search.max_depth": 5}
     assert (params.search.num_simulations, params.search.max_depth) == (7, 5)
     assert params.search.max_tokens == cell["max_tokens"] and params.search.q_transform == cell["q_transform"]
-    assert params.grpo.epsilon_low == 0.1, "a GRPOSettings field the seed's params could not reach"
+    assert params.grpo.epsilon_low == 0.1, "a GRPOSettings field the original system's params could not reach"
     assert params.model_dump()["search"]["max_depth"] == 5, "config.json and papermill get plain dicts"
 
 

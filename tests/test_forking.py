@@ -37,6 +37,10 @@ def test_treerl_advantages_on_a_hand_built_tree():
     assert adv[3] == pytest.approx([0.235702, 0.235702, -0.833333, -0.833333], abs=1e-6)
     assert adv[4] == pytest.approx([-0.666667], abs=1e-6)
     assert hand_tree().values() == pytest.approx([1 / 3, 0.5, 1.0, 0.0, 0.0])
+    drawn = hand_tree().to_tree(lambda ids: " ".join(map(str, ids)))  # what the widget and the SVG draw
+    assert [(n.action, n.visits, n.terminal) for n in drawn.nodes] == [
+        (None, 3, False), ("1 2", 2, False), ("6", 1, True), ("3", 1, True), ("4 5", 1, True)]
+    assert [n.q for n in drawn.nodes] == pytest.approx([1 / 3, 0.5, 0.0, 1.0, 0.0])
 
 
 def test_a_fork_splits_a_node_and_leaves_keep_their_ids():

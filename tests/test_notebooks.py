@@ -158,7 +158,7 @@ def test_trees_are_written_as_json_and_svg(smoke_run):
     from azlib.mcts import Tree
 
     out, _, _ = smoke_run
-    for name in ("02_tictactoe", "02_text"):
+    for name in ("02_tictactoe", "02_text", "04_forked"):
         tree = Tree.load(out / "trees" / f"{name}.json")
         assert tree.root.visits > 0
         svg = (out / "trees" / f"{name}.svg").read_text()

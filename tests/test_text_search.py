@@ -41,7 +41,7 @@ def student():
 
 def run_search(student, teacher=None, seed=0):
     rows = arithmetic_problems(2, seed=3, steps=(1,))
-    # the seed's search (fixed-size chunks, combined reward); rollout expansion is tested in test_training
+    # the original system's search (fixed-size chunks, combined reward); rollout expansion is tested in test_training
     settings = TextSearchSettings(expansion="chunk", reward="original", student_samples=3, chunk_tokens=8,
                                   max_answer_tokens=48)
     teachers = None

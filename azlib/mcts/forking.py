@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from azlib.data.rows import Row
+from azlib.mcts.tree import Tree
 from azlib.models.generation import Backend, Prompt, Sample, TokenIds
 from azlib.prompts import chat_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
@@ -147,11 +148,25 @@ class ForkTree:
             logprobs += self.nodes[j].logprobs
         return ids, logprobs
 
-    def to_json(self) -> dict:
-        return {"problem": self.problem, "tokens": self.tokens,
-                "nodes": [{"parent": n.parent, "start": n.start, "tokens": len(n.token_ids), "round": n.round,
-                           "children": n.children, "reward": n.answer.reward if n.answer else None,
-                           "correct": n.answer.correct if n.answer else None} for n in self.nodes]}
+    def to_tree(self, decode) -> Tree:
+        """The same tree as an azlib.mcts Tree (what the SVG and the widget draw): a node's action is its
+        segment's text (`decode(ids)`), its visits the answers under it, its value sum their rewards."""
+        values, counts = self.values(), self.leaf_counts()
+        tree = Tree.with_root({"problem": self.problem, "text": ""})
+        tree.root.visits, tree.root.value_sum = counts[0], values[0] * counts[0]
+        order, ids = [0], {0: 0}
+        while order:
+            i = order.pop(0)
+            for c in self.nodes[i].children:
+                node, answer = self.nodes[c], self.nodes[c].answer
+                ids[c] = tree.add_child(ids[i], {"text": decode(self.prefix(c)[0])}, decode(node.token_ids), 1.0,
+                                        visits=counts[c], value_sum=values[c] * counts[c], terminal=answer is not None,
+                                        expanded_at=node.round,
+                                        info={"round": node.round, "tokens": len(node.token_ids),
+                                              **({"reward": answer.reward, "correct": answer.correct,
+                                                  "finished": answer.finished} if answer else {})})
+                order.append(c)
+        return tree
 
 
 class ForkingSearch:

@@ -37,7 +37,7 @@ class SearchConfig:
     rule: Literal["puct", "uct", "gumbel"] = "puct"
     c: float = 1.414  # exploration constant of puct and uct
     # How puct and uct read Q (each a function below): "raw" (q_raw: the mean backed-up value, 0 for an
-    # unvisited child; AlphaZero on games with values in [-1, 1]; the seed), "parent_value"
+    # unvisited child; AlphaZero on games with values in [-1, 1]; the original system), "parent_value"
     # (q_by_parent_value: an unvisited child valued at its parent, then rescaled to [0, 1] by the min and
     # max of the parent's and its visited children's Q), "mctx" (q_by_parent_and_siblings, mctx's
     # default for MuZero: the same rescaling, an unvisited child valued at the minimum, so it reads 0).

@@ -1,4 +1,4 @@
-"""Rewards: answer extraction, HRE, PRE, penalties, the seed's weighted sum, and the reward training
+"""Rewards: answer extraction, HRE, PRE, penalties, the original system's weighted sum, and the reward training
 uses (correctness by default). Plain functions; no model calls (scoring text is azlib.models' job)."""
 
 from azlib.rewards.answers import ANSWER_LINE, complete_answer, extract_answer, is_correct, normalize_number

@@ -1,5 +1,5 @@
 """Rewards of whole or partial answers: the kit's default, correctness (HRE of a finished answer),
-and the seed's weighted sum of HRE, discounted PRE, length penalty and direction bonus. Pure functions."""
+and the original system's weighted sum of HRE, discounted PRE, length penalty and direction bonus. Pure functions."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def answer_reward(completion: str, gold: str, *, finished: bool, step_pres: Sequ
     correctness (default): total = HRE if the answer is finished (end of text or its answer line), else 0,
       so every correct finished answer outranks every wrong or unfinished one; an answer cut at the
       token limit scores 0 whatever number it last wrote. PRE and the penalties are reported, not added.
-    original (the seed): combined_reward with HRE counted at terminals (`finished`). It ranks short,
+    original (the original system): combined_reward with HRE counted at terminals (`finished`). It ranks short,
       likely fragments above correct answers (a correct 3-step answer with step PRE -0.7 scores about
       -0.83, an unfinished 1-step fragment -0.43); notebook 05 shows what training on it does.
     """

@@ -4,7 +4,7 @@ chunk of tokens) proposed by the student and, when given, "right" and "wrong" ch
 Two expansions. "rollout" (default; classic MCTS simulation): the student writes K complete answers
 from the leaf; each answer's first line becomes a child, valued by the answer's reward, so the search
 sees correctness before any node is terminal and every generated token ends in a checkable answer.
-"chunk" (the seed): children are `chunk_tokens`-long chunks and the leaf is valued by the reward of
+"chunk" (the original system): children are `chunk_tokens`-long chunks and the leaf is valued by the reward of
 its partial text. One `expand` call serves every leaf of every problem: one batched student generate,
 one batched call per asked teacher, one batched student score of the teachers' chunks.
 """
@@ -77,7 +77,7 @@ class TextEnv:
         return state["finished"] or state["tokens"] >= self.settings.max_answer_tokens
 
     def rewards(self, state: dict, terminal: bool):
-        """The reward of a state's text. The seed counts HRE at any terminal (a depth or token cap
+        """The reward of a state's text. The original system counts HRE at any terminal (a depth or token cap
         too); the correctness reward only for a finished answer."""
         finished = state["finished"] if self.settings.reward == "correctness" else terminal
         return answer_reward(state["text"], self.problems[state["problem"]]["answer"], finished=finished,
