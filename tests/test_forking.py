@@ -170,3 +170,16 @@ def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(stud
     # Adam's first step is about lr x sign(gradient), so the directions are compared, not the last digits
     assert by_group.norm() > 0 and cosine(by_group, update(with_advantages(+1))) > 0.999
     assert cosine(by_group, update(with_advantages(-1))) < -0.999, "the advantages given are the ones used"
+
+
+@pytest.mark.model
+def test_fork_points_lie_in_the_work_never_in_the_answer_line_or_a_repeated_line(student):
+    tokenizer = student.tokenizer
+    ids = tokenizer("3 * 4 = 12\nWait.\nWait.\n12 + 5 = 17\n#### 17\n", add_special_tokens=False)["input_ids"]
+    search = ForkingSearch(student.backend, [], ForkSettings(), max_new_tokens=64, temperature=0.7)
+    text_before = [tokenizer.decode(ids[:p]) for p in search._positions(ids)]
+    assert text_before and all("####" not in t for t in text_before), "no fork redraws only the final number"
+    assert not any(t.endswith("Wait.\nWait") for t in text_before), "nothing inside the repeated line"
+    assert any(t.endswith("12 + 5 =") for t in text_before), "the second step's result can be redrawn"
+    lines = ForkingSearch(student.backend, [], ForkSettings(where="line"), max_new_tokens=64, temperature=0.7)
+    assert {tokenizer.decode(ids[:p]) for p in lines._positions(ids)} == {"3 * 4 = 12\n", "3 * 4 = 12\nWait.\nWait.\n"}

@@ -16,7 +16,7 @@ from typing import Literal, Sequence
 from azlib.data.rows import Row
 from azlib.mcts.tree import Tree
 from azlib.models.generation import Backend, Prompt, Sample, TokenIds
-from azlib.prompts import chat_prompt
+from azlib.prompts import ANSWER_MARK, chat_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
 
 BUCKET = 16  # forks whose answers have about as many tokens left share one generate call (to the nearest 16 below)
@@ -258,22 +258,21 @@ class ForkingSearch:
         return chosen
 
     def _positions(self, ids: Sequence[int]) -> list[int]:
-        """Where a fork may go within an answer: after its first token, never inside a repeated line, and
-        (where = line) only at the first token of a line."""
-        lines, out, line_start, seen_lines = [], [], 0, set()
+        """Where a fork may go within an answer: after its first token and before its answer line (a fork
+        there would only redraw the final number, not the work that leads to it), never inside a line that
+        repeats an earlier one (a loop), and (where = line) only at the first token of a line."""
+        out, line_start, seen_lines = [], 0, set()
         for p in range(1, len(ids) + 1):
-            if p == len(ids) or self._writes_newline(ids[p - 1]):
-                lines.append((line_start, p))
-                line_start = p
-        for begin, end in lines:
-            key = tuple(ids[begin:end])
-            repeated = key in seen_lines
-            seen_lines.add(key)
-            if repeated:
+            if p < len(ids) and not self._writes_newline(ids[p - 1]):
                 continue
-            for p in range(max(begin, 1), end):
-                if self.settings.where == "surprise" or p == begin:
-                    out.append(p)
+            begin, line_start = line_start, p
+            line = tuple(ids[begin:p])
+            if ANSWER_MARK.search(self.backend.tokenizer.decode(line)):
+                break
+            if line in seen_lines:
+                continue
+            seen_lines.add(line)
+            out += [q for q in range(max(begin, 1), p) if self.settings.where == "surprise" or q == begin]
         return out
 
     def _writes_newline(self, token: int) -> bool:
