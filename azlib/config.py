@@ -224,7 +224,7 @@ class TrainingParams(StudentParams, SearchParams):
     text: TrainingTextSearch = Field(description="TextSearchSettings fields but temperature, top_p, reward and "
                                                  "max_answer_tokens (the train section's)")
     fork: Fork = Field(description="azlib.mcts.forking.ForkSettings fields: the forking tree of train.groups "
-                                   "'forked' and 'treerl' (rounds, points, branches, where)")
+                                   "'forked' and 'treerl' (rounds, points, branches, where, fork_from, writer)")
     grpo: TrainingGRPO = Field(description="azlib.grpo.GRPOSettings fields but temperature and max_completion_length")
     lora: Lora = Field(description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
     train: Train = Field(description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
@@ -233,10 +233,13 @@ class TrainingParams(StudentParams, SearchParams):
 class BaseVsTrainedParams(TrainingParams):
     """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base."""
 
-    arms: list[Literal["tree", "tree_grpo", "resample", "mcts", "rft", "grpo", "trl"]] = Field(
+    arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "mcts", "rft", "grpo",
+                       "trl"]] = Field(
         min_length=1, description="arms (azlib.experiment.ARMS): forking tree + imitation, forking tree + TreeRL "
-                                  "GRPO, the tree's allocation without prefixes, PUCT MCTS, rejection-sampling "
-                                  "fine-tuning, plain GRPO, TRL's GRPOTrainer")
+                                  "GRPO, the tree's allocation without prefixes, the tree with forks written by "
+                                  "the hint teacher (the student reading the reference solution), STaR's "
+                                  "rationalization (the hint teacher's whole answers), PUCT MCTS, "
+                                  "rejection-sampling fine-tuning, plain GRPO, TRL's GRPOTrainer")
     seeds: list[int] = Field(min_length=1, description="training seeds: every arm is trained once per seed")
     calibration_problems: int = Field(ge=0, description="problems per step count in the calibration table (0: none)")
     calibration_samples: int = Field(ge=1, description="sampled answers per problem for the calibration's pass@k")

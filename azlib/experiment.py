@@ -5,7 +5,7 @@ set, and compare with statistics that separate methods. No plotting (the noteboo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -15,20 +15,33 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.mcts.forking import ForkSettings
 from azlib.models.generation import Backend
 from azlib.prompts import chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
 
-# What each arm searches or samples, and how it updates. Every arm but "trl" runs azlib's Trainer.
+# What each arm searches or samples, and how it updates: a key that names a ForkSettings field sets the fork
+# section, the rest the train section. Every arm but "trl" runs azlib's Trainer.
 ARMS = {
     "tree": {"groups": "forked", "update": "sft"},  # forking tree, imitation of its verified answers
     "tree_grpo": {"groups": "treerl", "update": "grpo"},  # forking tree, TreeRL's per-token advantages
     "resample": {"groups": "forked", "update": "sft", "where": "root"},  # the tree's allocation, no prefixes
+    # the forking tree whose forks the hint teacher (the student reading the reference solution) writes
+    "tree_hint": {"groups": "forked", "update": "sft", "writer": "hint"},
+    # STaR's rationalization, no tree: the hint teacher writes whole answers to the problems not all solved
+    "rationalize": {"groups": "forked", "update": "sft", "where": "root", "writer": "hint"},
     "mcts": {"groups": "answers"},  # PUCT over first lines with rollouts (the update of the params)
     "rft": {"groups": "sampling", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
     "grpo": {"groups": "sampling", "update": "grpo"},  # plain GRPO
     "trl": {},  # TRL's GRPOTrainer
 }
+
+
+def arm_settings(arm: str, fork: ForkSettings) -> tuple[ForkSettings, dict]:
+    """An arm's fork section (the run's, with the fields the arm names) and its changes to the train section."""
+    spec = dict(ARMS[arm])
+    named = {f.name: spec.pop(f.name) for f in fields(ForkSettings) if f.name in spec}
+    return replace(fork, **named), spec
 
 
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
@@ -157,13 +170,11 @@ class Experiment:
                                   token_budget=budget)
             backend, tokens, log = peer.backend, peer.tokens, peer.log
         else:
-            from dataclasses import replace
-
             from azlib.training import trainer_from_params
 
-            spec = dict(ARMS[arm])
-            arm_params = p.model_copy(update={"seed": seed, "fork": replace(p.fork, where=spec.pop("where", p.fork.where))})
-            trainer = trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **spec)
+            fork, train = arm_settings(arm, p.fork)
+            arm_params = p.model_copy(update={"seed": seed, "fork": fork})
+            trainer = trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train)
             log = trainer.run(resume=(folder / "train").exists(), progress=False)
             backend, tokens = trainer.student.backend, trainer.tokens
         records = self._evaluate(backend, folder)
@@ -207,17 +218,21 @@ class Experiment:
 
     def mechanism(self) -> list[dict]:
         """Per arm and seed: distinct verified answers and problems with one, per 1,000 generated tokens
-        (what an improvement step has to imitate, and what it cost to find)."""
+        (what an improvement step has to imitate, and what it cost to find); the share of the verified
+        answers the hint teacher wrote (None: a log without forking trees)."""
         out = []
         for (arm, seed), run in self.runs.items():
             if arm == "trl" or not run.log:
                 continue
-            tokens = sum(r["tokens"] for r in run.log)
+            tokens, verified = sum(r["tokens"] for r in run.log), sum(r["verified"] for r in run.log)
+            taught = "verified_by_teacher" in run.log[0]
             out.append({"arm": arm, "seed": seed, "tokens": tokens,
-                        "verified_per_1k": 1000 * sum(r["verified"] for r in run.log) / max(tokens, 1),
+                        "verified_per_1k": 1000 * verified / max(tokens, 1),
                         "solved_per_1k": 1000 * sum(r["solved"] for r in run.log) / max(tokens, 1),
                         "prefill_per_generated": sum(r.get("prefill_tokens") or 0 for r in run.log) / max(tokens, 1),
-                        "truncated": _mean(r["truncated"] for r in run.log)})
+                        "truncated": _mean(r["truncated"] for r in run.log),
+                        "teacher_share": sum(r["verified_by_teacher"] for r in run.log) / max(verified, 1)
+                        if taught else None})
         return out
 
 

@@ -50,6 +50,7 @@ class Completion(Example):
     finished: bool = False  # ended by EOS or by its answer line (not cut at the token limit)
     eos: bool = False  # an end-of-sequence token follows the text in training (finished answers)
     parts: dict[str, float] = field(default_factory=dict)  # reward components, when the reward has them
+    writer: str = "student"  # who wrote it (a forking tree's answer: azlib.mcts.forking.Answer.writer)
 
 
 def completion(backend, group: int, problem: int, prompt: Prompt, prompt_ids: list[int], text: str, reward: float,
@@ -104,13 +105,15 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
 def answer_completion(backend, group: int, tree: ForkTree, answer: Answer,
                       advantages: Sequence[float] = ()) -> Completion:
     """A sampled answer as training reads it: its sampled ids (no decode and re-encode), an EOS id after a
-    finished one that did not end with it, so the student also learns where to stop."""
+    finished one that did not end with it, so the student also learns where to stop; under the tree's plain
+    prompt whoever wrote it (a hint teacher's answer is trained without the hint: rationalization)."""
     ids = list(answer.token_ids)
     eos = answer.finished and not (ids and ids[-1] in getattr(backend, "eos_ids", {backend.tokenizer.eos_token_id}))
     ids += [backend.tokenizer.eos_token_id] if eos else []
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
     return Completion(tree.prompt_ids, ids, answer.reward, group, tree.problem, tree.prompt, answer.text,
-                      answer.correct, answer.finished, answer.finished, answer.parts, advantages=per_token)
+                      answer.correct, answer.finished, answer.finished, answer.parts, answer.writer,
+                      advantages=per_token)
 
 
 def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "treerl"] = "answers") -> list[Completion]:

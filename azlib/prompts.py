@@ -1,5 +1,6 @@
-"""Text conventions every layer shares: the kit's chat prompt, a partial answer to continue, and the
-answer line a finished answer ends with. What a reward or a search makes of them lives with it."""
+"""Text conventions every layer shares: the kit's chat prompt, a partial answer to continue, the hint
+teacher's prompt, and the answer line a finished answer ends with. What a reward or a search makes of
+them lives with it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,19 @@ import re
 ANSWER_MARK = re.compile(r"####\s*-?[\d,]*\.?\d+")
 ANSWER_LINE = re.compile(ANSWER_MARK.pattern + r"\s*\n")
 CHAT_INSTRUCTION = "Solve the problem step by step. End with a final line of the form '#### <number>'."
+HINT_INTRO = "A worked solution, for you to explain in your own words:"
 
 
 def chat_prompt(question: str) -> list[dict[str, str]]:
     """The kit's zero-shot chat prompt (also what training asks the student)."""
     return [{"role": "user", "content": f"{question}\n\n{CHAT_INSTRUCTION}"}]
+
+
+def hint_prompt(question: str, solution: str) -> list[dict[str, str]]:
+    """The chat prompt with the reference solution as a hint (STaR's rationalization, Zelikman et al. 2022,
+    sec. 3.2): what the hint teacher reads. GSM8K's calculator annotations `<<48/2=24>>` are left out."""
+    hint = re.sub(r"<<[^>]*>>", "", solution).strip()
+    return [{"role": "user", "content": f"{question}\n\n{HINT_INTRO}\n{hint}\n\n{CHAT_INSTRUCTION}"}]
 
 
 def continuation_prompt(question: str, partial: str, system: str | None = None) -> list[dict[str, str]]:

@@ -172,6 +172,8 @@ class Trainer:
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
+        if s.groups in FORKED_GROUPS:  # of the verified answers, those the hint teacher wrote (ForkSettings.writer)
+            record["verified_by_teacher"] = sum(c.writer != "student" for c in good)
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors

@@ -1,15 +1,20 @@
 """The forking tree (azlib.mcts.forking): sampling as its special case bit for bit, every generated token
 counted once, forks that continue the sampled ids, TreeRL advantages on a hand-built tree, deduplication,
-and GRPO trained on per-token advantages."""
+GRPO trained on per-token advantages, and forks written by the hint teacher (trained without the hint)."""
+
+import json
+from dataclasses import asdict
 
 import pytest
 import torch
 
 from azlib.data import arithmetic_problems
+from azlib.experiment import ARMS, arm_settings
 from azlib.grpo import GRPO, GRPOSettings
 from azlib.groups import Completion, forked_groups, sampled_groups, verified
 from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
-from azlib.prompts import chat_prompt
+from azlib.models.generation import TokenIds
+from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.models.student import LoraSettings, Student
 from azlib.training import Trainer, TrainingConfig, TrainSettings
 
@@ -64,11 +69,40 @@ def test_verified_answers_are_deduplicated_by_their_normalised_solution():
                                                   (1, "2 + 3 = 5\n#### 5\n")]
 
 
+def test_the_hint_prompt_carries_the_question_and_the_solution():
+    row = arithmetic_problems(1, seed=3, steps=(2,))[0]
+    [turn] = hint_prompt(row["prompt"], row["info"]["solution"])
+    assert turn["role"] == "user" and row["prompt"] in turn["content"] and row["info"]["solution"] in turn["content"]
+    assert turn["content"].endswith(CHAT_INSTRUCTION), "the same instruction as the student's"
+    [gsm8k] = hint_prompt("How many clips?", "48/2 = <<48/2=24>>24 clips in May.\n#### 72")
+    assert "48/2 = 24 clips in May.\n#### 72" in gsm8k["content"] and "<<" not in gsm8k["content"]
+
+
+def test_the_hint_writer_is_a_fork_setting_and_the_arms_that_use_it():
+    with pytest.raises(ValueError, match="writer"):
+        ForkSettings(writer="teacher")
+    for arm in ARMS:
+        if arm != "trl":
+            fork, train = arm_settings(arm, ForkSettings(points=3))
+            assert fork.points == 3 and TrainSettings(**train).groups == ARMS[arm]["groups"]
+    assert arm_settings("tree_hint", ForkSettings())[0] == ForkSettings(writer="hint")
+    assert arm_settings("rationalize", ForkSettings()) == (ForkSettings(where="root", writer="hint"),
+                                                           {"groups": "forked", "update": "sft"})
+
+
+def test_a_completion_keeps_its_writer_through_a_checkpoint():
+    c = Completion([1], [2, 3], 1.0, 0, 4, "q", "x", True, True, True, {"hre": 1.0}, "hint", advantages=(0.5, 0.5))
+    assert Completion(**asdict(c)) == c and Completion([1], [2], 1.0, 0, 4, "q", "x", True).writer == "student"
+    restored = Completion(**json.loads(json.dumps(asdict(c))))  # how Trainer.restore_latest reads the replay
+    assert restored.writer == "hint" and list(restored.advantages) == [0.5, 0.5]
+
+
 class Counting:
-    """A backend that counts the tokens of every sample it returns (the tokens the model generated)."""
+    """A backend that counts the tokens of every sample it returns (the tokens the model generated) and of
+    every prompt it reads, and keeps the prompts."""
 
     def __init__(self, backend):
-        self.inner, self.generated, self.calls = backend, 0, 0
+        self.inner, self.generated, self.calls, self.prompts, self.read = backend, 0, 0, [], 0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -77,6 +111,8 @@ class Counting:
         out = self.inner.generate(prompts, **kwargs)
         self.generated += sum(len(s.token_ids) for group in out for s in group)
         self.calls += 1
+        self.prompts += list(prompts)
+        self.read += sum(len(self.inner.encode_prompt(p)) for p in prompts)
         return out
 
 
@@ -183,3 +219,50 @@ def test_fork_points_lie_in_the_work_never_in_the_answer_line_or_a_repeated_line
     assert any(t.endswith("12 + 5 =") for t in text_before), "the second step's result can be redrawn"
     lines = ForkingSearch(student.backend, [], ForkSettings(where="line"), max_new_tokens=64, temperature=0.7)
     assert {tokenizer.decode(ids[:p]) for p in lines._positions(ids)} == {"3 * 4 = 12\n", "3 * 4 = 12\nWait.\nWait.\n"}
+
+
+@pytest.mark.model
+def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_without_it(student):
+    rows = arithmetic_problems(3, seed=20000, steps=(2,))
+    backend = Counting(student.backend)
+    trees = ForkingSearch(backend, rows, ForkSettings(rounds=1, points=2, branches=2, writer="hint"),
+                          max_new_tokens=40, temperature=0.7).grow([0, 1, 2], 3, seed=1)
+    assert backend.calls >= 2, "some problem was not all correct, so the teacher forked it"
+    assert sum(t.tokens for t in trees) == backend.generated, "the teacher's tokens count as the student's"
+    assert sum(t.prefill for t in trees) == backend.read, "and so do the prompts it reads"
+    for tree in trees:
+        leaves = [tree.nodes[leaf] for leaf in tree.leaves()]
+        assert [n.answer.writer for n in leaves] == ["hint" if n.round else "student" for n in leaves]
+    assert any(a.writer == "hint" for t in trees for a in t.answers())
+    for prompt in backend.prompts[len(rows):]:  # the fork calls'
+        text = student.tokenizer.decode(list(prompt))
+        [k] = [k for k, row in enumerate(rows) if row["prompt"] in text]
+        assert isinstance(prompt, TokenIds) and rows[k]["info"]["solution"] in text, "the teacher reads the solution"
+        hint = student.backend.encode_prompt(hint_prompt(rows[k]["prompt"], rows[k]["info"]["solution"]))
+        prefix = tuple(prompt[len(hint):])
+        assert list(prompt[: len(hint)]) == hint and prefix, "the hint, then a partial answer"
+        assert any(a.token_ids[: len(prefix)] == prefix for a in trees[k].answers() if a.writer == "student"), \
+            "it continues the student's answer as the student wrote it"
+    completions = forked_groups(trees, student.backend)
+    assert [c.writer for c in completions] == [a.writer for t in trees for a in t.answers()]
+    for c in completions:
+        assert c.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[c.problem]["prompt"])), "no hint"
+
+
+@pytest.mark.model
+def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question(student):
+    rows = arithmetic_problems(3, seed=20000, steps=(2,))
+    trainer = Trainer(student, rows, "/nonexistent", TrainingConfig(
+        train=TrainSettings(groups="forked", update="sft", problems_per_step=3, group_size=3, max_new_tokens=40,
+                            temperature=0.7, seed=1),
+        fork=ForkSettings(rounds=1, points=2, branches=2, where="root", writer="hint")))
+    trainer.grpo.sft_step = lambda examples: {}  # the answers, not the update, are looked at
+    grown, grow = [], trainer.forking.grow
+    trainer.forking.grow = lambda *args: grown.extend(grow(*args)) or grown
+    record = trainer.train_step()
+    forked = [(t, t.nodes[leaf]) for t in grown for leaf in t.leaves() if t.nodes[leaf].round]
+    assert forked, "some problem was not all correct, so the teacher answered it"
+    for tree, node in forked:
+        assert node.parent == 0 and node.start == 0 and node.answer.writer == "hint", "a whole answer from the root"
+        assert node.answer.token_ids == tuple(node.token_ids[: len(node.answer.token_ids)])
+    assert record["verified_by_teacher"] == sum(c.writer == "hint" for c in trainer.replay) <= record["verified"]

@@ -1,6 +1,8 @@
 """A forking tree over whole answers (TreeRL's EPTree, Hou et al. 2025, sec. 3): each problem gets G
 independent answers, then rounds of continuations forked where the student was least sure, sharing the
 prefix before that point. Not MCTS (no value-guided descent); with 0 rounds it is plain sampling.
+The forks may be written by a hint teacher (the student reading the reference solution) and trained
+without the hint: STaR's rationalization inside the tree.
 
 Every generated token belongs to exactly one node and every rollout ends in a leaf that is a whole,
 checkable answer, scored once: nothing is discarded, so each token is counted once. A node's value is
@@ -16,7 +18,7 @@ from typing import Literal, Sequence
 from azlib.data.rows import Row
 from azlib.mcts.tree import Tree
 from azlib.models.generation import Backend, Prompt, Sample, TokenIds
-from azlib.prompts import ANSWER_MARK, chat_prompt
+from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
 
 BUCKET = 16  # forks whose answers have about as many tokens left share one generate call (to the nearest 16 below)
@@ -36,6 +38,11 @@ class ForkSettings:
     #   its shared prefixes, the ablation that tells the two apart.
     where: Literal["surprise", "line", "root"] = "surprise"
     fork_from: Literal["any", "wrong"] = "any"  # which answers' tokens are fork points
+    # Who writes the fork continuations (round 0's answers are always the student's). student: the student
+    # continues its own prefix; hint: the student given the reference solution as a hint continues the same
+    # prefix (the original system's teachers proposing continuations; STaR's rationalization, Zelikman et
+    # al. 2022, and RLT's teacher see the solution too). Every answer is trained under the plain prompt.
+    writer: Literal["student", "hint"] = "student"
 
     def __post_init__(self):
         if self.rounds < 0 or self.points < 1 or self.branches < 1:
@@ -44,12 +51,15 @@ class ForkSettings:
         if self.where not in ("surprise", "line", "root") or self.fork_from not in ("any", "wrong"):
             raise ValueError(f"where must be 'surprise', 'line' or 'root' and fork_from 'any' or 'wrong', got "
                              f"{self.where!r}, {self.fork_from!r}")
+        if self.writer not in ("student", "hint"):
+            raise ValueError(f"writer must be 'student' or 'hint', got {self.writer!r}")
 
 
 @dataclass(frozen=True)
 class Answer:
     """A whole answer as sampled, scored once. `token_ids` are the sampled ids up to its answer line (what
-    training reads; an EOS id follows when `finished`); `logprobs` the raw log-probs of those ids."""
+    training reads; an EOS id follows when `finished`); `logprobs` the raw log-probs of those ids, as their
+    writer sampled them (after a hint fork: the hint teacher's, under its prompt)."""
 
     problem: int
     token_ids: tuple[int, ...]
@@ -59,6 +69,7 @@ class Answer:
     reward: float
     correct: bool
     parts: dict[str, float]
+    writer: str = "student"  # who wrote the tokens after its fork point: "student" or "hint" (ForkSettings.writer)
 
 
 @dataclass
@@ -78,7 +89,8 @@ class Node:
 class ForkTree:
     """One problem's tree. `tokens` counts every token generated for it (each lies in exactly one node);
     `prefill` the prompt tokens its generate calls read (the question once for its G answers, then the
-    question and prefix once per fork point)."""
+    fork prompt and prefix once per fork point). Every answer is trained under `prompt_ids`; its forks are
+    written after `fork_prompt_ids` (the same ids, or the hint teacher's prompt)."""
 
     problem: int
     prompt: Prompt
@@ -86,6 +98,11 @@ class ForkTree:
     nodes: list[Node] = field(default_factory=lambda: [Node(-1, 0, [], [])])
     tokens: int = 0
     prefill: int = 0
+    fork_prompt_ids: list[int] | None = None  # None: prompt_ids
+
+    def __post_init__(self):
+        if self.fork_prompt_ids is None:
+            self.fork_prompt_ids = self.prompt_ids
 
     def leaves(self) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.answer is not None]
@@ -164,7 +181,8 @@ class ForkTree:
                                         expanded_at=node.round,
                                         info={"round": node.round, "tokens": len(node.token_ids),
                                               **({"reward": answer.reward, "correct": answer.correct,
-                                                  "finished": answer.finished} if answer else {})})
+                                                  "finished": answer.finished, "writer": answer.writer}
+                                                 if answer else {})})
                 order.append(c)
         return tree
 
@@ -182,6 +200,8 @@ class ForkingSearch:
     def grow(self, indices: Sequence[int], group_size: int, seed: int) -> list[ForkTree]:
         prompts = [chat_prompt(self.problems[i]["prompt"]) for i in indices]
         trees = [ForkTree(i, p, self.backend.encode_prompt(p)) for i, p in zip(indices, prompts)]
+        for tree in trees:
+            tree.fork_prompt_ids = self._fork_prompt_ids(tree)
         samples = self.backend.generate(prompts, n=group_size, max_new_tokens=self.max_new_tokens,
                                         temperature=self.temperature, top_p=1.0, seed=seed, stop_at_answer=True)
         for tree, group in zip(trees, samples):
@@ -198,15 +218,22 @@ class ForkingSearch:
                 left = self.max_new_tokens - len(tree.prefix(node)[0])
                 buckets.setdefault(max(left // BUCKET * BUCKET, min(left, BUCKET)), []).append((tree, node))
             for b, (left, members) in enumerate(sorted(buckets.items())):
-                out = self.backend.generate([TokenIds(t.prompt_ids + t.prefix(node)[0]) for t, node in members],
+                out = self.backend.generate([TokenIds(t.fork_prompt_ids + t.prefix(node)[0]) for t, node in members],
                                             n=self.settings.branches, max_new_tokens=left,
                                             temperature=self.temperature, top_p=1.0,
                                             seed=(seed + 7_919 * r + b) % 2**31, stop_at_answer=True)
                 for (tree, node), group in zip(members, out):
-                    tree.prefill += len(tree.prompt_ids) + len(tree.prefix(node)[0])
+                    tree.prefill += len(tree.fork_prompt_ids) + len(tree.prefix(node)[0])
                     for sample in group:
                         self._attach(tree, node, sample, r)
         return trees
+
+    def _fork_prompt_ids(self, tree: ForkTree) -> list[int]:
+        """What a fork's writer reads before the answer prefix: the student's own prompt, or the hint's."""
+        if self.settings.writer == "student":
+            return tree.prompt_ids
+        row = self.problems[tree.problem]
+        return self.backend.encode_prompt(hint_prompt(row["prompt"], row["info"]["solution"]))
 
     def _fork_node(self, tree: ForkTree, leaf: int | None, position: int) -> int:
         return 0 if leaf is None else tree.branch_point(leaf, position)
@@ -226,8 +253,9 @@ class ForkingSearch:
         r = answer_reward(text, gold, finished=finished, kind=self.reward, weights=self.weights,
                           step_pres=[perplexity_reward(logprobs[:kept])])
         parts = {k: v for k, v in r.as_dict().items() if k != "total"}
+        writer = self.settings.writer if round_ else "student"
         tree.nodes[-1].answer = Answer(tree.problem, tuple(ids[:kept]), tuple(logprobs[:kept]), text, finished,
-                                       r.total, finished and r.hre == 1.0, parts)
+                                       r.total, finished and r.hre == 1.0, parts, writer)
 
     def fork_points(self, tree: ForkTree) -> list[tuple[int | None, int]]:
         """(leaf, position) pairs: fork before answer token `position` of leaf's answer (None, 0: the question).
