@@ -140,6 +140,16 @@ class Experiment:
             self.runs[(arm, seed)] = self._arm(arm, seed)
         return self
 
+    def load(self) -> Experiment:
+        """Only what is on disk, nothing trained: a running or interrupted experiment's finished part."""
+        if all((self.folder / "base" / f"records-{name}.jsonl").exists() for name in self.eval_sets):
+            self.base = self._evaluate(None, self.folder / "base")
+        for seed in self.params.seeds:
+            for arm in self.params.arms:
+                if (self.folder / f"seed-{seed}" / arm / "result.json").exists():
+                    self.runs[(arm, seed)] = self._arm(arm, seed)
+        return self
+
     def _evaluate(self, backend: Backend, folder: Path) -> dict[str, list[dict]]:
         out = {}
         for name, rows in self.eval_sets.items():
@@ -196,21 +206,22 @@ class Experiment:
     def comparisons(self, pairs: Sequence[tuple[str, str]]) -> list[dict]:
         """Each pair (a, b) on each set: the mean over seeds of b - a with its t-interval, the per-seed exact
         McNemar p-values, and Holm's correction over every pair and set compared here ("base" is the same
-        model in every seed)."""
-        per_seed, mcnemar, named = {}, {}, []
+        model in every seed). A pair is compared over the seeds both have finished (all, once run)."""
+        per_seed, mcnemar, named, rows_of = {}, {}, [], []
         for name in self.eval_sets:
             for a, b in pairs:
-                key = (f"{a}@{name}", f"{b}@{name}")
+                seeds = [s for s in self.params.seeds if all(m == "base" or (m, s) in self.runs for m in (a, b))]
+                if not seeds:
+                    continue
+                key = (f"{a}|{b}|{name}|a", f"{a}|{b}|{name}|b")
+                for model, k in zip((a, b), key):
+                    per_seed[k] = [_accuracy(self._records(model, s, name)) for s in seeds]
+                mcnemar[key] = [compare(self._records(a, s, name), self._records(b, s, name)).p_value for s in seeds]
                 named.append(key)
-                for model in (a, b):
-                    per_seed[f"{model}@{name}"] = [_accuracy(self._records(model, s, name)) for s in self.params.seeds]
-                mcnemar[key] = [compare(self._records(a, s, name), self._records(b, s, name)).p_value
-                                for s in self.params.seeds]
+                rows_of.append((a, b, name, per_seed[key[1]], per_seed[key[0]]))
         rows = comparison_table(per_seed, named, mcnemar)
-        for row in rows:
-            row["set"] = row["a"].split("@")[1]
-            row["a"], row["b"] = row["a"].split("@")[0], row["b"].split("@")[0]
-            row["b_above_a_in"] = sum(d > 0 for d in _differences(per_seed, row))
+        for row, (a, b, name, accuracy_b, accuracy_a) in zip(rows, rows_of):
+            row |= {"a": a, "b": b, "set": name, "b_above_a_in": sum(y > x for x, y in zip(accuracy_a, accuracy_b))}
         return rows
 
     def _records(self, model: str, seed: int, name: str) -> list[dict]:
@@ -234,11 +245,6 @@ class Experiment:
                         "teacher_share": sum(r["verified_by_teacher"] for r in run.log) / max(verified, 1)
                         if taught else None})
         return out
-
-
-def _differences(per_seed: dict[str, list[float]], row: dict) -> list[float]:
-    a, b = per_seed[f"{row['a']}@{row['set']}"], per_seed[f"{row['b']}@{row['set']}"]
-    return [y - x for x, y in zip(a, b)]
 
 
 def _accuracy(records: Sequence[dict]) -> float:

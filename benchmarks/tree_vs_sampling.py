@@ -9,7 +9,7 @@ goals: tree >= RFT + 5 points on both sets and above it in every seed; every tra
 the transfer set; verified answers per 1k tokens >= 1.3x RFT's. Long (about an hour); not part of the tests.
 An interrupted run continues where it stopped when given the same --out.
 
-    .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR]
+    .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR] [--report]
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def main() -> None:
                         help="main: base, tree and RFT; all: every arm of azlib.experiment.ARMS")
     parser.add_argument("--steps", type=int, default=None, help="arithmetic steps per problem (default: the profile's)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the profile's token budget")
+    parser.add_argument("--report", action="store_true",
+                        help="print what --out holds so far (a running or interrupted run), train nothing")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"tree-vs-sampling-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -44,7 +46,7 @@ def main() -> None:
           f"seed, {params.arithmetic_steps}-step problems, held-out sets { {k: len(v) for k, v in sets.items()} } {note}")
 
     calibration_path = args.out / "calibration.json"
-    if not calibration_path.exists() and params.calibration_problems:
+    if not calibration_path.exists() and params.calibration_problems and not args.report:
         base = make_backend("hf", params.model, dtype=params.dtype, device=params.device)
         table = calibration(base, calibration_sets(params), samples=params.calibration_samples,
                             temperature=params.train.temperature, max_new_tokens=params.train.max_new_tokens,
@@ -57,12 +59,15 @@ def main() -> None:
         for row in json.loads(calibration_path.read_text()):
             print("  " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
 
-    experiment = Experiment(params, problems, sets, args.out / "experiment").run()
+    experiment = Experiment(params, problems, sets, args.out / "experiment")
+    experiment = experiment.load() if args.report else experiment.run()
     print("\naccuracy (mean over seeds; each seed):")
     rows = experiment.accuracies()
     for name in sets:
         for model in ["base", *params.arms]:
             values = [r["accuracy"] for r in rows if r["model"] == model and r["set"] == name]
+            if not values:
+                continue
             tokens = [r["tokens"] for r in rows if r["model"] == model and r["set"] == name]
             print(f"  {name:9s} {model:10s} {sum(values) / len(values):6.1%}  seeds "
                   f"{' '.join(f'{v:.1%}' for v in values)}  tokens {' '.join(f'{t:,}' for t in tokens)}")
@@ -93,11 +98,11 @@ def main() -> None:
     if "tree" in per_arm and "rft" in per_arm:
         ratio = per_arm["tree"]["verified_per_1k"] / max(per_arm["rft"]["verified_per_1k"], 1e-9)
         print(f"  verified answers per 1k tokens, tree / RFT: {ratio:.2f}x (goal >= 1.3x)")
-    minutes = (time.perf_counter() - start) / 60
-    print(f"\n{minutes:.1f} min (goal for the main mode: 120; run folder {args.out})")
-    (args.out / "summary.json").write_text(json.dumps({"minutes": minutes, "accuracies": rows, "mechanism": mechanism,
-                                                       "comparisons": comparisons}, indent=1))
-
+    if not args.report:
+        minutes = (time.perf_counter() - start) / 60
+        print(f"\n{minutes:.1f} min (goal for the main mode: 120; run folder {args.out})")
+        summary = {"minutes": minutes, "accuracies": rows, "mechanism": mechanism, "comparisons": comparisons}
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 if __name__ == "__main__":
     main()
