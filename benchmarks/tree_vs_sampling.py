@@ -104,5 +104,6 @@ def main() -> None:
         summary = {"minutes": minutes, "accuracies": rows, "mechanism": mechanism, "comparisons": comparisons}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
 
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,61 @@
+"""azlib.experiment on a hand-written run folder (no model): what it reads back, the comparisons across
+seeds (per-seed McNemar, seeds where b is above a, over the seeds both arms finished), the mechanism."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from azlib.experiment import Experiment
+
+
+def write_run(folder, correct: dict[str, list[int]], log=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, flags in correct.items():
+        records = [{"id": f"p{i}", "correct": bool(c), "tokens": 10 + i} for i, c in enumerate(flags)]
+        (folder / f"records-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if log is not None:
+        (folder / "result.json").write_text(json.dumps({"tokens": sum(r["tokens"] for r in log), "log": log}))
+
+
+def step(tokens, verified, solved):
+    return {"tokens": tokens, "verified": verified, "solved": solved, "truncated": 0.5, "prefill_tokens": tokens // 2}
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    write_run(tmp_path / "base", {"heldout": [1, 0, 0, 0, 0, 0]})
+    tree = {0: [1, 1, 1, 0, 0, 0], 1: [1, 1, 1, 1, 0, 0], 2: [1, 1, 0, 0, 0, 0]}
+    rft = {0: [1, 1, 0, 0, 0, 0], 1: [1, 0, 0, 0, 0, 0]}  # seed 2 not finished yet
+    for seed, flags in tree.items():
+        write_run(tmp_path / f"seed-{seed}" / "tree", {"heldout": flags}, [step(1000, 2, 1), step(1000, 1, 1)])
+    for seed, flags in rft.items():
+        write_run(tmp_path / f"seed-{seed}" / "rft", {"heldout": flags}, [step(2000, 1, 1)])
+    write_run(tmp_path / "seed-2" / "rft", {"heldout": [1] * 6})  # records but no result.json: unfinished
+    params = SimpleNamespace(seeds=[0, 1, 2], arms=["tree", "rft"], seed=0, eval_max_new_tokens=8)
+    return Experiment(params, [], {"heldout": [{}] * 6}, tmp_path).load()
+
+
+def test_load_reads_only_finished_runs(experiment):
+    assert sorted(experiment.runs) == [("rft", 0), ("rft", 1), ("tree", 0), ("tree", 1), ("tree", 2)]
+    assert experiment.runs[("tree", 1)].accuracy("heldout") == pytest.approx(4 / 6)
+
+
+def test_comparisons_over_the_seeds_both_finished(experiment):
+    rows = {(r["a"], r["b"]): r for r in experiment.comparisons([("rft", "tree"), ("base", "tree")])}
+    tree_vs_rft = rows[("rft", "tree")]
+    assert tree_vs_rft["seeds"] == 2, "rft's seed 2 is not finished: compared over seeds 0 and 1"
+    assert tree_vs_rft["difference"] == pytest.approx((1 / 6 + 3 / 6) / 2)
+    assert tree_vs_rft["b_above_a_in"] == 2
+    assert tree_vs_rft["mcnemar_p"] == pytest.approx([1.0, 0.25]), "seed 0: 1 discordant pair; seed 1: 3, all one way"
+    base = rows[("base", "tree")]
+    assert base["seeds"] == 3 and base["difference"] == pytest.approx((2 + 3 + 1) / 3 / 6)
+    assert base["p_holm"] >= base["p"], "Holm never lowers a p-value"
+
+
+def test_mechanism_counts_per_thousand_tokens(experiment):
+    by_run = {(m["arm"], m["seed"]): m for m in experiment.mechanism()}
+    assert by_run[("tree", 0)]["verified_per_1k"] == pytest.approx(1.5)
+    assert by_run[("tree", 0)]["solved_per_1k"] == pytest.approx(1.0)
+    assert by_run[("rft", 1)]["verified_per_1k"] == pytest.approx(0.5)
+    assert by_run[("rft", 1)]["prefill_per_generated"] == pytest.approx(0.5)
