@@ -123,7 +123,7 @@ class _IPCKernelManager(AsyncKernelManager):
 
 def run_one(number: str, profile: str, out: Path) -> tuple[dict, float]:
     """One notebook (by its number) run into `out`: (its metrics, minutes of wall time). The benchmarks
-    that are notebook runs (cpu_learning.py, rlt.py) use it; a failed notebook raises."""
+    that are notebook runs (rlt.py) use it; a failed notebook raises."""
     start = time.perf_counter()
     if run(profile, only=[number], out=out):
         raise RuntimeError(f"notebook {number} failed under profile {profile}; its partial output is in {out}")
