@@ -4,6 +4,7 @@ set, and compare with statistics that separate methods. No plotting (the noteboo
 
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -164,8 +165,6 @@ class Experiment:
         return out
 
     def _arm(self, arm: str, seed: int) -> ArmResult:
-        import gc
-
         folder = self.folder / f"seed-{seed}" / arm
         done = folder / "result.json"
         if done.exists():
@@ -188,7 +187,9 @@ class Experiment:
             log = trainer.run(resume=(folder / "train").exists(), progress=False)
             backend, tokens = trainer.student.backend, trainer.tokens
         records = self._evaluate(backend, folder)
-        (folder / "result.json").write_text(json.dumps({"tokens": tokens, "log": log}))
+        partial = done.with_suffix(".partial")  # renamed when whole: a result on disk is a finished run
+        partial.write_text(json.dumps({"tokens": tokens, "log": log}))
+        partial.rename(done)
         del backend
         gc.collect()
         return ArmResult(arm, seed, tokens, log, records)
