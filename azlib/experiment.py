@@ -211,7 +211,8 @@ class Experiment:
         per_seed, mcnemar, named, rows_of = {}, {}, [], []
         for name in self.eval_sets:
             for a, b in pairs:
-                seeds = [s for s in self.params.seeds if all(m == "base" or (m, s) in self.runs for m in (a, b))]
+                seeds = [s for s in self.params.seeds
+                         if all(name in self.base if m == "base" else (m, s) in self.runs for m in (a, b))]
                 if not seeds:
                     continue
                 key = (f"{a}|{b}|{name}|a", f"{a}|{b}|{name}|b")

@@ -209,7 +209,10 @@ class GRPO:
         s, model = self.settings, self.student.model
         rewards = torch.tensor([e.reward for e in examples], dtype=torch.float32)
         groups = torch.tensor([e.group for e in examples])
-        if all(e.advantages for e in examples):  # the signal's own, per token (a tree's): used as they are
+        given = [len(e.advantages) for e in examples]
+        if any(given) and given != [len(e.completion_ids) for e in examples]:
+            raise ValueError("per-token advantages must come with every example, one per completion token")
+        if examples and all(given):  # the signal's own, per token (a tree's): used as they are
             per_token = [torch.tensor(e.advantages, dtype=torch.float32) for e in examples]
             if s.clip_advantages is not None:
                 per_token = [a.clamp(-s.clip_advantages, s.clip_advantages) for a in per_token]

@@ -210,3 +210,14 @@ def test_every_tensor_of_a_step_lives_on_the_students_device(loss_type):
         stats = GRPO(_MetaStudent(), settings).step(examples)  # raises "... on the same device" if one is not
         sft = GRPO(_MetaStudent(), settings).sft_step(examples)
     assert stats["sequences"] == 6 and sft["sequences"] == 6
+
+
+def test_per_token_advantages_come_with_every_example_or_none():
+    from types import SimpleNamespace
+
+    student = SimpleNamespace(trainable_parameters=lambda: [torch.nn.Parameter(torch.zeros(1))], device="cpu", model=None)
+    with_advantages = Example([1], [2, 3], 1.0, 0, advantages=[0.5, 0.5])
+    plain = Example([1], [2], 0.0, 0)
+    for bad in ([with_advantages, plain], [Example([1], [2, 3], 1.0, 0, advantages=[0.5])]):
+        with pytest.raises(ValueError, match="one per completion token"):
+            GRPO(student).step(bad)  # never a silent fall back to group advantages

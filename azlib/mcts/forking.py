@@ -246,7 +246,7 @@ class ForkingSearch:
         tree.nodes[parent].children.append(len(tree.nodes) - 1)
         tree.tokens += sample.completion_tokens
         tokenizer = self.backend.tokenizer
-        full = sample.text if parent == 0 else tokenizer.decode(ids, skip_special_tokens=True)
+        full = tokenizer.decode(ids, skip_special_tokens=True)  # the text of exactly the ids (not a backend's cut)
         text, finished = complete_answer(full, sample.finish_reason == "stop")
         kept = len(ids) if text == full else _ids_for_text(tokenizer, ids, len(text))
         gold = self.problems[tree.problem]["answer"]
@@ -295,7 +295,7 @@ class ForkingSearch:
                 continue
             begin, line_start = line_start, p
             line = tuple(ids[begin:p])
-            if ANSWER_MARK.search(self.backend.tokenizer.decode(line)):
+            if ANSWER_MARK.search(self.backend.tokenizer.decode(ids[:p])):  # the whole text: a mark may span tokens
                 break
             if line in seen_lines:
                 continue
