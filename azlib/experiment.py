@@ -133,6 +133,7 @@ class Experiment:
         from azlib.models import make_backend
 
         p = self.params
+        self._same_problems()
         base = make_backend("hf", p.model, dtype=p.dtype, device=p.device)
         self.base = self._evaluate(base, self.folder / "base")
         base.close()
@@ -143,6 +144,7 @@ class Experiment:
 
     def load(self) -> Experiment:
         """Only what is on disk, nothing trained: a running or interrupted experiment's finished part."""
+        self._same_problems()
         if all((self.folder / "base" / f"records-{name}.jsonl").exists() for name in self.eval_sets):
             self.base = self._evaluate(None, self.folder / "base")
         for seed in self.params.seeds:
@@ -150,6 +152,17 @@ class Experiment:
                 if (self.folder / f"seed-{seed}" / arm / "result.json").exists():
                     self.runs[(arm, seed)] = self._arm(arm, seed)
         return self
+
+    def _same_problems(self) -> None:
+        """The held-out problems' ids are kept in the folder: answers on disk are only ever compared with
+        answers to the same problems (another azlib version or setting that draws other sets is an error)."""
+        ids = {name: [r["info"]["id"] for r in rows] for name, rows in self.eval_sets.items()}
+        path = self.folder / "eval_sets.json"
+        if path.exists() and json.loads(path.read_text()) != ids:
+            raise ValueError(f"{self.folder} holds answers to other held-out problems than these settings draw; "
+                             "continue it with the settings (and azlib) that started it, or use another folder")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(ids))
 
     def _evaluate(self, backend: Backend, folder: Path) -> dict[str, list[dict]]:
         out = {}

@@ -33,7 +33,7 @@ def experiment(tmp_path):
         write_run(tmp_path / f"seed-{seed}" / "rft", {"heldout": flags}, [step(2000, 1, 1)])
     write_run(tmp_path / "seed-2" / "rft", {"heldout": [1] * 6})  # records but no result.json: unfinished
     params = SimpleNamespace(seeds=[0, 1, 2], arms=["tree", "rft"], seed=0, eval_max_new_tokens=8)
-    return Experiment(params, [], {"heldout": [{}] * 6}, tmp_path).load()
+    return Experiment(params, [], {"heldout": [{"info": {"id": f"p{i}"}} for i in range(6)]}, tmp_path).load()
 
 
 def test_load_reads_only_finished_runs(experiment):
@@ -59,3 +59,11 @@ def test_mechanism_counts_per_thousand_tokens(experiment):
     assert by_run[("tree", 0)]["solved_per_1k"] == pytest.approx(1.0)
     assert by_run[("rft", 1)]["verified_per_1k"] == pytest.approx(0.5)
     assert by_run[("rft", 1)]["prefill_per_generated"] == pytest.approx(0.5)
+
+
+def test_answers_on_disk_are_only_compared_with_the_same_problems(experiment):
+    rows = [{"info": {"id": f"p{i}"}} for i in range(6)]
+    Experiment(experiment.params, [], {"heldout": rows}, experiment.folder).load()  # writes the ids
+    other = [{"info": {"id": f"q{i}"}} for i in range(6)]
+    with pytest.raises(ValueError, match="other held-out problems"):
+        Experiment(experiment.params, [], {"heldout": other}, experiment.folder).load()
