@@ -46,8 +46,8 @@ def arm_settings(arm: str, fork: ForkSettings) -> tuple[ForkSettings, dict]:
 
 
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
-    """(training problems, held-out sets, a note). For the arithmetic task: "heldout", problems the training
-    never saw in the training wordings, and "transfer", the SAME problems (numbers, names, chains) in
+    """(training problems, held-out sets, a note). For the arithmetic task: "heldout", problems whose chain
+    (numbers and operations) no training problem has, in the training wordings, and "transfer", the SAME problems (numbers, names, chains) in
     wordings no training problem used, so the two differ only in wording; for GSM8K, its test split. With
     eval_gsm8k_problems, also "gsm8k": GSM8K's test problems with the fewest calculation steps."""
     steps, n = tuple(params.arithmetic_steps), params.eval_problems
@@ -55,10 +55,10 @@ def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
                                    steps=steps)
     sets: dict[str, list[Row]] = {}
     if problems[0]["info"].get("source") == "arithmetic":
-        seen = {r["info"]["solution"] + r["prompt"] for r in problems}
-        drawn = {w: arithmetic_problems(2 * n, seed=params.seed + 10_000, steps=steps, wording=w)
+        seen = {r["info"]["solution"] for r in problems}  # the chain itself, whatever its wording
+        drawn = {w: arithmetic_problems(3 * n, seed=params.seed + 10_000, steps=steps, wording=w)
                  for w in ("train", "transfer")}
-        kept = [i for i, r in enumerate(drawn["train"]) if r["info"]["solution"] + r["prompt"] not in seen][:n]
+        kept = [i for i, r in enumerate(drawn["train"]) if r["info"]["solution"] not in seen][:n]
         sets = {"heldout": [drawn["train"][i] for i in kept], "transfer": [drawn["transfer"][i] for i in kept]}
     else:
         sets["heldout"] = load_gsm8k(params.gsm8k, "test", limit=n)

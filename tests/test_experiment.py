@@ -67,3 +67,17 @@ def test_answers_on_disk_are_only_compared_with_the_same_problems(experiment):
     other = [{"info": {"id": f"q{i}"}} for i in range(6)]
     with pytest.raises(ValueError, match="other held-out problems"):
         Experiment(experiment.params, [], {"heldout": other}, experiment.folder).load()
+
+
+def test_task_sets_hold_out_chains_and_reword_the_same_problems():
+    from azlib.experiment import task_sets
+
+    params = SimpleNamespace(task="arithmetic", gsm8k="auto", num_train_problems=300, seed=0, arithmetic_steps=[1, 2],
+                             eval_problems=50, eval_gsm8k_problems=0)
+    problems, sets, note = task_sets(params)
+    trained = {r["info"]["solution"] for r in problems}
+    assert note == "" and len(sets["heldout"]) == len(sets["transfer"]) == 50
+    assert not trained & {r["info"]["solution"] for r in sets["heldout"]}, "no held-out chain was trained on"
+    for held, reworded in zip(sets["heldout"], sets["transfer"]):
+        assert held["info"]["solution"] == reworded["info"]["solution"] and held["prompt"] != reworded["prompt"]
+        assert (held["info"]["wording"], reworded["info"]["wording"]) == ("train", "transfer")
