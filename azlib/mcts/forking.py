@@ -120,19 +120,21 @@ class ForkTree:
 
     def values(self) -> list[float]:
         """V(s): the mean reward of the answers under each node (TreeRL)."""
+        total, count = self._under()
+        return [t / c if c else 0.0 for t, c in zip(total, count)]
+
+    def leaf_counts(self) -> list[int]:
+        """L(s): the number of answers under each node."""
+        return self._under()[1]
+
+    def _under(self) -> tuple[list[float], list[int]]:
+        """Per node, the sum of the rewards of the answers under it and their number."""
         total, count = [0.0] * len(self.nodes), [0] * len(self.nodes)
         for leaf in self.leaves():
             for i in [0, *self.path(leaf)]:
                 total[i] += self.nodes[leaf].answer.reward
                 count[i] += 1
-        return [t / c if c else 0.0 for t, c in zip(total, count)]
-
-    def leaf_counts(self) -> list[int]:
-        count = [0] * len(self.nodes)
-        for leaf in self.leaves():
-            for i in [0, *self.path(leaf)]:
-                count[i] += 1
-        return count
+        return total, count
 
     def _split(self, i: int, offset: int) -> int:
         """Cut node i before its token `offset`: a new node takes the head and node i keeps the tail (so a
@@ -209,7 +211,7 @@ class ForkingSearch:
             for sample in group:
                 self._attach(tree, 0, sample, 0)
         for r in range(1, self.settings.rounds + 1):
-            forks = [(tree, self._fork_node(tree, leaf, position))
+            forks = [(tree, 0 if leaf is None else tree.branch_point(leaf, position))
                      for tree in trees for leaf, position in self.fork_points(tree)]
             if not forks:
                 break
@@ -234,9 +236,6 @@ class ForkingSearch:
             return tree.prompt_ids
         row = self.problems[tree.problem]
         return self.backend.encode_prompt(hint_prompt(row["prompt"], row["info"]["solution"]))
-
-    def _fork_node(self, tree: ForkTree, leaf: int | None, position: int) -> int:
-        return 0 if leaf is None else tree.branch_point(leaf, position)
 
     def _attach(self, tree: ForkTree, parent: int, sample: Sample, round_: int) -> None:
         """A generated continuation becomes a leaf under `parent`, its whole answer scored once."""
