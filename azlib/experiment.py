@@ -113,7 +113,7 @@ class ArmResult:
     records: dict[str, list[dict]]  # evaluation set -> per-problem records (azlib.evaluation)
 
     def accuracy(self, name: str) -> float:
-        return sum(r["correct"] for r in self.records[name]) / max(len(self.records[name]), 1)
+        return _accuracy(self.records[name])
 
 
 @dataclass
