@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Sequence
 
 from azlib.data.rows import Row
-from azlib.prompts import chat_prompt
-from azlib.models.hf import HFBackend
+from azlib.prompts import ANSWER_LINE, chat_prompt
+from azlib.models.hf import HFBackend, newline_tokens
 from azlib.models.loading import resolve_model_path
 from azlib.rewards import complete_answer, hard_reward
 from azlib.rewards.trl import completion_text
@@ -23,9 +23,29 @@ class PeerRun:
     log: list[dict]  # TRL's per-step log (reward, lengths, clip ratios, ...)
 
 
+def answer_line_stop(tokenizer):
+    """transformers stopping criteria that end a row when its newest token closes an answer line
+    ('#### N' and a newline), as azlib's samplers stop (`stop_at_answer`): TRL's GRPOTrainer takes no
+    stopping criteria from its config, so the TRL arm hands this one to the model's `generate`."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    newline = newline_tokens(tokenizer)
+
+    class AnswerLineStop(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+            for row in torch.nonzero(newline[input_ids[:, -1].cpu()]).flatten().tolist():  # a line just ended
+                done[row] = bool(ANSWER_LINE.search(tokenizer.decode(input_ids[row, -32:], skip_special_tokens=True)))
+            return done
+
+    return StoppingCriteriaList([AnswerLineStop()])
+
+
 def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_budget: int) -> PeerRun:
     """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated.
-    The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0.
+    The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0. Rows stop at
+    their answer line as azlib's do; the end-of-sequence token generate pads a stopped row with is not counted.
     `params`: a TrainingParams (model, seed; its lora section; the grpo section's loss, clip range, KL weight,
     reward scaling, iterations, learning rate, weight decay and grad-norm clip (TRL has no advantage clip and
     no equal-group filter, so clip_advantages and drop_equal_groups do not reach it); the train section's
@@ -48,7 +68,8 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     def finished_correctness(prompts, completions, answer, completion_ids, **_) -> list[float]:
         rewards = []
         for text, ids, gold in zip(completions, completion_ids, answer):
-            spent[0] += len(ids)
+            padded = bool(ids) and ids[-1] in eos and bool(ANSWER_LINE.search(tokenizer.decode(ids[:-1])))
+            spent[0] += len(ids) - padded
             text, finished = complete_answer(completion_text(text), bool(ids) and ids[-1] in eos)
             rewards.append(hard_reward(text, gold) if finished else 0.0)
         return rewards
@@ -68,12 +89,15 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
                         per_device_train_batch_size=batch, gradient_accumulation_steps=1,
                         max_completion_length=t.max_new_tokens, temperature=t.temperature,
                         max_steps=10_000, logging_steps=1, save_strategy="no",
+                        generation_kwargs={"pad_token_id": tokenizer.eos_token_id},  # a stopped row ends in EOS
                         gradient_checkpointing=params.gradient_checkpointing)
     trainer = GRPOTrainer(model=model, reward_funcs=finished_correctness, args=config, train_dataset=data,
                           processing_class=tokenizer, callbacks=[StopAtBudget()],
                           peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
                                                  lora_dropout=params.lora.dropout, target_modules="all-linear",
                                                  task_type="CAUSAL_LM"))
+    generate, stop = trainer.model.generate, answer_line_stop(tokenizer)  # the model TRL unwraps on one device
+    trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
     trainer.train()
     trained = trainer.model.eval()
     log = [entry for entry in trainer.state.log_history if "reward" in entry]

@@ -18,6 +18,11 @@ from azlib.models.shared_prompts import completion_logits
 from azlib.prompts import ANSWER_LINE
 
 
+def newline_tokens(tokenizer) -> torch.Tensor:
+    """Which vocabulary entries write a newline (where an answer line can end)."""
+    return torch.tensor(["\n" in tokenizer.decode([i]) for i in range(len(tokenizer))])
+
+
 class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
@@ -48,8 +53,7 @@ class HFBackend(TokenizerPrompts, Backend):
 
     @functools.cached_property
     def newline_tokens(self) -> torch.Tensor:
-        """Which vocabulary entries write a newline (where an answer line can end)."""
-        return torch.tensor(["\n" in self.tokenizer.decode([i]) for i in range(len(self.tokenizer))])
+        return newline_tokens(self.tokenizer)
 
     def _batches(self, rows: list[list[int]]):
         """Index batches of rows sorted by length, so a batch pads little."""

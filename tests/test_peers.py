@@ -1,0 +1,32 @@
+"""The TRL arm's generation stops where azlib's samplers stop: at the first answer line."""
+
+from __future__ import annotations
+
+import torch
+
+from azlib.data.arithmetic import arithmetic_problems
+from azlib.peers import answer_line_stop
+from azlib.prompts import ANSWER_LINE, chat_prompt
+from azlib.rewards import complete_answer
+
+
+def test_trl_generation_stops_at_the_answer_line(embedded):
+    model, tokenizer = embedded
+    prompts = [tokenizer.apply_chat_template(chat_prompt(r["prompt"]), tokenize=False, add_generation_prompt=True)
+               for r in arithmetic_problems(8, seed=5, steps=(1,))]
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+
+    def completions(**stop):
+        torch.manual_seed(0)
+        out = model.generate(**inputs, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=96,
+                             pad_token_id=tokenizer.eos_token_id, **stop)
+        return [tokenizer.decode(row, skip_special_tokens=True) for row in out[:, inputs["input_ids"].shape[1]:]]
+
+    free, stopped = completions(), completions(stopping_criteria=answer_line_stop(tokenizer))
+    # unstopped, some rows go on past their answer line; stopped, every row is what training keeps of it
+    assert any(ANSWER_LINE.search(t) and complete_answer(t, False)[0] != t for t in free)
+    assert all(complete_answer(t, False)[0] == t for t in stopped)
+    assert sum(bool(ANSWER_LINE.search(t)) for t in stopped) >= 2
+    # a row is the same sample up to where it stopped (the criterion changes nothing before)
+    for a, b in zip(free, stopped):
+        assert a.startswith(b)
