@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 import math
 import os
 import typing
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,6 +35,9 @@ from azlib.training import TrainSettings
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
 PROFILES = ("smoke", "cpu", "h100", "h100-original")
+# The parameters cells' output_dir. In JupyterLab each run gets a folder of its own under it
+# (<notebook>-<time>); with resume = True, the newest of that notebook's. The runner names its own folders.
+INTERACTIVE_RUNS = "outputs/interactive"
 
 # Budgets the original system read from the environment: fields of the `search` section, winning over
 # profiles (recorded in config.json).
@@ -361,7 +366,30 @@ def validate(notebook: str, values: dict[str, Any]) -> NotebookParams:
 def from_namespace(notebook: str, namespace: dict[str, Any]) -> NotebookParams:
     """Validate a notebook's parameters from its globals (what the `parameters` cell defined)."""
     fields = params_model(notebook).model_fields
-    return validate(notebook, {k: namespace[k] for k in fields if k in namespace})
+    values = {k: namespace[k] for k in fields if k in namespace}
+    if values.get("output_dir") == INTERACTIVE_RUNS:
+        values["output_dir"] = str(interactive_run_dir(notebook, resume=values.get("resume") is True))
+    return validate(notebook, values)
+
+
+def interactive_run_dir(notebook: str, resume: bool) -> Path:
+    """A new folder outputs/interactive/<notebook>-<time> for this run, so a rerun never meets the last
+    run's checkpoints; with `resume`, the newest existing one of this notebook."""
+    root = repo_path(INTERACTIVE_RUNS)
+    if resume:
+        earlier = sorted(p for p in root.glob(f"{notebook}-*") if p.is_dir())
+        if not earlier:
+            raise ParamsError(f"resume = True, but {root} holds no earlier run of {notebook} to continue; set "
+                              "resume = False, or output_dir to the run folder to continue")
+        return earlier[-1]
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for n in itertools.count(1):
+        folder = root / (f"{notebook}-{stamp}" if n == 1 else f"{notebook}-{stamp}-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
 
 
 def notebook_defaults(notebook_path: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ a resumed seeded CPU run takes exactly the steps an uninterrupted one would have
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -34,6 +35,8 @@ from azlib.rewards import REWARD_KINDS, RewardKind, RewardWeights
 CHECKPOINT_PREFIX = "step-"
 FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.mcts.forking, not by the MCTS search
 KEEP_CHECKPOINTS = 2
+# What a resumed run may change: how far it goes and how often it saves, not what it does.
+RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_every")
 
 
 class CheckpointError(RuntimeError):
@@ -232,7 +235,8 @@ class Trainer:
         torch.save(self.grpo.optimizer.state_dict(), staging / "optimizer.pt")
         state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.config.train.seed,
                  "updates": self.grpo.updates, "replay": [asdict(c) for c in self.replay],
-                 "settings": asdict(self.config.train), "teacher_scores": self._teacher_scores()}
+                 "model": self.student.name, "problems": self._problems_digest(), "config": self._settings(),
+                 "teacher_scores": self._teacher_scores()}
         (staging / "state.json").write_text(json.dumps(state, indent=1))
         for f in staging.rglob("*"):
             if f.is_file():
@@ -243,6 +247,25 @@ class Trainer:
         for old in self.list_checkpoints()[:-KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
         return final
+
+    def _settings(self) -> dict:
+        """Every setting of the run as JSON holds it (tuples as lists), flattened to "section.field" names."""
+        sections = json.loads(json.dumps(asdict(self.config)))
+        return {f"{name}.{field}": value for name, section in sections.items() for field, value in section.items()}
+
+    def _problems_digest(self) -> str:
+        """The training problems, in order, in a few characters (another task or count is another run)."""
+        return hashlib.sha256(json.dumps([[r["prompt"], r["answer"]] for r in self.problems]).encode()).hexdigest()[:16]
+
+    def _check_same_run(self, state: dict, checkpoint: Path) -> None:
+        """A resume continues the saved run: refuse settings that would make it another one, naming them."""
+        saved = {"model": state.get("model"), "problems": state.get("problems"), **state.get("config", {})}
+        current = {"model": self.student.name, "problems": self._problems_digest(), **self._settings()}
+        changed = [f"{k}: saved {saved.get(k)!r}, now {current.get(k)!r}" for k in sorted(saved.keys() | current.keys())
+                   if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k)]
+        if changed:
+            raise CheckpointError(f"{checkpoint} belongs to a run with other settings; set them back to resume it, or "
+                                  f"start a new run (resume=False, another folder). Differs: " + "; ".join(changed))
 
     def _teacher_scores(self) -> dict:
         if self.teachers is None:
@@ -266,6 +289,10 @@ class Trainer:
         except (OSError, ValueError, RuntimeError, pickle.UnpicklingError) as err:
             raise CheckpointError(f"checkpoint {latest} is damaged ({err}); delete it to resume from the one "
                                   "before") from err
+        if "config" not in state:
+            raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its settings are not saved, so "
+                                  "a resume cannot check them); start a new run")
+        self._check_same_run(state, latest)
         try:
             replay = [Completion(**c) for c in state["replay"]]
         except TypeError as err:

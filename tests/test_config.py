@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from pathlib import Path
 from pydantic import TypeAdapter
 
 from azlib import config
@@ -159,3 +160,14 @@ def test_azlib_imports_no_optional_package():
             "print(sorted(p for p in ('vllm', 'unsloth', 'bitsandbytes', 'trl', 'verifiers') if p in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "[]"
+
+
+def test_each_interactive_run_gets_its_own_folder_and_resume_takes_the_newest(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "INTERACTIVE_RUNS", str(tmp_path / "interactive"))
+    values = config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb") | {"output_dir": config.INTERACTIVE_RUNS}
+    with pytest.raises(ParamsError, match="holds no earlier run of 04_gsm8k_run to continue"):
+        config.from_namespace("04_gsm8k_run", values | {"resume": True})
+    first, second = (config.from_namespace("04_gsm8k_run", values).output_dir for _ in range(2))
+    assert first != second and all(Path(p).is_dir() and Path(p).parent == tmp_path / "interactive" for p in (first, second))
+    assert config.from_namespace("04_gsm8k_run", values | {"resume": True}).output_dir == second
+    assert config.from_namespace("04_gsm8k_run", values | {"output_dir": "outputs/x"}).output_dir == "outputs/x"

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 
 import pytest
 import torch
@@ -179,6 +178,13 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
     with pytest.raises(CheckpointError, match="step-000001 is damaged"):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
     trainer.save_checkpoint()
+    # a resume continues the same run: other settings are refused and named (steps may grow)
+    with pytest.raises(CheckpointError, match=r"Differs: grpo.temperature: saved 0.8, now 0.3; text.temperature: "
+                                              r"saved 0.8, now 0.3; train.temperature: saved 0.8, now 0.3$"):
+        small_trainer(student, tmp_path, steps=2, temperature=0.3).run(resume=True, progress=False)
+    with pytest.raises(CheckpointError, match="Differs: problems: saved '[0-9a-f]{16}', now '[0-9a-f]{16}'"):
+        Trainer(student, arithmetic_problems(4, seed=1, steps=(1,)), tmp_path, trainer.config).run(resume=True,
+                                                                                                 progress=False)
     state = json.loads((latest / "state.json").read_text())
     (latest / "state.json").write_text(json.dumps(state | {"replay": [{"problem": 0, "group": 0, "text": "#### 1"}]}))
     with pytest.raises(CheckpointError, match="written by an older azlib"):
