@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 import random
@@ -135,8 +136,12 @@ class Trainer:
 
     # -- one step ------------------------------------------------------------------------------------
     def _problems_for_step(self) -> list[int]:
-        n = len(self.problems)
-        return [(self.position + k) % n for k in range(self.config.train.problems_per_step)]
+        """The next problems, cycling; under a token budget the last step takes only as many as the budget has
+        left at the run's tokens per problem so far, so equal-budget arms end near the budget, not a step past."""
+        s, count = self.config.train, self.config.train.problems_per_step
+        if s.token_budget is not None and self.position:
+            count = max(1, min(count, math.ceil((s.token_budget - self.tokens) / (self.tokens / self.position))))
+        return [(self.position + k) % len(self.problems) for k in range(count)]
 
     def train_step(self) -> dict:
         s, start = self.config.train, time.perf_counter()

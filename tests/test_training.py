@@ -197,7 +197,8 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
 
 def test_a_token_budget_stops_training(student, tmp_path):
     trainer = small_trainer(student, tmp_path, steps=50, groups="sampling", group_size=2, max_new_tokens=8,
-                            token_budget=40)
+                            problems_per_step=8, token_budget=150)
     log = trainer.run(progress=False)
-    assert trainer.tokens >= 40 and trainer.tokens - log[-1]["tokens"] < 40, "stops at the first step past the budget"
-    assert len(log) < 50
+    assert trainer.tokens >= 150 and trainer.tokens - log[-1]["tokens"] < 150, "stops at the first step past the budget"
+    assert len(log) == 2 and log[0]["completions"] == 16
+    assert log[-1]["completions"] < 16 and trainer.tokens - 150 < log[0]["tokens"] / 4, "the last step fits the budget"
