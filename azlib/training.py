@@ -34,6 +34,7 @@ from azlib.rewards import REWARD_KINDS, RewardKind, RewardWeights
 CHECKPOINT_PREFIX = "step-"
 FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.mcts.forking, not by the MCTS search
 KEEP_CHECKPOINTS = 2
+GENERATION_MAX_MODEL_LEN = 4096  # tokens of one sequence in the student's vLLM engine (prompt + answer)
 
 
 class CheckpointError(RuntimeError):
@@ -300,7 +301,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
                       device=params.device, gradient_checkpointing=params.gradient_checkpointing,
                       use_unsloth=params.use_unsloth, generation=params.generation,
                       vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
-                                    "max_model_len": 4096})
+                                    "max_model_len": GENERATION_MAX_MODEL_LEN})
     teachers = None
     if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
         teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,
