@@ -1,6 +1,7 @@
 """Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`,
 `python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training without the notebook),
 `[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training, DDP under torchrun),
+`python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
 `python -m azlib serve [--model M] [--port P] [--dtype D] [--device D]` (a local OpenAI-compatible server). Parses, hands over."""
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     referee = commands.add_parser("referee", help="notebook 07's arms, headless; under torchrun one DDP process each")
     referee.add_argument("--profile", choices=PROFILES, default="cpu")
     referee.add_argument("--out", type=Path, required=True, help="run folder; writes <out>/referee-07/")
+    plan = commands.add_parser("plan", help="each notebook's predicted peak GPU memory by part, and its time")
+    plan.add_argument("--profile", choices=PROFILES, default="h100")
+    plan.add_argument("--gpu-memory", type=float, help="GiB of the GPU (default: an H100 80 GB's 79.65)")
     serve = commands.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (hf backend)")
     serve.add_argument("--model", default="embedded:smollm2-135m-instruct")
     serve.add_argument("--served-model-name", help="name clients send (default: --model)")
@@ -43,11 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         return _train(args)
     if args.command == "referee":
         return _referee(args)
+    from azlib.plan import H100_GIB, PlanError, print_plan
     from azlib.runner import run as run_notebooks
 
     try:
+        if args.command == "plan":
+            return print_plan(args.profile, args.gpu_memory or H100_GIB)
         return run_notebooks(args.profile, only=args.only, out=args.out)
-    except ParamsError as err:
+    except (ParamsError, PlanError) as err:
         print(f"azlib: {err}", file=sys.stderr)
         return 2
 

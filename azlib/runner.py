@@ -1,5 +1,5 @@
 """Batch runs: execute the ordered notebooks with papermill under a profile, into one run folder.
-Validates every notebook's parameters before anything runs; stops at the first failing notebook."""
+Validates every notebook's parameters (and, on a GPU, its memory plan) before anything runs; stops at the first failing notebook."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from azlib import config
 from azlib.config import REPO_ROOT, NotebookParams, resolve
+from azlib.plan import check, gpu_memory, notebook_plan
 from azlib.runs import RunFolder, write_json
 
 RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
@@ -66,6 +67,10 @@ def run(profile: str, only: list[str] | None = None, out: Path | None = None) ->
     resolved: dict[str, tuple[NotebookParams, dict[str, int]]] = {
         nb.stem: resolve(nb, profile, run_dir.path) for nb in notebooks
     }
+    # The memory plan too, when a GPU is here: a notebook that cannot fit stops the run before any starts.
+    if (gpu := gpu_memory()) is not None:
+        free, total = gpu
+        check([notebook_plan(stem, params) for stem, (params, _) in resolved.items()], total, free)
     config = {
         "profile": profile,
         "run_dir": str(run_dir.path),

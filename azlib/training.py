@@ -38,6 +38,7 @@ FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.mcts.forking,
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.
 RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_every")
+GENERATION_MAX_MODEL_LEN = 4096  # tokens of one sequence in the student's vLLM engine (prompt + answer)
 
 
 class CheckpointError(RuntimeError):
@@ -332,7 +333,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
                       device=params.device, gradient_checkpointing=params.gradient_checkpointing,
                       use_unsloth=params.use_unsloth, generation=params.generation,
                       vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
-                                    "max_model_len": 4096})
+                                    "max_model_len": GENERATION_MAX_MODEL_LEN})
     teachers = None
     if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
         teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,

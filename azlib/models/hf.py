@@ -17,6 +17,8 @@ from azlib.models.loading import load_model
 from azlib.models.shared_prompts import completion_logits
 from azlib.prompts import ANSWER_LINE
 
+BATCH_SIZE = 32  # rows per decode or scoring forward, unless a caller says otherwise
+
 
 def newline_tokens(tokenizer) -> torch.Tensor:
     """Which vocabulary entries write a newline (where an answer line can end)."""
@@ -26,7 +28,7 @@ def newline_tokens(tokenizer) -> torch.Tensor:
 class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
-    def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 32,
+    def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = BATCH_SIZE,
                  adapter: str | None = None):
         """adapter: a peft LoRA folder (e.g. a trained teacher's, notebook 06) merged into the weights."""
         weights, tokenizer = load_model(model, dtype=dtype, device=device)
@@ -37,7 +39,7 @@ class HFBackend(TokenizerPrompts, Backend):
         self._attach(weights, tokenizer, device, batch_size)
 
     @classmethod
-    def wrapping(cls, model, tokenizer, *, device: str = "cpu", batch_size: int = 32) -> HFBackend:
+    def wrapping(cls, model, tokenizer, *, device: str = "cpu", batch_size: int = BATCH_SIZE) -> HFBackend:
         """A backend over a model already in memory (the student being trained: no second copy)."""
         backend = cls.__new__(cls)
         backend._attach(model, tokenizer, device, batch_size)

@@ -22,7 +22,7 @@ from typing import Literal, Sequence
 import torch
 
 from azlib.models.generation import BackendError
-from azlib.models.hf import HFBackend
+from azlib.models.hf import BATCH_SIZE, HFBackend
 from azlib.models.loading import ModelLoadError, load_model
 from azlib.models.shared_prompts import completion_logits
 
@@ -49,7 +49,7 @@ class Student:
     def __init__(self, model: str, *, lora: LoraSettings = LoraSettings(),
                  reference: Literal["adapters_off", "snapshot"] = "adapters_off", dtype: str = "float32",
                  device: str = "cpu", gradient_checkpointing: bool = False, use_unsloth: bool = False,
-                 batch_size: int = 32, generation: Literal["hf", "vllm"] = "hf", vllm_options: dict | None = None):
+                 batch_size: int = BATCH_SIZE, generation: Literal["hf", "vllm"] = "hf", vllm_options: dict | None = None):
         from peft import LoraConfig, get_peft_model
 
         if reference not in ("adapters_off", "snapshot"):

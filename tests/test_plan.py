@@ -1,0 +1,88 @@
+"""The GPU memory plan: its arithmetic on known configurations (numbers computed by hand in the comments), the
+runner refusing a plan that does not fit, and the CLI printing every notebook. No model is loaded."""
+
+import pytest
+
+from azlib import plan, runner
+from azlib.__main__ import main
+from azlib.models.student import LoraSettings
+from azlib.teachers import tier_teachers
+
+GIB = 2**30
+H100 = 81_559 * 2**20  # bytes an H100 80 GB reports
+QWEN_1_5B = plan.PUBLISHED_SHAPES["Qwen/Qwen2.5-1.5B-Instruct"]
+
+
+def test_qwen_1_5b_student_on_one_h100_by_hand():
+    # KV per token: 2 x 28 layers x 2 kv heads x 128 x 2 bytes = 28,672; a 4096-token sequence 117,440,512
+    assert QWEN_1_5B.kv_bytes_per_token(2) == 28_672
+    engine = plan.Engine("student", QWEN_1_5B, 0.2, 4096)
+    # share 0.2 x 85,520,809,984 = 17,104,161,996.8 (15.93 GiB); weights 2 x 1,543,714,304 = 3,087,428,608;
+    # KV = share - weights - 2 GiB reserve = 11,869,249,740.8 = 101.07 sequences
+    assert engine.share(H100) == pytest.approx(17_104_161_996.8)
+    assert engine.kv_cache(H100) == pytest.approx(11_869_249_740.8)
+    assert engine.sequences(H100) == pytest.approx(101.07, abs=0.01)
+    # LoRA r 32 per layer: (1536+1536) q + 2 x (1536+256) k, v + (1536+1536) o + 3 x (1536+8960) = 41,216 x 32 x 28
+    lora = plan._adapter(QWEN_1_5B, LoraSettings(r=32), "adamw_8bit")
+    assert QWEN_1_5B.lora_parameters(32) == 36_929_536
+    assert lora.bytes == 36_929_536 * 10  # fp32 weight 4 + gradient 4 + 8-bit moments 2
+    # one layer, one token: 2 x (4h + 2q + 2kv + 4i = 45,568 + 5h + q + i = 18,176) + 18,176 masks = 145,664;
+    # checkpointed, 16 x 640 tokens: 10,240 x (28 x 1536 x 2 + 145,664) = 2,372,403,200
+    assert QWEN_1_5B.layer_activation_bytes(2) == 145_664
+    assert plan._activations(16, 640, QWEN_1_5B, "bfloat16", True).bytes == 2_372_403_200
+    assert plan._activations(16, 640, QWEN_1_5B, "bfloat16", False).bytes == 10_240 * 28 * 145_664
+    # notebook 04's demo at 128 answers x 384 tokens x 151,936: bf16 + two fp32 = 10 bytes a logit: 49,152 x 151,936 = 7,467,958,272 logits
+    demo = plan._logits("demo", 128, 384, QWEN_1_5B, "bfloat16")
+    assert demo.bytes == 74_679_582_720
+    # peak = resident + engines + the largest phase only
+    nb = plan.NotebookPlan("04", "qwen", (lora,), (engine,), (("train", (plan.Part("a", 1.0),)),
+                                                              ("demo", (demo,))))
+    assert nb.peak(H100) == pytest.approx(369_295_360 + 17_104_161_996.8 + 74_679_582_720)
+    assert nb.problems(H100)[0].startswith("04: predicted peak 85.8 GiB exceeds the 79.6 GiB free by 6.2 GiB; "
+                                           "its largest part: demo logits")
+
+
+def test_the_original_systems_teachers_on_one_h100_match_the_issues_measurements():
+    engines = {e.name: e for e in plan._teacher_engines(type("P", (), {"teacher_tier": "vllm-original"}))}
+    llama, gemma = engines["llama-3.1-8b"], engines["gemma-2-9b"]
+    assert llama.weights() / GIB == pytest.approx(14.96, abs=0.005)  # more than the weights fill the 15.93
+    assert llama.share(H100) / GIB == pytest.approx(15.93, abs=0.005)
+    # short by one 4096-token sequence (2 x 32 x 8 x 128 x 2 x 4096 = 0.5 GiB) + 2 GiB reserve - (15.93 - 14.96)
+    assert "vLLM engine llama-3.1-8b (0.2 x 79.6 GiB = 15.93 GiB) is 1.53 GiB short" in " ".join(
+        plan.NotebookPlan("03", "x", engines=(llama,)).problems(H100))
+    # Gemma 2 9B at 0.25: 19.91 - 17.21 weights - 2 = 0.70 GiB, half a sequence of 344,064 x 4096 bytes
+    assert gemma.sequences(H100) == pytest.approx(0.53, abs=0.01)
+    phi = {e.name: e for e in [plan.Engine(s.name, plan.model_shape(s.model)[0], s.options["gpu_memory_utilization"],
+                                           4096) for s in tier_teachers("vllm")]}["phi-3.5-mini"]
+    assert phi.kv_cache(H100) / GIB == pytest.approx(2.03, abs=0.01)  # 11.15 - 7.12 - 2
+    assert phi.sequences(H100) == pytest.approx(1.36, abs=0.01)  # 393,216 bytes a token x 4096
+
+
+@pytest.mark.parametrize("name", sorted(plan.PUBLISHED_SHAPES))
+def test_published_parameter_counts_agree_with_the_published_shapes(name):
+    """A typo in the copied table shows: the count from its shapes is within 0.2% of the model card's."""
+    s = plan.PUBLISHED_SHAPES[name]
+    config = {"num_hidden_layers": s.layers, "hidden_size": s.hidden, "num_attention_heads": s.heads,
+              "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim, "vocab_size": s.vocab,
+              "intermediate_size": s.intermediate, "tie_word_embeddings": s.tied_embeddings}
+    assert plan.ModelShape.from_config(config).parameters == pytest.approx(s.parameters, rel=0.002)
+
+
+def test_the_runner_refuses_a_plan_larger_than_the_free_memory_before_anything_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "gpu_memory", lambda: (40 * GIB, H100))
+    out = tmp_path / "run"
+    assert main(["run", "--profile", "h100", "--only", "04", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "04_gsm8k_run: predicted peak 71.8 GiB exceeds the 40.0 GiB free by 31.8 GiB" in err
+    assert "its largest part: no-gradient scoring of 2 problems' search logits" in err
+    assert not (out / "config.json").exists()
+
+
+def test_plan_cli_prints_every_notebook_of_h100_and_says_h100_original_needs_more(capsys):
+    assert main(["plan", "--profile", "h100"]) == 0
+    text = capsys.readouterr().out
+    assert [nb.stem for nb in runner.list_notebooks()] == [line.split()[0] for line in text.splitlines()
+                                                           if line[:2].isdigit()]
+    assert "DOES NOT FIT" not in text
+    assert main(["plan", "--profile", "h100-original"]) == 1
+    assert "needs a GPU of at least" in capsys.readouterr().out
