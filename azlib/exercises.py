@@ -1,0 +1,353 @@
+"""Graders for the notebooks' exercises: each `check_<name>(fn)` calls the learner's function on fresh random
+inputs, compares it with azlib's own implementation, and prints whether it passed or a hint at the idea.
+Not the answers: a grader never prints an expected value; worked solutions are in notebooks/solutions.py.
+
+A stub that raises NotImplementedError is "not done yet" and nothing fails, so a notebook runs top to bottom
+before its exercises are done. `seed` is for tests; a learner's run draws new cases each time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+CASES = 12  # random cases per check
+
+
+@dataclass(frozen=True)
+class Grade:
+    """What a check found: status "passed", "failed" or "not done", and the message it printed."""
+
+    exercise: str
+    status: str
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def _ipython_display_(self) -> None:  # the check has printed its message already
+        pass
+
+
+def _close(mine: Any, theirs: Sequence[float], rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """Float sequences equal within tolerance (float32 arithmetic passes); NaN or a length mismatch fails."""
+    try:
+        mine = [float(x) for x in _flat(mine)]
+    except (TypeError, ValueError):
+        return False
+    theirs = [float(x) for x in _flat(theirs)]
+    return len(mine) == len(theirs) and all(
+        math.isfinite(a) and math.isclose(a, b, rel_tol=rtol, abs_tol=atol) for a, b in zip(mine, theirs))
+
+
+def _flat(x: Any) -> list:
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().reshape(-1).tolist()
+    elif hasattr(x, "tolist"):  # a numpy array or scalar
+        x = x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [y for item in x for y in _flat(item)]
+    return [x]
+
+
+def _grade(exercise: str, fn: Callable, cases: Sequence[tuple[tuple, dict, Any]], hint: str,
+           compare: Callable[[Any, Any], bool] = _close) -> Grade:
+    """Run fn(*args, **kwargs) on every case against the expected value; print and return the grade.
+    On a failure the message shows the inputs of the first case that differs, never what was expected."""
+    wrong = []
+    for args, kwargs, expected in cases:
+        try:
+            got = fn(*args, **kwargs)
+        except NotImplementedError:
+            return _report(Grade(exercise, "not done", f"{exercise}: not done yet. Fill in the function and run the "
+                                 "cell again."))
+        except Exception as err:  # the learner's bug, reported, never raised: the notebook must run on
+            return _report(Grade(exercise, "failed", f"{exercise}: your function raised {type(err).__name__}: {err}"))
+        if not compare(got, expected):
+            wrong.append((args, kwargs))
+    if not wrong:
+        return _report(Grade(exercise, "passed", f"{exercise}: passed, {len(cases)} random cases agree with azlib."))
+    args, kwargs = wrong[0]
+    shown = ", ".join([*map(_show, args), *(f"{k}={_show(v)}" for k, v in kwargs.items())])
+    return _report(Grade(exercise, "failed", f"{exercise}: not yet, {len(wrong)} of {len(cases)} random cases differ "
+                         f"from azlib's. One of them: ({shown}).\nHint: {hint}"))
+
+
+def _show(x: Any) -> str:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().tolist()
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    if isinstance(x, (list, tuple)) and len(x) > 8:
+        return "[" + ", ".join(_show(v) for v in x[:8]) + ", ...]"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in x) + "]"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {_show(v)}" for k, v in x.items()) + "}"
+    return repr(x)
+
+
+def _report(grade: Grade) -> Grade:
+    print(grade.message)
+    return grade
+
+
+# -- 01: group-relative advantages (azlib.grpo.group_advantages) -------------------------------------
+
+def check_group_advantages(fn: Callable[[list[float]], Sequence[float]], seed: int | None = None) -> Grade:
+    """fn(rewards of one group) -> one advantage per answer, as azlib.grpo.group_advantages (scale "group")."""
+    import torch
+
+    from azlib.grpo import group_advantages
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        g = rng.randint(2, 12)
+        if k == 0:
+            rewards = [1.0] * g  # every answer alike: no spread
+        elif k % 2:
+            rewards = [float(rng.random() < 0.4) for _ in range(g)]  # a verifier's 0/1
+        else:
+            rewards = [round(rng.uniform(-2, 3), 3) for _ in range(g)]  # a graded reward
+        expected = group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.zeros(g, dtype=torch.long))
+        cases.append(((rewards,), {}, expected.tolist()))
+    return _grade("group advantages", fn, cases,
+                  "the advantage is centred by the group's mean and scaled by the group's spread. How is that spread "
+                  "estimated from a handful of samples (numpy's and torch's std differ by default), and what keeps "
+                  "the division finite when every reward is the same?")
+
+
+# -- 02: PUCT selection and the two-player backup (azlib.mcts.search) --------------------------------
+
+def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade:
+    """fn(q, prior, parent_visits, child_visits, c) -> the PUCT score azlib's search maximises."""
+    from azlib.mcts.search import SearchConfig, _score
+    from azlib.mcts.tree import Node
+
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        parent = rng.randint(1, 400)
+        kwargs = {"q": rng.uniform(-1, 1), "prior": rng.uniform(0.01, 1), "parent_visits": parent,
+                  "child_visits": rng.randint(0, parent - 1), "c": rng.uniform(0.5, 3)}
+        child = Node(state=None, parent=0, action=None, prior=kwargs["prior"], depth=1, visits=kwargs["child_visits"])
+        expected = _score(child, kwargs["q"], SearchConfig(rule="puct", c=kwargs["c"]), math.sqrt(parent), math.log(parent))
+        cases.append(((), kwargs, [expected]))
+    return _grade("PUCT score", fn, cases,
+                  "exploitation (Q) plus an exploration bonus. The bonus is larger for moves the network likes, grows "
+                  "slowly (not linearly) with the parent's visits, and shrinks as the child itself is visited.")
+
+
+def check_negamax_backup(fn: Callable[[float, int], Sequence[float]], seed: int | None = None) -> Grade:
+    """fn(leaf_value, depth) -> what one two-player backup adds to each value_sum on the path, root first."""
+    from azlib.mcts.search import _apply
+    from azlib.mcts.tree import Tree
+
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        depth, value = rng.randint(1, 7), rng.choice([-1.0, 1.0, round(rng.uniform(-1, 1), 3)])
+        tree = Tree.with_root(None)
+        for d in range(depth):
+            tree.add_child(d, None, d, 1.0)
+        _apply(tree, list(range(depth + 1)), 1, value, True)
+        cases.append(((value, depth), {}, [n.value_sum for n in tree.nodes]))
+    return _grade("negamax backup", fn, cases,
+                  "whose point of view is each number in? leaf_value is for the player to move at the leaf; a node's "
+                  "value_sum is for the player who moved into it. Walk the path from the leaf up, one ply at a time.")
+
+
+# -- 03: the teacher ensemble's weights (azlib.teachers.ensemble) ------------------------------------
+
+def check_teacher_weights(fn: Callable[..., dict[str, float]], seed: int | None = None) -> Grade:
+    """fn(scores, values, ema_rate, temperature, floor) -> each teacher's sampling weight after one credit."""
+    from azlib.teachers import TeacherEnsemble, TeacherSpec
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        names = [f"teacher{i}" for i in range(rng.randint(2, 5))]
+        scores = {n: None if rng.random() < 0.3 else round(rng.uniform(0, 1), 3) for n in names}
+        if k == 0:
+            scores[names[0]] = round(rng.uniform(0, 1), 3)
+            scores[names[1]] = None  # a teacher never credited beside one that was
+        values = {n: [round(rng.uniform(0, 1), 3) for _ in range(rng.randint(1, 4))]
+                  for n in names if rng.random() < 0.7}
+        if k == 0:
+            values.pop(names[1], None)
+        kwargs = {"ema_rate": round(rng.uniform(0.1, 0.9), 2), "temperature": round(rng.uniform(0.05, 1.0), 2),
+                  "floor": round(rng.uniform(0.0, 0.3), 2)}
+        specs = [TeacherSpec(name=n, backend="hf", model="none", tier="cpu") for n in names]
+        ensemble = TeacherEnsemble(specs, shared={"none": None}, **kwargs)  # no model is loaded: weights only
+        for teacher in ensemble.teachers:
+            teacher.stats.score = scores[teacher.name]
+        weights = ensemble.credit(values)
+        cases.append(((dict(scores), {n: list(v) for n, v in values.items()}), kwargs, weights))
+    return _grade("teacher weights", fn, cases, compare=_same_weights, hint=(
+        "two steps. First each credited teacher's score moves part of the way (ema_rate) toward the mean value it "
+        "earned; an uncredited one keeps its score. Then the scores become probabilities: sharpened by the "
+        "temperature, mixed with a floor shared equally, and a teacher with no score yet stands in at the others' mean."))
+
+
+def _same_weights(mine: Any, theirs: dict[str, float]) -> bool:
+    return isinstance(mine, dict) and set(mine) == set(theirs) and _close([mine[n] for n in theirs], list(theirs.values()))
+
+
+# -- 04: the k3 KL and its ratio-corrected gradient (azlib.grpo.token_losses) -------------------------
+
+def _kl_case(rng: random.Random):
+    import torch
+
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
+    shape = (rng.randint(1, 4), rng.randint(1, 6))
+    logp = -torch.rand(shape, generator=gen, dtype=torch.float64) * 4 - 0.01
+    ref = logp + torch.randn(shape, generator=gen, dtype=torch.float64) * 0.7
+    old = logp + torch.randn(shape, generator=gen, dtype=torch.float64) * 0.3
+    return logp, old, ref
+
+
+def _azlib_kl(logp, old, ref):
+    """azlib's KL term with beta 1 and zero advantages: per token ratio * k3, its k3, and d(ratio k3)/d logp."""
+    import torch
+
+    from azlib.grpo import GRPOSettings, token_losses
+
+    logp = logp.clone().requires_grad_(True)
+    parts = token_losses(logp, old, ref, torch.zeros(logp.shape[0], dtype=logp.dtype),
+                         GRPOSettings(beta=1.0, kl_ratio_correction=True))
+    parts.loss.sum().backward()
+    return parts.kl.detach(), logp.grad
+
+
+def check_k3(fn: Callable, seed: int | None = None) -> Grade:
+    """fn(logp, ref_logp) -> the k3 estimate per token, as azlib.grpo.token_losses computes it."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        logp, old, ref = _kl_case(rng)
+        cases.append(((logp.clone(), ref.clone()), {}, _azlib_kl(logp, old, ref)[0].reshape(-1).tolist()))
+    return _grade("k3 KL", fn, cases,
+                  "k3 estimates KL(pi || pi_ref) from tokens sampled from pi, using the log-ratio x = log pi_ref - log pi. "
+                  "It must be >= 0 for every token and average to the KL; which function of x is both?")
+
+
+def check_kl_gradient(fn: Callable, seed: int | None = None) -> Grade:
+    """fn(logp, old_logp, ref_logp) -> d(ratio * k3)/d logp per token (ratio = exp(logp - old_logp), old fixed)."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        logp, old, ref = _kl_case(rng)
+        cases.append(((logp.clone(), old.clone(), ref.clone()), {}, _azlib_kl(logp, old, ref)[1].reshape(-1).tolist()))
+    return _grade("ratio-corrected KL gradient", fn, cases,
+                  "differentiate the product ratio * k3 with respect to log pi, with the old log-probs held fixed "
+                  "(the product rule; d ratio / d log pi = ratio). The sum simplifies a lot.")
+
+
+# -- 05: the Wilson interval and the exact McNemar test (azlib.evaluation) ---------------------------
+
+def check_wilson(fn: Callable[..., tuple[float, float]], seed: int | None = None) -> Grade:
+    """fn(correct, n, z) -> (low, high), azlib.evaluation.wilson_interval."""
+    from azlib.evaluation import wilson_interval
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        n = rng.choice([rng.randint(1, 20), rng.randint(20, 500)])
+        correct = [0, n][k] if k < 2 else rng.randint(0, n)  # the edges, where the normal interval fails
+        z = rng.choice([1.96, 1.645, 2.576])
+        cases.append(((correct, n), {"z": z}, list(wilson_interval(correct, n, z))))
+    return _grade("Wilson interval", fn, cases,
+                  "p +- z * sqrt(p(1-p)/n) (Wald) collapses to a point at 0/n and n/n. Wilson instead asks which true "
+                  "proportions would put the observed one within z standard errors, with the error computed at the "
+                  "true proportion: solve that quadratic.")
+
+
+def check_mcnemar(fn: Callable[[int, int], float], seed: int | None = None) -> Grade:
+    """fn(only_a, only_b) -> the two-sided exact McNemar p-value, azlib.evaluation.mcnemar_exact."""
+    from azlib.evaluation import mcnemar_exact
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        only_a, only_b = rng.randint(0, 25), rng.randint(0, 25)
+        if k == 0:
+            only_a = only_b = rng.randint(1, 10)  # a tie
+        if only_a + only_b == 0:
+            only_b = 1
+        cases.append(((only_a, only_b), {}, [mcnemar_exact(only_a, only_b)]))
+    return _grade("exact McNemar", fn, cases,
+                  "only the discordant problems count. Under 'no difference' each of them is equally likely to go "
+                  "either way: how likely is a split at least this uneven, in either direction? Exact means counting, "
+                  "not a chi-square approximation; a probability is never above 1.")
+
+
+# -- 06: RLT's teacher reward parts (azlib.rlt.rewards) ---------------------------------------------
+
+def _logps(rng: random.Random, n: int, low: float = -6.0) -> list[float]:
+    return [round(rng.uniform(low, -0.01), 4) for _ in range(n)]
+
+
+def check_r_ss(fn: Callable[[list[float], float], float], seed: int | None = None) -> Grade:
+    """fn(solution_logp, alpha) -> r_SS of one explanation, azlib.rlt.rewards.solution_reward."""
+    from azlib.rlt.rewards import padded, solution_reward
+
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        logp, alpha = _logps(rng, rng.randint(1, 20)), round(rng.uniform(0.01, 0.5), 3)
+        cases.append(((logp, alpha), {}, solution_reward(*padded([logp]), alpha).tolist()))
+    return _grade("r_SS", fn, cases,
+                  "how well the student reproduces the solution, on average per token, plus a term that stops one "
+                  "badly explained token from hiding in that average: which single token is that?")
+
+
+def check_r_kl(fn: Callable[[list[float], list[float], float], float], seed: int | None = None) -> Grade:
+    """fn(teacher_logp, student_logp, alpha) -> r_KL of one explanation, azlib.rlt.rewards.kl_reward."""
+    from azlib.rlt.rewards import kl_reward, padded
+
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        n = rng.randint(1, 20)
+        teacher, student, alpha = _logps(rng, n, -3.0), _logps(rng, n, -8.0), round(rng.uniform(0.01, 0.5), 3)
+        t, mask = padded([teacher])
+        cases.append(((teacher, student, alpha), {}, kl_reward(t, padded([student])[0], mask, alpha).tolist()))
+    return _grade("r_KL", fn, cases,
+                  "per explanation token, how much more likely the teacher (who saw the solution) found it than the "
+                  "student (who did not); averaged, plus a term for the single token the student finds most unnatural.")
+
+
+# -- 07: the referee's candidate rewards (azlib.referee.objective) -----------------------------------
+
+def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None = None) -> Grade:
+    """fn(ids, target, referee_logits, cfg) -> one reward per candidate id at one position, as
+    azlib.referee.objective.referee_rewards (ids distinct and holding the target; referee_logits None when
+    cfg.referee_weight is 0)."""
+    import torch
+
+    from azlib.referee import RefereeRLConfig, referee_rewards
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        vocab = rng.randint(8, 40)
+        ids = rng.sample(range(vocab), rng.randint(3, min(12, vocab)))
+        target = rng.choice(ids)
+        cfg = RefereeRLConfig(reality_weight=round(rng.uniform(0.3, 1.0), 2),
+                              referee_weight=0.0 if k % 4 == 0 else round(rng.uniform(0.1, 0.8), 2),
+                              smoothing=round(rng.uniform(0.02, 0.3), 2),
+                              reward_scale=rng.choice([100.0, round(rng.uniform(0.5, 5), 2)]),
+                              reward_clamp=round(rng.uniform(0.5, 3.0), 2))
+        referee = [round(rng.gauss(0, 2), 3) for _ in range(vocab)] if cfg.referee_weight else None
+        expected = referee_rewards(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool),
+                                   torch.tensor([target]), torch.tensor([referee]) if referee else None, cfg)
+        cases.append(((list(ids), target, referee, cfg), {}, expected[0].tolist()))
+    return _grade("candidate rewards", fn, cases,
+                  "build an ideal distribution over the candidates from two opinions: reality (smoothed one-hot on the "
+                  "target, the rest shared by the other candidates) and the referee (its probabilities), each raised to "
+                  "its weight, renormalised. Only candidates above an even share are paid, in proportion to it, and "
+                  "the largest payment is capped.")

@@ -1,0 +1,179 @@
+"""The exercise graders (azlib.exercises): every check passes the worked solution (notebooks/solutions.py),
+fails two plausible wrong answers, reports a NotImplementedError stub as not done, and never prints the answer."""
+
+import importlib.util
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from azlib import config, exercises
+
+_spec = importlib.util.spec_from_file_location("solutions", config.NOTEBOOKS_DIR / "solutions.py")
+solutions = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(solutions)
+
+
+def _population_std_advantages(rewards):
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)  # np.std's default
+    return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+def _unscaled_advantages(rewards):
+    mean = sum(rewards) / len(rewards)
+    return [r - mean for r in rewards]
+
+
+def _teacher_weights_without_ema(scores, values, ema_rate, temperature, floor):
+    return solutions.teacher_weights(scores, values, 1.0, temperature, floor)  # the score jumps to the new mean
+
+
+def _teacher_weights_without_floor(scores, values, ema_rate, temperature, floor):
+    return solutions.teacher_weights(scores, values, ema_rate, temperature, 0.0)
+
+
+def _teacher_weights_unknown_as_zero(scores, values, ema_rate, temperature, floor):
+    return solutions.teacher_weights({n: 0.0 if s is None else s for n, s in scores.items()}, values, ema_rate,
+                                     temperature, floor)
+
+
+def _wald(correct, n, z=1.96):
+    p = correct / n
+    half = z * math.sqrt(p * (1 - p) / n)
+    return max(0.0, p - half), min(1.0, p + half)
+
+
+def _wilson_without_correction_term(correct, n, z=1.96):
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _mcnemar_chi_square(only_a, only_b):
+    return float(stats.chi2.sf((only_a - only_b) ** 2 / (only_a + only_b), 1))
+
+
+def _mcnemar_one_sided(only_a, only_b):
+    n, k = only_a + only_b, min(only_a, only_b)
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+def _referee_rewards_all_paid(ids, target, referee_logits, cfg):
+    """Every candidate paid in proportion to q: the filter at the even share 1/|A| forgotten."""
+    size = len(ids)
+    reality = [1 - cfg.smoothing if a == target else cfg.smoothing / (size - 1) for a in ids]
+    log_ideal = [cfg.reality_weight * math.log(r) for r in reality]
+    if cfg.referee_weight > 0:
+        log_z = math.log(sum(math.exp(x) for x in referee_logits))
+        log_ideal = [li + cfg.referee_weight * (referee_logits[a] - log_z) for li, a in zip(log_ideal, ids)]
+    weights = [math.exp(x) for x in log_ideal]
+    raw = [cfg.reward_scale * w / sum(weights) for w in weights]
+    return [r * min(1.0, cfg.reward_clamp / max(raw)) for r in raw]
+
+
+def _referee_rewards_unclamped(ids, target, referee_logits, cfg):
+    from dataclasses import replace
+
+    return solutions.candidate_rewards(ids, target, referee_logits, replace(cfg, reward_clamp=1e9))
+
+
+def _referee_rewards_smoothing_over_all(ids, target, referee_logits, cfg):
+    from dataclasses import replace
+
+    # the smoothing mass spread over |A| candidates instead of the |A| - 1 others
+    size = len(ids)
+    return solutions.candidate_rewards(ids, target, referee_logits,
+                                       replace(cfg, smoothing=cfg.smoothing * (size - 1) / size))
+
+
+CHECKS = {
+    "group_advantages": (exercises.check_group_advantages, solutions.group_advantages,
+                         [_population_std_advantages, _unscaled_advantages,
+                          lambda r: [x * (1 + 1e-4 / 0.5) for x in solutions.group_advantages(r)]]),
+    "puct_score": (exercises.check_puct_score, solutions.puct_score, [
+        lambda q, prior, parent_visits, child_visits, c: q + c * math.sqrt(parent_visits) / (1 + child_visits),
+        lambda q, prior, parent_visits, child_visits, c: q + c * prior * parent_visits / (1 + child_visits),
+        lambda q, prior, parent_visits, child_visits, c: q + c * prior * math.sqrt(parent_visits) / max(child_visits, 1)]),
+    "negamax_backup": (exercises.check_negamax_backup, solutions.negamax_backup, [
+        lambda v, depth: [v] * (depth + 1),  # no sign flip: a single-agent backup
+        lambda v, depth: [-x for x in solutions.negamax_backup(v, depth)]]),  # flipped from the wrong end
+    "teacher_weights": (exercises.check_teacher_weights, solutions.teacher_weights,
+                        [_teacher_weights_without_ema, _teacher_weights_without_floor, _teacher_weights_unknown_as_zero]),
+    "k3": (exercises.check_k3, solutions.k3, [
+        lambda logp, ref: ref - logp,  # k1
+        lambda logp, ref: torch.exp(logp - ref) - (logp - ref) - 1]),  # the other direction
+    "kl_gradient": (exercises.check_kl_gradient, solutions.kl_gradient, [
+        lambda logp, old, ref: 1 - torch.exp(ref - logp),  # k3's own gradient, no ratio on the term
+        lambda logp, old, ref: logp - ref]),  # the on-policy value: forgets that the ratio is not 1
+    "wilson": (exercises.check_wilson, solutions.wilson, [_wald, _wilson_without_correction_term]),
+    "mcnemar": (exercises.check_mcnemar, solutions.mcnemar, [_mcnemar_chi_square, _mcnemar_one_sided]),
+    "r_ss": (exercises.check_r_ss, solutions.r_ss, [
+        lambda logp, alpha: sum(logp) / len(logp) + alpha * max(logp),
+        lambda logp, alpha: sum(logp) + alpha * min(logp)]),
+    "r_kl": (exercises.check_r_kl, solutions.r_kl, [
+        lambda t, s, alpha: solutions.r_kl(s, t, alpha),  # the log-ratio the wrong way round
+        lambda t, s, alpha: sum(a - b for a, b in zip(t, s)) / len(t)]),  # no max term
+    "candidate_rewards": (exercises.check_candidate_rewards, solutions.candidate_rewards,
+                          [_referee_rewards_all_paid, _referee_rewards_unclamped, _referee_rewards_smoothing_over_all]),
+}
+
+
+@pytest.mark.parametrize("name", CHECKS)
+@pytest.mark.parametrize("seed", [0, 1, 2, None])  # None: fresh cases, as a learner gets them
+def test_the_solution_passes(name, seed, capsys):
+    check, solution, _ = CHECKS[name]
+    grade = check(solution, seed=seed)
+    assert grade.passed, grade.message
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", CHECKS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_plausible_wrong_answers_fail_with_a_hint(name, seed, capsys):
+    check, _, wrong = CHECKS[name]
+    assert len(wrong) >= 2
+    for fn in wrong:
+        grade = check(fn, seed=seed)
+        assert grade.status == "failed", (name, fn)
+        assert "Hint:" in grade.message
+        assert grade.message in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_a_stub_is_not_done_and_nothing_raises(name, capsys):
+    check, _, _ = CHECKS[name]
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    assert check(stub).status == "not done"
+    assert "not done yet" in capsys.readouterr().out
+    assert check(lambda *a, **k: 1 / 0).status == "failed", "a learner's crash is reported, not raised"
+
+
+def test_a_failure_shows_the_inputs_never_the_expected_values():
+    for seed in range(5):
+        grade = exercises.check_mcnemar(_mcnemar_one_sided, seed=seed)
+        only_a, only_b = (int(x) for x in grade.message.split("One of them: (")[1].split(")")[0].split(", "))
+        p = solutions.mcnemar(only_a, only_b)
+        assert all(f"{p:{f}}" not in grade.message for f in (".2g", ".3g", ".4g", ".3f", ".4f") if p < 1)
+        grade = exercises.check_wilson(_wald, seed=seed)
+        correct, n = (int(x) for x in grade.message.split("One of them: (")[1].split(", z=")[0].split(", "))
+        for bound in solutions.wilson(correct, n):
+            assert all(f"{bound:{f}}" not in grade.message for f in (".3g", ".4g", ".3f", ".4f") if 0 < bound < 1)
+
+
+def test_every_notebook_has_a_graded_exercise_and_no_printed_answer():
+    import nbformat
+
+    for path in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        assert "exercises.check_" in code, path.stem
+        assert "raise NotImplementedError" in code, f"{path.stem}: the committed stub is not filled in"
+        assert not any(f"{w} solutions" in code for w in ("import", "from")), \
+            f"{path.stem}: solutions are opened deliberately, not imported"
