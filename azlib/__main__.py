@@ -95,7 +95,7 @@ def _referee(args) -> int:
     if (params := _notebook_params("07_referee_rl", args)) is None:
         return 2
     init_from_env()
-    corpus, note = load_corpus(params.gsm8k, params.max_chars or None)
+    corpus, note = load_corpus(params.gsm8k, params.max_chars or None, fallback=params.gsm8k_fallback)
     arms = arms_from_params(params, corpus)
     log, evals = arms.train()
     rank, size = world()

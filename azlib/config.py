@@ -110,8 +110,8 @@ Fork = section(ForkSettings)
 # Step counts of the easy arithmetic task's problems: a non-empty list within 1..4.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
 
-# A dataset parameter: "auto" (local copy if present, else the hub, else skipped with a note),
-# "hub", or a folder (relative to the repo root) that must exist.
+# A dataset parameter: "auto" (local copy if present, else the hub), "hub", or a folder (relative to the
+# repo root) that must exist; where none can be read, gsm8k_fallback says whether the run goes on without it.
 DataSource = Annotated[str, AfterValidator(_existing_data_source)]
 
 
@@ -160,6 +160,14 @@ class ToyBanditParams(NotebookParams):
         return self
 
 
+class GSM8KParams(NotebookParams):
+    """Fields of every notebook that can read GSM8K: where from, and what an unreadable source means."""
+
+    gsm8k: DataSource
+    gsm8k_fallback: bool = Field(description="GSM8K unreadable: use arithmetic problems instead, with a note "
+                                             "(true), or stop with an error naming the source (false)")
+
+
 class StudentParams(NotebookParams):
     """Fields of every notebook that loads the student model: which one, its weights' dtype, its device."""
 
@@ -175,7 +183,7 @@ class SearchParams(NotebookParams):
                                        "and MAX_TOKENS override num_simulations, max_depth, max_tokens")
 
 
-class MctsTreeParams(StudentParams, SearchParams):
+class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
     """Notebook 02: one search on tic-tac-toe and on text, drawn as trees (see azlib.mcts)."""
 
     ttt_position: str = Field(pattern=r"^[XO.]{9}$", description="board, row by row, '.' for empty")
@@ -185,17 +193,15 @@ class MctsTreeParams(StudentParams, SearchParams):
     az_simulations: int = Field(ge=2, description="search simulations per move in self-play, arena and the grade")
     az_arena_games: int = Field(ge=0, description="trained net vs best net before it replaces it (0: always)")
     task: Literal["arithmetic", "gsm8k"]
-    gsm8k: DataSource
     problem_index: int = Field(ge=0)
     text: TextSearch = Field(description="azlib.mcts.envs.text.TextSearchSettings fields: expansion, samples, lengths")
     use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
 
 
-class TeacherEnsembleParams(StudentParams, SearchParams):
+class TeacherEnsembleParams(StudentParams, SearchParams, GSM8KParams):
     """Notebook 03: the teacher ensemble proposing right and wrong chunks (see azlib.teachers)."""
 
     task: Literal["arithmetic", "gsm8k"]
-    gsm8k: DataSource
     num_problems: int = Field(ge=1, description="problems searched one after another (weights adapt between)")
     teacher_tier: Literal["free", "production", "vllm", "vllm-original", "cpu"] = Field(
         description="preset used when teachers is []")
@@ -208,7 +214,7 @@ class TeacherEnsembleParams(StudentParams, SearchParams):
     use_checker: bool = Field(description="ask the student model whether undecided leaves are complete")
 
 
-class TrainingParams(StudentParams, SearchParams):
+class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student. The sections
     search, text, grpo, lora and train are azlib.training.TrainingConfig's, consumed as they are."""
 
@@ -220,7 +226,6 @@ class TrainingParams(StudentParams, SearchParams):
     gradient_checkpointing: bool
     use_unsloth: bool
     task: Literal["arithmetic", "gsm8k"]
-    gsm8k: DataSource
     num_train_problems: int = Field(ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
     teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"]
@@ -248,7 +253,8 @@ class BaseVsTrainedParams(TrainingParams):
     seeds: list[int] = Field(min_length=1, description="training seeds: every arm is trained once per seed")
     calibration_problems: int = Field(ge=0, description="problems per step count in the calibration table (0: none)")
     calibration_samples: int = Field(ge=1, description="sampled answers per problem for the calibration's pass@k")
-    eval_problems: int = Field(ge=1, description="problems in each held-out set: in-template and transfer")
+    eval_problems: int = Field(ge=1, description="problems in each held-out set: in-template and transfer "
+                                                 "(arithmetic), or the first of GSM8K's test split")
     eval_gsm8k_problems: int = Field(ge=0, description="GSM8K test problems with the fewest steps, also "
                                                        "evaluated (0: none)")
     eval_max_new_tokens: int = Field(ge=1)
@@ -262,10 +268,11 @@ class BaseVsTrainedParams(TrainingParams):
         return self
 
 
-class RefereeRLParams(NotebookParams):
+class RefereeRLParams(GSM8KParams):
     """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee)."""
 
-    gsm8k: DataSource = Field(description="corpus: GSM8K train text (auto, hub or a folder); arithmetic text if absent")
+    gsm8k: DataSource = Field(description="corpus: GSM8K train text (auto, hub or a folder); arithmetic text if "
+                                          "absent and gsm8k_fallback")
     max_chars: int = Field(ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
     device: Literal["cpu", "cuda"]
     n_layer: int = Field(ge=1, description="main models (RL arms and the CE baseline/referee): transformer blocks")
@@ -308,13 +315,12 @@ class RefereeRLParams(NotebookParams):
         return self
 
 
-class RLTParams(StudentParams):
+class RLTParams(StudentParams, GSM8KParams):
     """Notebook 06: a teacher trained by RL to explain (Cetin et al. 2025), students distilled on it (see azlib.rlt).
     `model` is the student (frozen while the teacher trains; fresh copies are fine-tuned after)."""
 
     teacher_model: str = Field(min_length=1, description="teacher: embedded:..., a hub name or a folder; same tokenizer as model")
     task: Literal["arithmetic", "gsm8k"]
-    gsm8k: DataSource
     arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
     num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
     teacher_steps: int = Field(ge=1, description="GRPO steps of the teacher")

@@ -47,12 +47,14 @@ def arm_settings(arm: str, fork: ForkSettings) -> tuple[ForkSettings, dict]:
 
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
     """(training problems, held-out sets, a note). For the arithmetic task: "heldout", problems whose chain
-    (numbers and operations) no training problem has, in the training wordings, and "transfer", the SAME problems (numbers, names, chains) in
-    wordings no training problem used, so the two differ only in wording; for GSM8K, its test split. With
-    eval_gsm8k_problems, also "gsm8k": GSM8K's test problems with the fewest calculation steps."""
+    (numbers and operations) no training problem has, in the training wordings, and "transfer", the SAME
+    problems (numbers, names, chains) in wordings no training problem used, so the two differ only in wording;
+    for GSM8K, "heldout" is the first eval_problems of its test split. With eval_gsm8k_problems, also "gsm8k":
+    GSM8K's test problems with the fewest calculation steps. An unreadable GSM8K is an error unless
+    params.gsm8k_fallback (then arithmetic problems, or no "gsm8k" set, with a note)."""
     steps, n = tuple(params.arithmetic_steps), params.eval_problems
     problems, note = task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
-                                   steps=steps)
+                                   fallback=params.gsm8k_fallback, steps=steps)
     sets: dict[str, list[Row]] = {}
     if problems[0]["info"].get("source") == "arithmetic":
         seen = {r["info"]["solution"] for r in problems}  # the chain itself, whatever its wording
@@ -66,6 +68,8 @@ def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
         try:
             sets["gsm8k"] = easiest_by_steps(load_gsm8k(params.gsm8k, "test"), params.eval_gsm8k_problems)
         except DataUnavailable as err:
+            if not params.gsm8k_fallback:
+                raise
             note += f" GSM8K test unavailable, not evaluated: {err}"
     return problems, sets, note.strip()
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from azlib.models.hf import BATCH_SIZE
+from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
 from azlib.teachers import tier_teachers
 from azlib.training import GENERATION_MAX_MODEL_LEN, TrainingConfig
@@ -270,6 +271,15 @@ def _logits(what: str, rows: int, length: int, shape: ModelShape, dtype: str) ->
     return Part(f"{what} logits: {rows} x {length} x {shape.vocab:,} x {per} bytes", rows * length * shape.vocab * per)
 
 
+def _scoring_logits(what: str, rows: int, length: int, shape: ModelShape, dtype: str) -> Part:
+    """No-gradient scoring runs in micro-batches of fp32 logits within SCORING_MEMORY
+    (azlib.models.shared_prompts): one micro-batch's logits in the weights' dtype and their one fp32 copy."""
+    per_micro_batch = min(rows, max(1, SCORING_MEMORY // (length * shape.vocab * 4)))
+    per = DTYPE_BYTES[dtype] + 4
+    return Part(f"{what} logits, micro-batches of {per_micro_batch}: {per_micro_batch} x {length} x {shape.vocab:,} x "
+                f"{per} bytes", per_micro_batch * length * shape.vocab * per)
+
+
 def _activations(rows: int, tokens: int, shape: ModelShape, dtype: str, checkpointing: bool) -> Part:
     """Without checkpointing every layer's saved tensors; with it each layer's input plus one layer's saved
     tensors (recomputed in its backward)."""
@@ -330,8 +340,8 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
     if notebook == "04_gsm8k_run":  # every simulation's samples one whole answer, bounded by the token budget
         rows = min(2 * params.search.num_simulations * params.text.student_samples,
                    2 * params.search.max_tokens // length)
-        phases.append(("the demo cell's scoring", (_logits("no-gradient scoring of 2 problems' search", rows,
-                                                           length, shape, params.dtype),)))
+        phases.append(("the demo cell's scoring", (_scoring_logits(
+            f"no-gradient scoring of 2 problems' search ({rows} answers)", rows, length, shape, params.dtype),)))
     per_step = min(params.search.max_tokens, params.train.problems_per_step * params.search.num_simulations
                    * params.text.student_samples * params.train.max_new_tokens)
     generated = params.train.token_budget * len(params.arms) * len(params.seeds) if notebook == "05_base_vs_trained" \
@@ -357,7 +367,7 @@ def _rlt_plan(notebook: str, params) -> NotebookPlan:
     phases = (("teacher's micro-batch", (
         _activations(mb, PROMPT_TOKENS + length, teacher, params.dtype, params.gradient_checkpointing),
         _logits("teacher's micro-batch", mb, length, teacher, params.dtype))),
-        ("scoring explanations", (_logits("scoring (hf batch)", BATCH_SIZE, scored, student, params.dtype),)),
+        ("scoring explanations", (_scoring_logits("scoring (hf)", BATCH_SIZE, scored, student, params.dtype),)),
         ("teacher's hf generation", (_hf_generation(BATCH_SIZE, PROMPT_TOKENS + length, teacher, params.dtype),)))
     explained = params.teacher_steps * params.rlt.problems_per_step * params.rlt.group_size * length
     sft = 2 * params.sft_problems * length  # explanations of the untrained and the trained teacher

@@ -314,11 +314,11 @@ class Trainer:
 
 
 def training_problems(params) -> tuple[list[Row], str]:
-    """The training rows a TrainingParams names, and a note when GSM8K was unreachable."""
+    """The training rows a TrainingParams names, and a note when GSM8K was unreachable (gsm8k_fallback)."""
     from azlib.data import task_problems
 
     return task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
-                         steps=tuple(params.arithmetic_steps))
+                         fallback=params.gsm8k_fallback, steps=tuple(params.arithmetic_steps))
 
 
 def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **train_changes) -> Trainer:

@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     params, _ = resolve(NOTEBOOKS_DIR / "07_referee_rl.ipynb", args.profile, args.out.resolve())
     torch.manual_seed(params.seed)
-    corpus, note = load_corpus(params.gsm8k, params.max_chars or None)
+    corpus, note = load_corpus(params.gsm8k, params.max_chars or None, fallback=params.gsm8k_fallback)
     arms = arms_from_params(params, corpus)
     print(f"corpus {corpus.source}{' (' + note + ')' if note else ''}: {len(corpus.train):,} train / "
           f"{len(corpus.val):,} held-out characters, vocabulary {corpus.vocab_size}; torch threads "

@@ -69,6 +69,19 @@ def test_every_profile_resolves_for_every_notebook(tmp_path):
             assert params.output_dir == str(tmp_path)
 
 
+def test_gpu_profiles_stop_on_an_unreadable_gsm8k_and_train_04_05_with_grpo(tmp_path):
+    """Only the laptop profiles (cpu, smoke: the notebooks' defaults) may swap an unreadable GSM8K for
+    arithmetic; the h100 profiles of 04 and 05 name their update (05's mcts arm reads it) as GRPO."""
+    for nb in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        if "gsm8k_fallback" not in config.params_model(nb.stem).model_fields:
+            continue
+        for profile in config.PROFILES:
+            params, _ = config.resolve(nb, profile, tmp_path)
+            assert params.gsm8k_fallback is (profile in ("cpu", "smoke")), (nb.stem, profile)
+            if profile.startswith("h100") and nb.stem in ("04_gsm8k_run", "05_base_vs_trained"):
+                assert params.train.update == "grpo", (nb.stem, profile)
+
+
 def test_data_source_must_exist(gsm8k_dir):
     source = TypeAdapter(config.DataSource)
     assert source.validate_python("auto") == "auto"

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from azlib.data import (DataUnavailable, arithmetic_problems, easiest_by_steps, gold_answer, load_gsm8k,
-                        solution_steps)
+                        solution_steps, task_problems)
 from azlib.data import arithmetic, gsm8k
 
 
@@ -55,6 +55,28 @@ def test_auto_prefers_the_local_copy_then_the_hub(monkeypatch, tmp_path, gsm8k_d
     monkeypatch.setenv("HF_HOME", "/nonexistent-azlib-test-cache")
     with pytest.raises(DataUnavailable, match="no local copy at .* and GSM8K could not be loaded from the hub"):
         load_gsm8k("auto", "test")
+
+
+def test_an_unreachable_gsm8k_becomes_arithmetic_only_where_the_fallback_is_allowed(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-azlib-test-cache")
+    with pytest.raises(DataUnavailable, match=r"the hub \(openai/gsm8k, main\).*gsm8k_fallback is off"):
+        task_problems("gsm8k", "hub", "train", 4, seed=0, fallback=False)
+    with pytest.raises(DataUnavailable, match=r"not found: .*missing/train.jsonl does not exist.*gsm8k_fallback is off"):
+        task_problems("gsm8k", str(tmp_path / "missing"), "train", 4, seed=0, fallback=False)
+    rows, note = task_problems("gsm8k", "hub", "train", 4, seed=0, fallback=True)
+    assert rows == arithmetic_problems(4, seed=0) and note.startswith("GSM8K unavailable, using arithmetic problems")
+    assert task_problems("arithmetic", "hub", "train", 4, seed=0, fallback=False) == (rows, "")
+
+
+def test_the_referee_corpus_falls_back_to_arithmetic_text_only_where_allowed(tmp_path):
+    from azlib.referee import load_corpus
+
+    with pytest.raises(DataUnavailable, match=r"missing/train.jsonl does not exist.*gsm8k_fallback is off"):
+        load_corpus(str(tmp_path / "missing"), fallback=False)
+    corpus, note = load_corpus(str(tmp_path / "missing"), max_chars=10_000, arithmetic_rows=200, fallback=True)
+    assert corpus.source == "arithmetic" and note.startswith("GSM8K unavailable")
 
 
 LINE = re.compile(r"(\d+) ([-+*]) (\d+) = (\d+)")

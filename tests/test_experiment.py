@@ -72,8 +72,8 @@ def test_answers_on_disk_are_only_compared_with_the_same_problems(experiment):
 def test_task_sets_hold_out_chains_and_reword_the_same_problems():
     from azlib.experiment import task_sets
 
-    params = SimpleNamespace(task="arithmetic", gsm8k="auto", num_train_problems=300, seed=0, arithmetic_steps=[1, 2],
-                             eval_problems=50, eval_gsm8k_problems=0)
+    params = SimpleNamespace(task="arithmetic", gsm8k="auto", gsm8k_fallback=False, num_train_problems=300, seed=0,
+                             arithmetic_steps=[1, 2], eval_problems=50, eval_gsm8k_problems=0)
     problems, sets, note = task_sets(params)
     trained = {r["info"]["solution"] for r in problems}
     assert note == "" and len(sets["heldout"]) == len(sets["transfer"]) == 50
@@ -81,3 +81,38 @@ def test_task_sets_hold_out_chains_and_reword_the_same_problems():
     for held, reworded in zip(sets["heldout"], sets["transfer"]):
         assert held["info"]["solution"] == reworded["info"]["solution"] and held["prompt"] != reworded["prompt"]
         assert (held["info"]["wording"], reworded["info"]["wording"]) == ("train", "transfer")
+
+
+def test_gsm8k_held_out_sets_have_the_configured_sizes(gsm8k_dir):
+    from azlib.data import load_gsm8k, solution_steps
+    from azlib.experiment import task_sets
+
+    params = SimpleNamespace(task="gsm8k", gsm8k=str(gsm8k_dir), gsm8k_fallback=False, num_train_problems=8, seed=0,
+                             arithmetic_steps=[1], eval_problems=5, eval_gsm8k_problems=7)
+    problems, sets, note = task_sets(params)
+    assert note == "" and [r["info"]["id"] for r in problems] == [f"gsm8k-train-{i}" for i in range(8)]
+    assert sorted(sets) == ["gsm8k", "heldout"], "GSM8K has no reworded transfer set"
+    assert [r["info"]["id"] for r in sets["heldout"]] == [f"gsm8k-test-{i}" for i in range(5)]
+    chosen = {r["info"]["id"] for r in sets["gsm8k"]}
+    left_out = [solution_steps(r) for r in load_gsm8k(str(gsm8k_dir), "test") if r["info"]["id"] not in chosen]
+    assert len(chosen) == 7 and max(r["info"]["steps"] for r in sets["gsm8k"]) <= min(left_out), "the easiest 7"
+
+
+def test_an_unreadable_gsm8k_is_an_error_unless_the_fallback_is_allowed(tmp_path):
+    from azlib.data import DataUnavailable
+    from azlib.experiment import task_sets
+
+    missing = tmp_path / "no-gsm8k"
+    strict = SimpleNamespace(task="gsm8k", gsm8k=str(missing), gsm8k_fallback=False, num_train_problems=8, seed=0,
+                             arithmetic_steps=[1], eval_problems=5, eval_gsm8k_problems=0)
+    with pytest.raises(DataUnavailable, match=r"train split not found: .*no-gsm8k/train.jsonl .*gsm8k_fallback is off"):
+        task_sets(strict)
+    problems, sets, note = task_sets(SimpleNamespace(**{**vars(strict), "gsm8k_fallback": True}))
+    assert problems[0]["info"]["source"] == "arithmetic" and len(sets["heldout"]) == 5
+    assert note.startswith("GSM8K unavailable, using arithmetic problems: GSM8K train split not found")
+    # arithmetic training with GSM8K's easiest test problems as a transfer set: the same rule
+    transfer = SimpleNamespace(**{**vars(strict), "task": "arithmetic", "eval_gsm8k_problems": 7})
+    with pytest.raises(DataUnavailable, match=r"test split not found: .*no-gsm8k/test.jsonl"):
+        task_sets(transfer)
+    _, sets, note = task_sets(SimpleNamespace(**{**vars(transfer), "gsm8k_fallback": True}))
+    assert "gsm8k" not in sets and note.startswith("GSM8K test unavailable, not evaluated")

@@ -1,10 +1,13 @@
 """Each distinct prompt run once and shared by its completions: the same log-probs and the same LoRA
-gradients as one forward per row (TRL's layout), with and without gradient checkpointing, at T = 1 and 0.7."""
+gradients as one forward per row (TRL's layout), with and without gradient checkpointing, at T = 1 and 0.7.
+Without gradient, scoring in memory-sized micro-batches gives what one forward gives."""
 
 import pytest
 import torch
 
 from azlib.models import DEFAULT_MODEL
+from azlib.models.hf import HFBackend
+from azlib.models.shared_prompts import completion_logprobs, micro_batches
 from azlib.models.student import LoraSettings, Student
 
 
@@ -53,3 +56,42 @@ def test_shared_prompts_give_the_same_logprobs_and_gradients(student, temperatur
     assert (fast * mask - slow * mask).abs().max() < 1e-4
     scale = max(g.abs().max() for g in slow_grads)
     assert scale > 0 and all(torch.allclose(f, s, atol=1e-4 * scale) for f, s in zip(fast_grads, slow_grads))
+
+
+def test_micro_batches_keep_a_prompts_completions_together_within_the_budget():
+    prompts = [[1], [2], [1], [3], [2], [1], [3], [2], [3]]  # three prompts, interleaved
+    completions = [[0] * n for n in (3, 1, 2, 3, 3, 1, 2, 2, 1)]
+    three_rows = 3 * 3 * 10 * 4  # rows x longest completion x vocabulary x 4 bytes
+    assert micro_batches(prompts, completions, 10, three_rows) == [[5, 2, 0], [1, 7, 4], [8, 6, 3]]
+    # two rows of 3 tokens fit, three do not: a batch closes when its next row would pass the budget
+    assert micro_batches(prompts, completions, 10, 2 * 3 * 10 * 4) == [[5, 2], [0, 1], [7, 4], [8, 6], [3]]
+    assert micro_batches(prompts, completions, 10, 1) == [[i] for i in (5, 2, 0, 1, 7, 4, 8, 6, 3)], "a row alone"
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_scoring_in_micro_batches_equals_one_forward(student, monkeypatch, temperature):
+    encode = student.backend.encode_prompt
+    chats = [[{"role": "user", "content": q}] for q in ["What is 2 + 3?", "Name a prime number above 10."]] * 3
+    completions = [encode(t) for t in ["2 + 3 = 5\n#### 5", " The answer is 5.", "5", "11", " 13 is prime.", "17"]]
+    rows = [encode(c) for c in chats]
+    two_rows = 2 * max(map(len, completions)) * student.model.config.vocab_size * 4
+    # three micro-batches, one holding completions of both prompts
+    assert micro_batches(rows, completions, student.model.config.vocab_size, two_rows) == [[2, 4], [0, 3], [5, 1]]
+    whole, whole_mask, whole_entropy = (t.detach() for t in student.token_logprobs(  # one forward, with gradient
+        rows, completions, temperature=temperature, entropy=True))
+    with torch.no_grad():
+        one_batch = student.token_logprobs(rows, completions, temperature=temperature, entropy=True)
+        monkeypatch.setattr(student, "scoring_memory", two_rows)
+        parts, mask, entropy = student.token_logprobs(rows, completions, temperature=temperature, entropy=True)
+    assert torch.equal(one_batch[0], whole) and torch.equal(one_batch[2], whole_entropy), "the same computation"
+    assert torch.equal(mask, whole_mask) and (parts[mask == 0] == 0).all() and (whole[whole_mask == 0] == 0).all()
+    # other micro-batches pad to other widths: fp32 sums in other shapes move a value by ~1e-5 of itself
+    assert ((parts - whole).abs() <= 1e-5 * whole.abs().clamp(min=1)).all()
+    # entropy = logsumexp - E[logit]: a difference of two terms of the logits' size (~10), hence their noise
+    assert (entropy - whole_entropy).abs().max() < 5e-5
+    assert whole.min() < -1 and whole_entropy.max() > 1, "real log-probs and entropies, not zeros"
+
+    scores = HFBackend.wrapping(student.model, student.tokenizer, scoring_memory=two_rows).score(chats, completions)
+    unbatched = HFBackend.wrapping(student.model, student.tokenizer, scoring_memory=10**12).score(chats, completions)
+    assert [len(s) for s in scores] == [len(c) for c in completions]
+    assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for s, u in zip(scores, unbatched) for a, b in zip(s, u))

@@ -1,5 +1,6 @@
 """The transformers backend: prompts in length-sorted batches through azlib's decode loop, and
-teacher-forced scoring (azlib.models.shared_prompts, as the loss). The CPU default; no second pass."""
+teacher-forced scoring (azlib.models.shared_prompts, as the loss, in micro-batches within a memory budget).
+The CPU default; no second pass."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from azlib.models.generation import (
     Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
 )
 from azlib.models.loading import load_model
-from azlib.models.shared_prompts import completion_logits
+from azlib.models.shared_prompts import SCORING_MEMORY, completion_logprobs
 from azlib.prompts import ANSWER_LINE
 
 BATCH_SIZE = 32  # rows per decode or scoring forward, unless a caller says otherwise
@@ -29,26 +30,28 @@ class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
     def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = BATCH_SIZE,
-                 adapter: str | None = None):
-        """adapter: a peft LoRA folder (e.g. a trained teacher's, notebook 06) merged into the weights."""
+                 adapter: str | None = None, scoring_memory: int = SCORING_MEMORY):
+        """adapter: a peft LoRA folder (e.g. a trained teacher's, notebook 06) merged into the weights.
+        batch_size: rows per generation batch; scoring_memory: bytes of fp32 logits per scoring forward."""
         weights, tokenizer = load_model(model, dtype=dtype, device=device)
         if adapter is not None:
             from peft import PeftModel
 
             weights = PeftModel.from_pretrained(weights, adapter).merge_and_unload()
-        self._attach(weights, tokenizer, device, batch_size)
+        self._attach(weights, tokenizer, device, batch_size, scoring_memory)
 
     @classmethod
-    def wrapping(cls, model, tokenizer, *, device: str = "cpu", batch_size: int = BATCH_SIZE) -> HFBackend:
+    def wrapping(cls, model, tokenizer, *, device: str = "cpu", batch_size: int = BATCH_SIZE,
+                 scoring_memory: int = SCORING_MEMORY) -> HFBackend:
         """A backend over a model already in memory (the student being trained: no second copy)."""
         backend = cls.__new__(cls)
-        backend._attach(model, tokenizer, device, batch_size)
+        backend._attach(model, tokenizer, device, batch_size, scoring_memory)
         return backend
 
-    def _attach(self, model, tokenizer, device: str, batch_size: int) -> None:
+    def _attach(self, model, tokenizer, device: str, batch_size: int, scoring_memory: int) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.lock = threading.RLock()
-        self.batch_size = batch_size
+        self.batch_size, self.scoring_memory = batch_size, scoring_memory
         self.device = device
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
@@ -102,13 +105,10 @@ class HFBackend(TokenizerPrompts, Backend):
         prompt_ids, conts = self.scoring_ids(prompts, continuations)
         scores: list[list[float]] = [[] for _ in conts]
         scored = [i for i, c in enumerate(conts) if c]  # an empty continuation has nothing to score
-        for batch in self._batches([prompt_ids[i] + conts[i] for i in scored]):
-            rows = [scored[j] for j in batch]
-            # the log-prob computation the training loss uses: a prompt shared by several rows runs once
-            logits, targets, _ = completion_logits(self.model, [prompt_ids[i] for i in rows], [conts[i] for i in rows],
-                                                   self.tokenizer.pad_token_id, self.device)
-            logits = logits.float()
-            chosen = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
-            for j, i in enumerate(rows):
-                scores[i] = chosen[j, : len(conts[i])].tolist()
+        if scored:  # the log-prob computation the training loss uses: a prompt shared by several rows runs once
+            logp, _, _ = completion_logprobs(self.model, [prompt_ids[i] for i in scored], [conts[i] for i in scored],
+                                             self.tokenizer.pad_token_id, self.device, memory=self.scoring_memory)
+            logp = logp.cpu()
+            for j, i in enumerate(scored):
+                scores[i] = logp[j, : len(conts[i])].tolist()
         return scores

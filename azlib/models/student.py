@@ -24,7 +24,8 @@ import torch
 from azlib.models.generation import BackendError
 from azlib.models.hf import BATCH_SIZE, HFBackend
 from azlib.models.loading import ModelLoadError, load_model
-from azlib.models.shared_prompts import completion_logits
+from azlib.models.shared_prompts import (SCORING_MEMORY, chosen_logprobs, completion_logits,
+                                         completion_logprobs, token_entropy)
 
 REFERENCE_ADAPTER = "reference"
 
@@ -49,14 +50,16 @@ class Student:
     def __init__(self, model: str, *, lora: LoraSettings = LoraSettings(),
                  reference: Literal["adapters_off", "snapshot"] = "adapters_off", dtype: str = "float32",
                  device: str = "cpu", gradient_checkpointing: bool = False, use_unsloth: bool = False,
-                 batch_size: int = BATCH_SIZE, generation: Literal["hf", "vllm"] = "hf", vllm_options: dict | None = None):
+                 batch_size: int = BATCH_SIZE, generation: Literal["hf", "vllm"] = "hf", vllm_options: dict | None = None,
+                 scoring_memory: int = SCORING_MEMORY):
+        """scoring_memory: bytes of fp32 logits per no-gradient forward (azlib.models.shared_prompts)."""
         from peft import LoraConfig, get_peft_model
 
         if reference not in ("adapters_off", "snapshot"):
             raise ValueError(f"reference must be 'adapters_off' or 'snapshot', got {reference!r}")
         if generation not in ("hf", "vllm"):
             raise ValueError(f"generation must be 'hf' or 'vllm', got {generation!r}")
-        self.name, self.reference, self.device = model, reference, device
+        self.name, self.reference, self.device, self.scoring_memory = model, reference, device, scoring_memory
         self.lora_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
                                       target_modules=lora.target_modules if isinstance(lora.target_modules, str)
                                       else list(lora.target_modules), task_type="CAUSAL_LM")
@@ -75,7 +78,8 @@ class Student:
         self.model.eval()
         self.generation = generation
         if generation == "hf":
-            self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size)
+            self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size,
+                                              scoring_memory=scoring_memory)
         else:
             from azlib.models.vllm import VLLMBackend
 
@@ -133,20 +137,23 @@ class Student:
     def token_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
                        reference: bool = False, entropy: bool = False, temperature: float = 1.0):
         """(logp [B, T], mask [B, T], entropy [B, T] or None) of each completion's tokens after its prompt,
-        under softmax(logits / temperature). Completions right-padded; each distinct prompt is run once
-        and shared by its completions (azlib.models.shared_prompts), gradients included."""
+        under softmax(logits / temperature), 0 on padding. Completions right-padded; each distinct prompt is
+        run once and shared by its completions (azlib.models.shared_prompts), gradients included. Under
+        torch.no_grad (old and reference log-probs) in micro-batches within `scoring_memory`."""
         with self.as_reference() if reference else nullcontext():
+            if not torch.is_grad_enabled():
+                return completion_logprobs(self.model, prompts, completions, self.tokenizer.pad_token_id, self.device,
+                                           temperature=temperature, entropy=entropy, memory=self.scoring_memory)
             logits, targets, completion_mask = completion_logits(self.model, prompts, completions,
                                                                  self.tokenizer.pad_token_id, self.device)
         logits = logits.float() / temperature
-        # log p(token) = logit - logsumexp(logits): no [B, T, vocab] log-softmax kept for the backward pass
-        logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
-        completion_mask = completion_mask.float()
+        padding = completion_mask == 0
+        logp = chosen_logprobs(logits, targets).masked_fill(padding, 0.0)
         ent = None
         if entropy:  # a diagnostic: no gradient, a few rows at a time
             with torch.no_grad():
-                ent = torch.cat([_entropy(rows) for rows in logits.detach().split(4)])
-        return logp, completion_mask, ent
+                ent = torch.cat([token_entropy(rows) for rows in logits.detach().split(4)]).masked_fill(padding, 0.0)
+        return logp, completion_mask.float(), ent
 
     # -- adapters on disk ---------------------------------------------------------------------------
     def adapters(self) -> list[str]:
@@ -172,11 +179,6 @@ class Student:
                 raise ModelLoadError(f"adapter at {weights} does not fit model {self.name}: {result.unexpected_keys[:3]}")
         self._train_default_adapter_only()
         self.sync_generation()
-
-
-def _entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last axis: logsumexp(l) - sum(softmax(l) * l)."""
-    return torch.logsumexp(logits, -1) - (torch.softmax(logits, -1) * logits).sum(-1)
 
 
 def _unsloth_student(model: str, dtype: str, lora: LoraSettings, gradient_checkpointing: bool):

@@ -56,13 +56,17 @@ def _windows(data: torch.Tensor, starts: torch.Tensor, block_size: int) -> tuple
 
 
 def load_corpus(source: str = "auto", max_chars: int | None = None, val_fraction: float = 0.1,
-                arithmetic_rows: int = 20_000) -> tuple[CharCorpus, str]:
+                arithmetic_rows: int = 20_000, *, fallback: bool) -> tuple[CharCorpus, str]:
     """GSM8K's train split as text (the last `val_fraction` of its rows held out), from `source` ("auto",
-    "hub" or a folder); falls back to arithmetic_problems text. Returns the corpus and a note ("" when GSM8K)."""
+    "hub" or a folder); with `fallback`, arithmetic_problems text when GSM8K cannot be read (else
+    DataUnavailable naming the source). Returns the corpus and a note ("" when GSM8K)."""
     note = ""
     try:
         rows, name = load_gsm8k(source, split="train"), "gsm8k"
     except DataUnavailable as err:
+        if not fallback:
+            raise DataUnavailable(f"{err} (gsm8k_fallback is off: the run stops rather than train on "
+                                  "arithmetic text)") from err
         rows, name = arithmetic_problems(arithmetic_rows, seed=0), "arithmetic"
         note = f"GSM8K unavailable ({err}); the corpus is azlib.data.arithmetic_problems text instead"
     cut = int(len(rows) * (1 - val_fraction))
