@@ -264,14 +264,14 @@ def _adapter(shape: ModelShape, lora, optimizer: str, snapshot: bool = False) ->
                 + (" + reference snapshot" if snapshot else ""), n * per)
 
 
-def _logits(what: str, rows: int, length: int, shape: ModelShape, dtype: str) -> Part:
+def training_logits(what: str, rows: int, length: int, shape: ModelShape, dtype: str) -> Part:
     """The logits of one forward: in the weights' dtype, its fp32 upcast and the /temperature copy of that
     (all three exist at the division in Student.token_logprobs; scoring's logsumexp needs two fp32)."""
     per = DTYPE_BYTES[dtype] + 4 + 4
     return Part(f"{what} logits: {rows} x {length} x {shape.vocab:,} x {per} bytes", rows * length * shape.vocab * per)
 
 
-def _scoring_logits(what: str, rows: int, length: int, shape: ModelShape, dtype: str) -> Part:
+def scoring_logits(what: str, rows: int, length: int, shape: ModelShape, dtype: str) -> Part:
     """No-gradient scoring runs in micro-batches of fp32 logits within SCORING_MEMORY
     (azlib.models.shared_prompts): one micro-batch's logits in the weights' dtype and their one fp32 copy."""
     per_micro_batch = min(rows, max(1, SCORING_MEMORY // (length * shape.vocab * 4)))
@@ -280,7 +280,7 @@ def _scoring_logits(what: str, rows: int, length: int, shape: ModelShape, dtype:
                 f"{per} bytes", per_micro_batch * length * shape.vocab * per)
 
 
-def _activations(rows: int, tokens: int, shape: ModelShape, dtype: str, checkpointing: bool) -> Part:
+def activations(rows: int, tokens: int, shape: ModelShape, dtype: str, checkpointing: bool) -> Part:
     """Without checkpointing every layer's saved tensors; with it each layer's input plus one layer's saved
     tensors (recomputed in its backward)."""
     d, per_layer = DTYPE_BYTES[dtype], shape.layer_activation_bytes(DTYPE_BYTES[dtype])
@@ -335,12 +335,12 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
                       DTYPE_BYTES[params.dtype])] if params.generation == "vllm" else []
     engines += _teacher_engines(params)
     phases = [("training micro-batch", (
-        _activations(mb, PROMPT_TOKENS + length, shape, params.dtype, params.gradient_checkpointing),
-        _logits("training micro-batch", mb, length, shape, params.dtype)))]
+        activations(mb, PROMPT_TOKENS + length, shape, params.dtype, params.gradient_checkpointing),
+        training_logits("training micro-batch", mb, length, shape, params.dtype)))]
     if notebook == "04_gsm8k_run":  # every simulation's samples one whole answer, bounded by the token budget
         rows = min(2 * params.search.num_simulations * params.text.student_samples,
                    2 * params.search.max_tokens // length)
-        phases.append(("the demo cell's scoring", (_scoring_logits(
+        phases.append(("the demo cell's scoring", (scoring_logits(
             f"no-gradient scoring of 2 problems' search ({rows} answers)", rows, length, shape, params.dtype),)))
     per_step = min(params.search.max_tokens, params.train.problems_per_step * params.search.num_simulations
                    * params.text.student_samples * params.train.max_new_tokens)
@@ -365,9 +365,9 @@ def _rlt_plan(notebook: str, params) -> NotebookPlan:
                 _weights("student", student, params.dtype),
                 Part("CUDA context (assumed)", CUDA_CONTEXT_GIB * GIB))
     phases = (("teacher's micro-batch", (
-        _activations(mb, PROMPT_TOKENS + length, teacher, params.dtype, params.gradient_checkpointing),
-        _logits("teacher's micro-batch", mb, length, teacher, params.dtype))),
-        ("scoring explanations", (_scoring_logits("scoring (hf)", BATCH_SIZE, scored, student, params.dtype),)),
+        activations(mb, PROMPT_TOKENS + length, teacher, params.dtype, params.gradient_checkpointing),
+        training_logits("teacher's micro-batch", mb, length, teacher, params.dtype))),
+        ("scoring explanations", (scoring_logits("scoring (hf)", BATCH_SIZE, scored, student, params.dtype),)),
         ("teacher's hf generation", (_hf_generation(BATCH_SIZE, PROMPT_TOKENS + length, teacher, params.dtype),)))
     explained = params.teacher_steps * params.rlt.problems_per_step * params.rlt.group_size * length
     sft = 2 * params.sft_problems * length  # explanations of the untrained and the trained teacher

@@ -1,11 +1,14 @@
 """The H100 path end to end, without downloads, in minutes: a randomly initialised model of the
-student's shape (Qwen2.5-1.5B-Instruct's; the embedded model's tokenizer, so nothing is fetched).
+h100 profile's student (Qwen2.5-1.5B-Instruct's shape and 151,936-token vocabulary; the embedded model's
+tokenizer, so nothing is fetched) at the profile's sizes: 384-token answers, micro-batch 16, LoRA r 32.
 
 Phases, each timed, with peak GPU memory (torch's, and the whole device's) or peak RSS on a CPU:
-versions and device; the hf decode loop's throughput; the student in the chosen dtype with its
-reference; two training steps (one MCTS search and one GRPO update each, 8-bit AdamW when
-bitsandbytes is installed); checkpoint, then resume in a fresh trainer; evaluation of 64 problems.
-A JSON report goes to --out. The tests run it on the CPU with --shape tiny.
+versions and device; the student in the chosen dtype with its reference; the hf decode loop's throughput; a
+no-gradient log-prob pass at notebook 04's demo size (2 problems x 16 simulations x 4 samples = 128 answers);
+one imitation step and one GRPO step (each one MCTS search and one update, 8-bit AdamW when bitsandbytes is
+installed); checkpoint, then resume in a fresh trainer; evaluation of 64 problems. Beside the scoring pass and
+the training steps, the memory plan's prediction for their largest part (azlib.plan). A JSON report goes to
+--out. The tests run it on the CPU with --shape tiny (small sizes throughout).
 
     python benchmarks/gpu_smoke.py [--device cuda] [--dtype bfloat16] [--shape student] [--out gpu_smoke.json]
 """
@@ -25,21 +28,26 @@ import torch
 
 SHAPES = {  # Qwen2.5-1.5B-Instruct's config (the h100 profile's student); tiny for the CPU tests
     "student": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
-                "num_key_value_heads": 2, "max_position_embeddings": 32768, "rope_theta": 1e6, "tie_word_embeddings": True},
+                "num_key_value_heads": 2, "max_position_embeddings": 32768, "rope_theta": 1e6, "tie_word_embeddings": True,
+                "vocab_size": 151_936},
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "max_position_embeddings": 4096, "tie_word_embeddings": True},
 }
+# The sizes params/h100/04_gsm8k_run.yaml trains at (answer tokens, micro-batch, LoRA rank, the demo cell's answers)
+SIZES = {"student": {"answer_tokens": 384, "micro_batch": 16, "lora_r": 32, "demo_answers": 128},
+         "tiny": {"answer_tokens": 48, "micro_batch": 8, "lora_r": 16, "demo_answers": 16}}
 
 
 def random_student(shape: str, folder: Path) -> str:
-    """A Qwen2 model of `shape` with random weights and the embedded tokenizer, saved to `folder`."""
+    """A Qwen2 model of `shape` with random weights and the embedded tokenizer, saved to `folder` (its vocabulary
+    is the shape's: ids past the tokenizer's are never written, but every logits row is the real width)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from azlib.models import load_model
 
     _, tokenizer = load_model("embedded:smollm2-135m-instruct")
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), **SHAPES[shape]))
+    model = Qwen2ForCausalLM(Qwen2Config(**{"vocab_size": len(tokenizer), **SHAPES[shape]}))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -87,6 +95,7 @@ def main() -> None:
     from azlib.mcts.envs.text import TextSearchSettings
     from azlib.mcts.search import SearchConfig
     from azlib.models.student import LoraSettings, Student
+    from azlib.plan import activations, model_shape, scoring_logits, training_logits
     from azlib.training import Trainer, TrainingConfig, TrainSettings
 
     report = Report(args.device)
@@ -98,14 +107,17 @@ def main() -> None:
                   "shape": args.shape, "dtype": args.dtype}
         model_dir = random_student(args.shape, work / "model")
 
+    size = SIZES[args.shape]
+
     def student() -> Student:
         torch.manual_seed(0)
-        return Student(model_dir, lora=LoraSettings(r=16, alpha=32), reference="adapters_off", dtype=args.dtype,
-                       device=args.device, gradient_checkpointing=True)
+        return Student(model_dir, lora=LoraSettings(r=size["lora_r"], alpha=size["lora_r"]), reference="adapters_off",
+                       dtype=args.dtype, device=args.device, gradient_checkpointing=True)
 
     with report.phase("student") as entry:
         first = student()
         entry["parameters_m"] = round(sum(p.numel() for p in first.model.parameters()) / 1e6, 1)
+    shape, _ = model_shape(model_dir)
     chats = [[{"role": "user", "content": f"What is {a} + {a + 7}?"}] for a in range(32)]
     with report.phase("decode") as entry:
         samples = first.backend.generate(chats, max_new_tokens=64, temperature=1.0, seed=0)
@@ -113,24 +125,45 @@ def main() -> None:
         entry |= {"tokens": tokens}
     report.data["phases"]["decode"]["tokens_per_second"] = round(tokens / report.data["phases"]["decode"]["seconds"], 1)
 
+    rows, length = size["demo_answers"], size["answer_tokens"]
+    with report.phase("score_demo") as entry, torch.no_grad():  # notebook 04's demo cell: two problems' answers
+        generator = torch.Generator().manual_seed(0)
+        answers = torch.randint(len(first.tokenizer), (rows, length), generator=generator).tolist()
+        prompts = [first.backend.encode_prompt(chats[i % 2]) for i in range(rows)]
+        logp, mask, _ = first.token_logprobs(prompts, answers, temperature=0.7)
+        first.token_logprobs(prompts, answers, reference=True, temperature=0.7)
+        part = scoring_logits("demo", rows, length, shape, args.dtype)
+        entry |= {"answers": rows, "tokens": int(mask.sum()), "finite": bool(torch.isfinite(logp).all()),
+                  "plan_logits_mb": round(part.bytes / 2**20, 1)}
+
     problems = arithmetic_problems(16, seed=0, steps=(1,))
-    settings = TrainingConfig(train=TrainSettings(steps=2, problems_per_step=2, checkpoint_every=1, max_new_tokens=48,
-                                                  temperature=1.0),
-                              grpo=GRPOSettings(optimizer="adamw_8bit", micro_batch_size=8),
-                              search=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=4000,
-                                                  skip_solved=True, q_transform="parent_value"),
-                              text=TextSearchSettings(student_samples=2))
-    with report.phase("train_2_steps") as entry:
-        trainer = Trainer(first, problems, work / "run", settings)
+
+    def settings(update: str, steps: int) -> TrainingConfig:
+        return TrainingConfig(
+            train=TrainSettings(update=update, steps=steps, problems_per_step=2, checkpoint_every=1,
+                                max_new_tokens=length, temperature=1.0),
+            grpo=GRPOSettings(optimizer="adamw_8bit", micro_batch_size=size["micro_batch"]),
+            search=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=8 * length,
+                                skip_solved=True, q_transform="parent_value"),
+            text=TextSearchSettings(student_samples=2))
+
+    planned = {"plan_micro_batch_mb": round(sum(
+        p.bytes for p in (activations(size["micro_batch"], 256 + length, shape, args.dtype, True),
+                          training_logits("micro-batch", size["micro_batch"], length, shape, args.dtype))) / 2**20, 1)}
+    with report.phase("train_sft_step") as entry:
+        log = Trainer(first, problems, work / "run-sft", settings("sft", 1)).run(progress=False)
+        entry |= {"steps": len(log), "verified": log[0]["verified"], "tokens": log[0]["tokens"], **planned}
+    with report.phase("train_grpo_step") as entry:
+        trainer = Trainer(first, problems, work / "run", settings("grpo", 1))
         log = trainer.run(progress=False)
         entry |= {"optimizer": type(trainer.grpo.optimizer).__name__, "steps": len(log),
-                  "loss": [round(r.get("loss", 0.0), 5) for r in log]}
+                  "loss": round(log[0].get("loss", 0.0), 5), "tokens": log[0]["tokens"], **planned}
     with report.phase("resume") as entry:
         del trainer, first
-        again = Trainer(student(), problems, work / "run", settings)
+        again = Trainer(student(), problems, work / "run", settings("grpo", 1))
         again.restore_latest()
         entry |= {"resumed_at_step": again.step, "optimizer_state_restored": bool(again.grpo.optimizer.state)}
-        assert again.step == 2 and again.grpo.updates == 2, "resume did not restore the step"
+        assert again.step == 1 and again.grpo.updates == 1, "resume did not restore the step"
     with report.phase("evaluate_64") as entry:
         result = evaluate(again.student.backend, arithmetic_problems(64, seed=1, steps=(1,)), max_new_tokens=32)
         entry |= {"accuracy": result.accuracy, "tokens": result.tokens_generated}

@@ -29,10 +29,10 @@ def test_qwen_1_5b_student_on_one_h100_by_hand():
     # one layer, one token: 2 x (4h + 2q + 2kv + 4i = 45,568 + 5h + q + i = 18,176) + 18,176 masks = 145,664;
     # checkpointed, 16 x 640 tokens: 10,240 x (28 x 1536 x 2 + 145,664) = 2,372,403,200
     assert QWEN_1_5B.layer_activation_bytes(2) == 145_664
-    assert plan._activations(16, 640, QWEN_1_5B, "bfloat16", True).bytes == 2_372_403_200
-    assert plan._activations(16, 640, QWEN_1_5B, "bfloat16", False).bytes == 10_240 * 28 * 145_664
+    assert plan.activations(16, 640, QWEN_1_5B, "bfloat16", True).bytes == 2_372_403_200
+    assert plan.activations(16, 640, QWEN_1_5B, "bfloat16", False).bytes == 10_240 * 28 * 145_664
     # notebook 04's demo at 128 answers x 384 tokens x 151,936: bf16 + two fp32 = 10 bytes a logit: 49,152 x 151,936 = 7,467,958,272 logits
-    demo = plan._logits("demo", 128, 384, QWEN_1_5B, "bfloat16")
+    demo = plan.training_logits("demo", 128, 384, QWEN_1_5B, "bfloat16")
     assert demo.bytes == 74_679_582_720
     # peak = resident + engines + the largest phase only
     nb = plan.NotebookPlan("04", "qwen", (lora,), (engine,), (("train", (plan.Part("a", 1.0),)),
