@@ -131,7 +131,7 @@ def check_game_replay_and_pruning(page, game_tree, params) -> None:
     child = max(short.tree.root.children, key=lambda c: short.tree.nodes[c].visits)
     game_tree.locator("input.azlib-tree-step").evaluate(
         f"el => {{ el.value = {step}; el.dispatchEvent(new Event('input')); }}")
-    wait_for_text(page, game_tree.locator("svg"), f"after {step} of {params.ttt_simulations} simulations")
+    wait_for_text(page, game_tree, f"after {step} of {params.ttt_simulations} simulations")  # the svg is replaced
     game_tree.locator(f"circle.azlib-node[data-id='{child}']").click()
     details = game_tree.locator(".azlib-tree-details")
     wait_for_text(page, details, f"node {child}:")
@@ -141,9 +141,8 @@ def check_game_replay_and_pruning(page, game_tree, params) -> None:
 
     show = game_tree.locator("select.azlib-tree-show")
     show.select_option("visited")
-    page.wait_for_function("el => el.textContent.includes('the visited children')",
-                           arg=game_tree.locator("svg").element_handle(), timeout=20_000)
+    wait_for_text(page, game_tree, "the visited children")
     visited = game_tree.locator("circle.azlib-node").count()
     show.select_option("1")
-    wait_for_text(page, game_tree.locator("svg"), "the 1 most visited children")
+    wait_for_text(page, game_tree, "the 1 most visited children")
     assert 0 < game_tree.locator("circle.azlib-node").count() < visited

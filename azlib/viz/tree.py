@@ -120,7 +120,8 @@ def node_details(tree: Tree, i: int, describe: Describe = describe_node) -> str:
         k = tree.nodes[node.parent].children.index(i)
         q, score = terms[k]
         rank = 1 + sorted((s for _, s in terms), reverse=True).index(score)
-        lines.append(f"as its parent ranks it: Q + U = {q:+.3f} + {score - q:.3f} = {score:+.3f} "
+        lines.append(f"as its parent ranks it ({tree.config['rule']}, Q read {tree.config['q_transform']}): "
+                     f"Q + U = {q:+.3f} + {score - q:.3f} = {score:+.3f} "
                      f"(rank {rank} of {len(terms)}; the next simulation enters rank 1)")
     return "\n".join([*lines, "", details])
 
@@ -152,7 +153,7 @@ def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step
 
     def xy(i: int) -> tuple[float, float]:
         px, depth = positions[i]
-        return 20 + (px + 0.5) / max(leaves, 1) * (width - 40), 46 + depth / deepest * (height - 80)
+        return 20 + (px + 0.5) / max(leaves, 1) * (width - 40), 58 + depth / deepest * (height - 92)
 
     existing = 1 + sum(len(n.children) for n in then.nodes)
     status = f"after {step} of {len(tree.history)} simulations; " if step is not None else ""
