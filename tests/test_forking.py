@@ -12,6 +12,7 @@ from azlib.data import arithmetic_problems
 from azlib.experiment import ARMS, arm_settings
 from azlib.grpo import GRPO, GRPOSettings
 from azlib.groups import Completion, forked_groups, sampled_groups, verified
+from azlib.mcts import tree_after
 from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
 from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
@@ -46,6 +47,10 @@ def test_treerl_advantages_on_a_hand_built_tree():
     assert [(n.action, n.visits, n.terminal) for n in drawn.nodes] == [
         (None, 3, False), ("1 2", 2, False), ("6", 1, True), ("3", 1, True), ("4 5", 1, True)]
     assert [n.q for n in drawn.nodes] == pytest.approx([1 / 3, 0.5, 0.0, 1.0, 0.0])
+    replayed = tree_after(drawn, len(drawn.history))  # the widget's replay, answer by answer, ends at this tree
+    assert [(n.visits, n.children) for n in replayed.nodes] == [(n.visits, n.children) for n in drawn.nodes]
+    assert [n.q for n in replayed.nodes] == pytest.approx([n.q for n in drawn.nodes])
+    assert tree_after(drawn, 1).root.visits == 1
 
 
 def test_a_fork_splits_a_node_and_leaves_keep_their_ids():

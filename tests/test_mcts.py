@@ -5,11 +5,12 @@ batched expansion on text with the real model."""
 import json
 import os
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from azlib.mcts import Child, Expansion, SearchConfig, Tree, search, visit_weights
+from azlib.mcts import Child, Expansion, SearchConfig, Tree, search, selection_terms, tree_after, visit_weights
 from azlib.mcts.envs import tictactoe as ttt
 from azlib.mcts.search import (_q_values, _score, q_by_parent_and_siblings, q_by_parent_value, q_completed_by_mix_value,
                                 q_raw, sequence_of_considered_visits)
@@ -290,6 +291,51 @@ def test_golden_tree(tmp_path):
     restored = Tree.from_json(trees[0])
     restored.save(tmp_path / "t.json")
     assert Tree.load(tmp_path / "t.json").to_json() == trees[0]
+
+
+def assert_same_tree(replayed: Tree, fresh: Tree):
+    """Node for node (same indices): structure, priors, visits and values; nodes the fresh search has not made
+    yet are in no children list of the replay and have no visits."""
+    for i, node in enumerate(fresh.nodes):
+        then = replayed.nodes[i]
+        assert (then.parent, then.action, then.children, then.expanded, then.visits) == \
+               (node.parent, node.action, node.children, node.expanded, node.visits), f"node {i}"
+        assert then.prior == pytest.approx(node.prior) and then.value_sum == pytest.approx(node.value_sum)
+    later = replayed.nodes[len(fresh.nodes):]
+    assert not any(n.visits for n in later)
+    assert not {c for n in replayed.nodes for c in n.children} & set(range(len(fresh.nodes), len(replayed.nodes)))
+
+
+@pytest.mark.parametrize("simulations", [1, 2, 7, 60, 199])
+def test_replay_at_step_k_is_the_search_run_for_k_simulations(simulations):
+    """tree_after(tree, k) of a 200-simulation search equals the tree of the same seeded search stopped after k."""
+    config = SearchConfig(num_simulations=200, max_depth=9, dirichlet_fraction=0.25, temperature=0)
+    (long,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(7))
+    (short,) = search(ttt.TicTacToe(), ["X...O...."], replace(config, num_simulations=simulations), random.Random(7))
+    assert len(long.tree.history) == 200 and len(short.tree.history) == simulations
+    assert_same_tree(tree_after(long.tree, simulations), short.tree)
+
+
+def test_replay_of_rollout_evaluations_and_the_whole_history():
+    """Text-style expansions back up several rollouts in one simulation; replaying all of it gives the final tree."""
+    config = SearchConfig(num_simulations=12, max_depth=50, q_transform="parent_value", c=1.0)
+    (long,) = search(Bandit(), ["root"], config, random.Random(3))
+    (short,) = search(Bandit(), ["root"], replace(config, num_simulations=4), random.Random(3))
+    assert_same_tree(tree_after(long.tree, 4), short.tree)
+    assert_same_tree(tree_after(long.tree, 12), long.tree)
+    assert tree_after(long.tree, 0).root.visits == 0 and tree_after(long.tree, 0).root.children == []
+
+
+def test_selection_terms_rank_children_as_the_search_does():
+    """The scores the viewer shows are the ones the search picks by: the next simulation enters the argmax."""
+    config = SearchConfig(num_simulations=30, max_depth=9, q_transform="mctx", temperature=0)
+    (result,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(0))
+    for k in range(1, 29):
+        then, next_path = tree_after(result.tree, k), result.tree.history[k][0].path
+        terms = selection_terms(then, 0)
+        assert all(score >= q for q, score in terms)  # U >= 0
+        assert then.root.children[max(range(len(terms)), key=lambda i: terms[i][1])] == next_path[1]
+    assert selection_terms(Tree.with_root("r"), 0) is None, "no search config: no scores"
 
 
 class CountingEnv(ttt.TicTacToe):

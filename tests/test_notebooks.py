@@ -156,13 +156,15 @@ def test_figures_are_written(smoke_run):
 
 def test_trees_are_written_as_json_and_svg(smoke_run):
     from azlib.mcts import Tree
+    from azlib.viz import shown_nodes
 
     out, _, _ = smoke_run
     for name in ("02_tictactoe", "02_text", "04_forked"):
         tree = Tree.load(out / "trees" / f"{name}.json")
-        assert tree.root.visits > 0
+        assert tree.root.visits > 0 and tree.history, "the tree keeps its history for the replay"
         svg = (out / "trees" / f"{name}.svg").read_text()
-        assert svg.startswith("<svg") and svg.count("<circle") == len(tree.nodes)
+        assert svg.startswith("<svg") and 'class="azlib-legend"' in svg
+        assert svg.count('class="azlib-node"') == len(shown_nodes(tree, top_k=3)), "save_tree's default: top 3 children"
 
 
 def test_api_keys_never_reach_notebooks_or_outputs(smoke_run):

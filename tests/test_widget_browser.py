@@ -1,6 +1,9 @@
-"""Notebook 02 in a real JupyterLab, in headless Chromium: the tree widgets render and respond to
-clicks, with no 'Error displaying widget'. Needs Debian's chromium (.ci/run installs it)."""
+"""Notebook 02 in a real JupyterLab, in headless Chromium: the tree widgets render and respond to clicks, the
+slider replays the game search (a node's N after k simulations is the N of the same search stopped at k, run here),
+pruning draws fewer nodes, with no 'Error displaying widget'. Needs Debian's chromium (.ci/run installs it)."""
 
+import random
+import re
 import secrets
 import shutil
 import socket
@@ -14,6 +17,8 @@ import papermill
 import pytest
 
 from azlib import config
+from azlib.mcts import SearchConfig, search
+from azlib.mcts.envs import tictactoe
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +57,7 @@ def lab(tmp_path_factory):
             time.sleep(1)
         else:
             pytest.fail(f"JupyterLab did not start: {(root / 'lab.log').read_text()[-2000:]}")
-        yield url, token, root
+        yield url, token, root, params
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -61,7 +66,7 @@ def lab(tmp_path_factory):
 def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    url, token, root = lab
+    url, token, root, params = lab
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -98,14 +103,46 @@ def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
             assert "Error displaying widget" not in page.content()
             assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
                                 ":text('Traceback')").count() == 0
+            check_game_replay_and_pruning(page, page.locator(".azlib-tree").nth(0), params)
             text_tree = page.locator(".azlib-tree").nth(1)
             assert text_tree.locator("circle.azlib-node").count() > 3
-            details = text_tree.locator(".azlib-tree-details")
-            text_tree.locator("circle.azlib-node").nth(2).click()
-            page.wait_for_function("el => el.textContent.startsWith('node 2')", arg=details.element_handle(),
-                                   timeout=10_000)
-            assert "answer so far" in details.text_content()
+            node = text_tree.locator("circle.azlib-node").nth(2)
+            node.click()
+            wait_for_text(page, text_tree.locator(".azlib-tree-details"), f"node {node.get_attribute('data-id')}:")
+            assert "answer so far" in text_tree.locator(".azlib-tree-details").text_content()
             page.screenshot(path=str(tmp_path / "notebook02-clicked.png"))
         finally:
             browser.close()
     print(f"screenshots in {tmp_path}")
+
+
+def wait_for_text(page, locator, text: str) -> None:
+    page.wait_for_function("([el, text]) => el.textContent.includes(text)", arg=[locator.element_handle(), text],
+                           timeout=20_000)
+
+
+def check_game_replay_and_pruning(page, game_tree, params) -> None:
+    """Slider to step k: the root's most visited child shows the N that the notebook's search stopped after k
+    simulations gives it (run here, independently of the widget). Then "top 1" draws fewer nodes than "visited"."""
+    step = 9
+    short_config = SearchConfig(num_simulations=step, max_depth=9, rule=params.search.rule, c=params.search.c,
+                                temperature=0)  # the notebook's game search, stopped after `step` simulations
+    (short,) = search(tictactoe.TicTacToe(), [params.ttt_position], short_config, random.Random(params.seed))
+    child = max(short.tree.root.children, key=lambda c: short.tree.nodes[c].visits)
+    game_tree.locator("input.azlib-tree-step").evaluate(
+        f"el => {{ el.value = {step}; el.dispatchEvent(new Event('input')); }}")
+    wait_for_text(page, game_tree, f"after {step} of {params.ttt_simulations} simulations")  # the svg is replaced
+    game_tree.locator(f"circle.azlib-node[data-id='{child}']").click()
+    details = game_tree.locator(".azlib-tree-details")
+    wait_for_text(page, details, f"node {child}:")
+    shown = int(re.search(r"\nN (\d+) ", details.text_content()).group(1))
+    assert shown == short.tree.nodes[child].visits, details.text_content()
+    assert "Q + U" in details.text_content()
+
+    show = game_tree.locator("select.azlib-tree-show")
+    show.select_option("visited")
+    wait_for_text(page, game_tree, "the visited children")
+    visited = game_tree.locator("circle.azlib-node").count()
+    show.select_option("1")
+    wait_for_text(page, game_tree, "the 1 most visited children")
+    assert 0 < game_tree.locator("circle.azlib-node").count() < visited

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from azlib.data.rows import Row
-from azlib.mcts.tree import Tree
+from azlib.mcts.tree import Backup, Tree
 from azlib.models.generation import Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
@@ -169,7 +169,8 @@ class ForkTree:
 
     def to_tree(self, decode) -> Tree:
         """The same tree as an azlib.mcts Tree (what the SVG and the widget draw): a node's action is its
-        segment's text (`decode(ids)`), its visits the answers under it, its value sum their rewards."""
+        segment's text (`decode(ids)`), its visits the answers under it, its value sum their rewards. Its history
+        has one simulation per answer, round by round, so the widget replays the tree answer by answer."""
         values, counts = self.values(), self.leaf_counts()
         tree = Tree.with_root({"problem": self.problem, "text": ""})
         tree.root.visits, tree.root.value_sum = counts[0], values[0] * counts[0]
@@ -180,12 +181,13 @@ class ForkTree:
                 node, answer = self.nodes[c], self.nodes[c].answer
                 ids[c] = tree.add_child(ids[i], {"text": decode(self.prefix(c)[0])}, decode(node.token_ids), 1.0,
                                         visits=counts[c], value_sum=values[c] * counts[c], terminal=answer is not None,
-                                        expanded_at=node.round,
                                         info={"round": node.round, "tokens": len(node.token_ids),
                                               **({"reward": answer.reward, "correct": answer.correct,
                                                   "finished": answer.finished, "writer": answer.writer}
                                                  if answer else {})})
                 order.append(c)
+        tree.history = [[Backup([0, *(ids[j] for j in self.path(leaf))], 1, self.nodes[leaf].answer.reward)]
+                        for leaf in sorted(self.leaves(), key=lambda i: self.nodes[i].round)]
         return tree
 
 

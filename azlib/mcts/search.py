@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, NamedTuple, Protocol, Sequence
 
-from azlib.mcts.tree import Node, Tree
+from azlib.mcts.tree import Backup, Node, Tree
 
 
 @dataclass(frozen=True)
@@ -300,12 +300,29 @@ def _select(tree: Tree, config: SearchConfig, two_player: bool = False) -> list[
             best = _gumbel_root(node, children, config) if len(path) == 1 else \
                 _gumbel_interior(node, children, candidates, config)
         else:
-            sqrt_n, log_n = math.sqrt(max(node.visits, 1)), math.log(max(node.visits, 1))
-            q = _q_values(node, children, config, two_player)
-            best = max(candidates, key=lambda k: _score(children[k], q[k], config, sqrt_n, log_n))
+            scores = [score for _, score in _selection_terms(node, children, config, two_player)]
+            best = max(candidates, key=scores.__getitem__)
         path.append(node.children[best])
         node = children[best]
     return path
+
+
+def _selection_terms(node: Node, children: Sequence[Node], config: SearchConfig,
+                     two_player: bool) -> list[tuple[float, float]]:
+    """(Q as the rule reads it, the whole score) per child, for puct and uct: what the node ranks its children by."""
+    sqrt_n, log_n = math.sqrt(max(node.visits, 1)), math.log(max(node.visits, 1))
+    q = _q_values(node, children, config, two_player)
+    return [(q[k], _score(child, q[k], config, sqrt_n, log_n)) for k, child in enumerate(children)]
+
+
+def selection_terms(tree: Tree, parent: int) -> list[tuple[float, float]] | None:
+    """(Q term, score = Q + U) of each child of `parent` as it ranks them for the next simulation, by the rule the
+    tree was searched with (tree.config); None for gumbel (sequential halving, no Q + U) or a tree not from search."""
+    if not tree.config or tree.config["rule"] == "gumbel":
+        return None
+    node = tree.nodes[parent]
+    children = [tree.nodes[i] for i in node.children]
+    return _selection_terms(node, children, SearchConfig(**tree.config), tree.two_player)
 
 
 def _apply(tree: Tree, path: list[int], visits: int, value: float, two_player: bool) -> None:
@@ -327,10 +344,9 @@ def _mark_solved(tree: Tree, path: list[int]) -> None:
             break
 
 
-def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment, config: SearchConfig,
-                  step: int) -> list[int]:
+def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment, config: SearchConfig) -> list[int]:
     node = tree.nodes[leaf]
-    node.expanded, node.expanded_at = True, step
+    node.expanded, node.expanded_at = True, len(tree.history)  # this simulation's index, once it is recorded
     added = []
     for child in expansion.children:
         terminal = tree.nodes[leaf].depth + 1 >= config.max_depth or env.is_terminal(child.state)
@@ -345,14 +361,37 @@ def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment,
     return added
 
 
-def _back_up(tree: Tree, path: list[int], expansion: Expansion, added: list[int], two_player: bool) -> None:
+def _expansion_backups(path: list[int], expansion: Expansion, added: list[int]) -> list[Backup]:
     """The leaf's value estimate, or, when the environment evaluated the new children itself, each
     child's evaluations through that child."""
-    evaluated = [(i, child.evaluations) for i, child in zip(added, expansion.children) if child.evaluations]
-    if not evaluated:
-        _apply(tree, path, 1, expansion.value, two_player)
-    for i, evaluations in evaluated:
-        _apply(tree, [*path, i], len(evaluations), sum(evaluations), two_player)
+    return [Backup([*path, i], len(child.evaluations), sum(child.evaluations))
+            for i, child in zip(added, expansion.children) if child.evaluations] or [Backup(path, 1, expansion.value)]
+
+
+def _back_up(tree: Tree, backups: list[Backup]) -> None:
+    """One simulation's values added along their paths, and recorded in tree.history for tree_after."""
+    for backup in backups:
+        _apply(tree, backup.path, backup.visits, backup.value, tree.two_player)
+    tree.history.append(backups)
+
+
+def tree_after(tree: Tree, simulations: int) -> Tree:
+    """The tree as it stood after its first `simulations` simulations, rebuilt from tree.history by the search's own
+    backup: the same node indices, those not created yet left out of every `children` list, and visits and values
+    as they were then. The search's final tree is tree_after(tree, len(tree.history)) (tested)."""
+    done = tree.history[:simulations]
+    walked = {i for backups in done for backup in backups for i in backup.path}
+
+    def existed(i: int) -> bool:  # the root, on a path walked by then, or a child of a node expanded by then
+        node = tree.nodes[i]
+        return node.parent < 0 or i in walked or 0 <= tree.nodes[node.parent].expanded_at < simulations
+
+    then = replace(tree, nodes=[replace(n, visits=0, value_sum=0.0, children=[c for c in n.children if existed(c)],
+                                        expanded=n.expanded and 0 <= n.expanded_at < simulations)
+                                for n in tree.nodes], history=[])
+    for backups in done:
+        _back_up(then, backups)
+    return then
 
 
 def _root_noise(tree: Tree, config: SearchConfig, rng: random.Random) -> None:
@@ -379,13 +418,12 @@ def visit_weights(visits: Sequence[int], temperature: float) -> list[float]:
 
 def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: random.Random) -> list[SearchResult]:
     """Search every root for `config.num_simulations` leaf evaluations (or until a budget runs out)."""
-    trees = [Tree.with_root(state) for state in roots]
+    trees = [Tree.with_root(state, two_player=env.two_player, config=asdict(config)) for state in roots]
     simulations, tokens = [0] * len(trees), [0] * len(trees)
     for tree in trees:
         if env.is_terminal(tree.root.state):
             tree.root.terminal = tree.root.solved = True
             tree.root.info["terminal_value"] = env.terminal_value(tree.root.state)
-    step = 0
     while True:
         active = [t for t in range(len(trees))
                   if simulations[t] < config.num_simulations and not (config.skip_solved and trees[t].root.solved)]
@@ -401,7 +439,7 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
                     tree.nodes[path[1]].info["simulations"] += 1
                 leaf = tree.nodes[path[-1]]
                 if leaf.terminal:  # known value: back it up, no model call
-                    _apply(tree, path, 1, leaf.info["terminal_value"], env.two_player)
+                    _back_up(tree, [Backup(path, 1, leaf.info["terminal_value"])])
                     _mark_solved(tree, path)
                     simulations[t] += 1
                     continue
@@ -415,18 +453,17 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
             for (t, path), expansion in zip(pending, expansions):
                 tree = trees[t]
                 _apply(tree, path, -1, config.virtual_loss, False)
-                added = _add_children(tree, path[-1], expansion, env, config, step)
+                added = _add_children(tree, path[-1], expansion, env, config)
                 if config.rule == "gumbel":  # the environment's own value estimate: mctx's raw value
                     tree.nodes[path[-1]].info["raw_value"] = expansion.value
                 if path[-1] == 0:
                     _root_noise(tree, config, rng)
                     if config.rule == "gumbel":
                         _root_gumbel(tree, config, rng)
-                _back_up(tree, path, expansion, added, env.two_player)
+                _back_up(tree, _expansion_backups(path, expansion, added))
                 _mark_solved(tree, path)
                 simulations[t] += 1
                 tokens[t] += expansion.tokens
-        step += 1
 
     results = []
     for tree, sims, spent in zip(trees, simulations, tokens):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(slots=True)
@@ -25,20 +25,32 @@ class Node:
     terminal: bool = False
     solved: bool = False  # terminal, or every child solved: nothing left to learn below
     info: dict[str, Any] = field(default_factory=dict)  # environment extras (rewards, proposer, text)
-    expanded_at: int = -1  # the iteration that expanded it (for replaying the growth step by step)
+    expanded_at: int = -1  # the simulation that expanded it (an index into Tree.history); -1: never expanded
 
     @property
     def q(self) -> float:
         return self.value_sum / self.visits if self.visits else 0.0
 
 
+class Backup(NamedTuple):
+    """What one simulation added: `visits` and `value` along `path` (root first); `value` is the sum of the values
+    backed up, from the view of the player to move at path[-1] (azlib.mcts.search flips it up a two-player path)."""
+
+    path: list[int]
+    visits: int
+    value: float
+
+
 @dataclass
 class Tree:
     nodes: list[Node]
+    two_player: bool = False  # Q alternates perspective by depth (each node's Q is for the player who moved into it)
+    config: dict[str, Any] = field(default_factory=dict)  # the SearchConfig that grew it, as a dict; {}: not a search
+    history: list[list[Backup]] = field(default_factory=list)  # per simulation, in order: its backups (a replay)
 
     @classmethod
-    def with_root(cls, state: Any) -> Tree:
-        return cls([Node(state=state, parent=-1, action=None, prior=1.0, depth=0)])
+    def with_root(cls, state: Any, **fields) -> Tree:
+        return cls([Node(state=state, parent=-1, action=None, prior=1.0, depth=0)], **fields)
 
     @property
     def root(self) -> Node:
@@ -56,11 +68,14 @@ class Tree:
                 if n.visits > 0 and i > 0 and not any(self.nodes[c].visits for c in n.children)]
 
     def to_json(self) -> dict:
-        return {"nodes": [asdict(n) for n in self.nodes]}
+        return {"nodes": [asdict(n) for n in self.nodes], "two_player": self.two_player, "config": self.config,
+                "history": [[list(b) for b in simulation] for simulation in self.history]}
 
     @classmethod
     def from_json(cls, data: dict) -> Tree:
-        return cls([Node(**n) for n in data["nodes"]])
+        """Also reads trees saved before the history was recorded (no replay then)."""
+        history = [[Backup(*b) for b in simulation] for simulation in data.get("history", [])]
+        return cls([Node(**n) for n in data["nodes"]], data.get("two_player", False), data.get("config", {}), history)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json()))

@@ -2,7 +2,8 @@
 Draws only; every number it shows was computed elsewhere in azlib."""
 
 from azlib.viz.curves import plot_seed_curves
-from azlib.viz.tree import TreeWidget, describe_board_node, describe_node, describe_text_node, save_tree, tree_svg
+from azlib.viz.tree import (TreeWidget, describe_board_node, describe_node, describe_text_node, node_details, save_tree,
+                            shown_nodes, tree_svg)
 
-__all__ = ["TreeWidget", "describe_board_node", "describe_node", "describe_text_node", "plot_seed_curves", "save_tree",
-           "tree_svg"]
+__all__ = ["TreeWidget", "describe_board_node", "describe_node", "describe_text_node", "node_details", "plot_seed_curves",
+           "save_tree", "shown_nodes", "tree_svg"]
