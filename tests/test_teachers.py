@@ -4,6 +4,7 @@ server, and scripted real HTTP servers on 127.0.0.1 that inject faults."""
 import math
 import random
 
+import httpx
 import pytest
 
 from azlib.teachers import TeacherSpec
@@ -55,8 +56,7 @@ def test_local_server_requires_its_key(student, monkeypatch):
 
 
 def test_cpu_tier_proposes_right_and_wrong_from_every_drawn_teacher(student):
-    ensemble = TeacherEnsemble(tier_teachers("cpu"), shared={DEFAULT_MODEL: student}, per_node=3, seed=1)
-    try:
+    with TeacherEnsemble(tier_teachers("cpu"), shared={DEFAULT_MODEL: student}, per_node=3, seed=1) as ensemble:
         out = ensemble.propose(CONTEXTS, n=2, max_new_tokens=6, seed=5)
         assert len(out) == 2
         for proposals in out:
@@ -69,8 +69,10 @@ def test_cpu_tier_proposes_right_and_wrong_from_every_drawn_teacher(student):
             assert rows[name]["calls"] == 1, "one batched call per teacher for all nodes and both labels"
             assert rows[name]["requests"] == 4 and rows[name]["tokens"] > 0 and rows[name]["failures"] == 0
         assert rows["http-tutor"]["backend"] == "openai"
-    finally:
-        ensemble.close()
+        local_server = ensemble.teachers[2].backend.base_url
+    with pytest.raises(httpx.ConnectError):  # the server the ensemble started is gone with it
+        httpx.get(f"{local_server}/models", timeout=5)
+    assert student.generate(["2 + 2 ="], max_new_tokens=2)[0][0].token_ids, "a shared backend stays open"
 
 
 def test_weights_follow_the_documented_rule(student):

@@ -62,7 +62,21 @@ class Sampling:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
 
 
-class Backend(ABC):
+class Resource:
+    """Something holding an engine, processes, connections or memory until `close()` (idempotent);
+    `with thing:` closes it at the end of the block, however the block ends."""
+
+    def close(self) -> None:
+        """Release what this holds; calling it again does nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Backend(Resource, ABC):
     """generate(prompts, n, ...) -> one list of n samples per prompt; score -> log-probs per token."""
 
     name: str
@@ -89,9 +103,6 @@ class Backend(ABC):
     @abstractmethod
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
         """Teacher-forced log-probs of each continuation's tokens after its prompt."""
-
-    def close(self) -> None:
-        """Release processes, connections or memory the backend holds (idempotent)."""
 
 
 def one_call_at_a_time(method):

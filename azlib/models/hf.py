@@ -14,7 +14,7 @@ from azlib.models.decoding import decode
 from azlib.models.generation import (
     Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
 )
-from azlib.models.loading import load_model
+from azlib.models.loading import free_memory, load_model
 from azlib.models.shared_prompts import SCORING_MEMORY, completion_logprobs
 from azlib.prompts import ANSWER_LINE
 
@@ -55,6 +55,13 @@ class HFBackend(TokenizerPrompts, Backend):
         self.device = device
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
+
+    @one_call_at_a_time
+    def close(self) -> None:
+        """Drop this backend's reference to the weights: their memory comes back once nothing else holds
+        them (a student's backend wraps the student's own model, which the student keeps)."""
+        self.model = None
+        free_memory()
 
     @functools.cached_property
     def newline_tokens(self) -> torch.Tensor:

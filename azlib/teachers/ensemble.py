@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 from azlib.models import DEFAULT_MODEL, Backend, make_backend
-from azlib.models.generation import Sample
+from azlib.models.generation import Resource, Sample
 from azlib.prompts import continuation_prompt
 from azlib.teachers.spec import TeacherSpec
 
@@ -125,9 +125,10 @@ class Teacher:
         return self.spec.name
 
 
-class TeacherEnsemble:
+class TeacherEnsemble(Resource):
     """propose(contexts) -> per context, proposals from `per_node` teachers drawn by weight;
-    credit(tree) moves the weights; report() gives weights and stats per teacher."""
+    credit(tree) moves the weights; report() gives weights and stats per teacher. `close()` (or a
+    `with` block) stops the engines and servers it started; backends passed in `shared` stay open."""
 
     def __init__(self, specs: Sequence[TeacherSpec], *, shared: dict[str, Backend] | None = None,
                  per_node: int = 2, ema_rate: float = 0.3, temperature: float = 0.1, floor: float = 0.1,
@@ -173,9 +174,8 @@ class TeacherEnsemble:
         return shared[key]
 
     def close(self) -> None:
-        for thing in reversed(self._owned):
-            thing.close()
-        self._owned.clear()
+        while self._owned:  # newest first: a server before the backend it serves
+            self._owned.pop().close()
 
     # -- weights ---------------------------------------------------------------------------------
     def available(self) -> list[Teacher]:
