@@ -1,6 +1,7 @@
 """The model loader on the real embedded SmolLM2: conversion, generation, and clear errors."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,3 +79,59 @@ def test_unsloth_without_unsloth_names_the_extra():
 
     with pytest.raises(BackendError, match=r"pip install -e '\.\[unsloth\]'"):
         Student("embedded:smollm2-135m-instruct", use_unsloth=True)
+
+
+class AdapterReadingEngine:
+    """Stands in for the vLLM engine (not installed in this environment) where a Student hands it adapters:
+    it reads each adapter folder it is handed, as vLLM does when a call first names the adapter."""
+
+    def __init__(self, model, **options):
+        self.read, self.closed = [], False
+
+    def use_adapter(self, folder):
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        self.read.append((folder, sorted(p.name for p in folder.iterdir()),
+                          load_file(folder / "adapter_model.safetensors")))
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_student_syncs_into_one_folder_without_asking_the_hub_and_leaves_none_behind(tmp_path, monkeypatch):
+    import gc
+    import tempfile
+
+    from peft.utils import save_and_load
+
+    import azlib.models.vllm
+    from azlib.models.student import LoraSettings, Student
+
+    monkeypatch.setattr(azlib.models.vllm, "VLLMBackend", AdapterReadingEngine)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    asked = []  # peft's save_embedding_layers="auto" asks the hub for the base model's config.json
+    monkeypatch.setattr(save_and_load, "check_file_exists_on_hf_hub", lambda *args, **kwargs: asked.append(args))
+    with Student(DEFAULT_MODEL, lora=LoraSettings(r=4), generation="vllm") as student:
+        student.model.peft_config["default"].base_model_name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+        trained = next(name for name, _ in student.model.named_parameters() if "lora_B" in name)
+        with torch.no_grad():
+            student.model.get_parameter(trained).add_(0.5)  # what an optimiser step does to one matrix
+        student.sync_generation()
+        engine, folder = student.backend, student.sync_folder
+        (first, files, before), (second, _, after) = engine.read
+        assert first == second == folder and folder.parent == tmp_path, "every sync writes the same folder"
+        assert "adapter_model.safetensors" in files and not any(f.startswith("adapter-") for f in files)
+        assert [k for k in after if not torch.equal(before[k], after[k])] == \
+               [k for k in after if k.replace(".weight", ".default.weight") == trained], "the engine reads the step"
+        assert not any("embed" in k or "lm_head" in k for k in after), "no embedding layers saved"
+        assert asked == [], "a sync never asks the hub"
+    assert engine.closed and not folder.exists(), "close stops the engine and removes the folder"
+
+    forgotten = Student(DEFAULT_MODEL, lora=LoraSettings(r=4), generation="vllm")
+    folder = forgotten.sync_folder
+    assert folder.is_dir()
+    del forgotten
+    gc.collect()
+    assert not folder.exists(), "a student never closed has its folder removed when it goes"
+    assert list(tmp_path.iterdir()) == []

@@ -109,8 +109,8 @@ def test_a_student_generating_through_vllm_follows_each_optimiser_step(hf):
     from azlib.models.hf import HFBackend
     from azlib.models.student import LoraSettings, Student
 
-    student = Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16), generation="vllm", vllm_options=CPU_ENGINE)
-    try:
+    lora = LoraSettings(r=8, alpha=16)
+    with Student(DEFAULT_MODEL, lora=lora, generation="vllm", vllm_options=CPU_ENGINE) as student:
         base = student.backend.generate(CHATS, max_new_tokens=16)
         assert [s[0].token_ids for s in base] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
         # a GRPO step changes the adapter; the engine must generate with the new weights right after it
@@ -128,5 +128,40 @@ def test_a_student_generating_through_vllm_follows_each_optimiser_step(hf):
         with torch.no_grad():
             assert [s[0].token_ids for s in as_trained.generate(CHATS, max_new_tokens=16)] == \
                    [s[0].token_ids for s in after]
-    finally:
-        student.backend.close()
+
+
+def test_students_trained_one_after_another_give_their_engines_back():
+    """Notebook 05 with vLLM generation: a student per arm, one after another in one process. Closing one
+    must end its engine's processes and give their memory back before the next starts."""
+    import psutil
+
+    from azlib.models.student import LoraSettings, Student
+
+    me = psutil.Process()
+
+    def processes() -> dict[int, psutil.Process]:
+        return {p.pid: p for p in me.children(recursive=True)}
+
+    def rss_mb() -> float:  # this process and its children (the engine's processes)
+        return sum(p.memory_info().rss for p in [me, *processes().values()]) / 2**20
+
+    before, kept = rss_mb(), set(processes())  # the module's engine fixture may be running
+    levels = []
+    for arm in range(2):
+        with Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16), generation="vllm",
+                     vllm_options=CPU_ENGINE) as student:
+            (sample,), = student.backend.generate(CHATS[:1], max_new_tokens=8)
+            assert sample.token_ids, f"arm {arm}'s engine generates"
+            running = rss_mb()
+            core, = [p for pid, p in processes().items() if pid not in kept and "EngineCore" in p.name()]
+            engine = [core, *core.children(recursive=True)]  # its workers (multiprocessing's helper stays)
+            folder = student.sync_folder
+        assert not any(p.is_running() for p in engine), f"arm {arm}'s engine processes have exited (and been reaped)"
+        assert not folder.exists()
+        levels.append((running, rss_mb()))
+    (up_first, after_first), (up_second, after_second) = levels
+    engine_mb = up_first - before
+    assert engine_mb > 1000, "an engine with its KV cache takes over a GB (0.2 of RAM)"
+    assert after_first - before < 0.25 * engine_mb, f"memory back after the first close: {levels}, from {before:.0f}"
+    assert up_second - after_first < 1.2 * engine_mb, "the second engine is alone, not beside the first"
+    assert after_second - after_first < 0.1 * engine_mb, f"no memory kept per arm: {levels}"

@@ -3,7 +3,8 @@ installed), its reference policy for the KL, per-token log-probs for the loss, a
 
 Generation: the student's own weights through azlib's hf decode loop (default), or a vLLM engine
 ("vllm") that loads the trained adapter after every optimiser step (`sync_generation`), as GRPO
-trainers generate on GPUs.
+trainers generate on GPUs. `close()` (or `with Student(...) as student:`) stops that engine and removes
+the folder the syncs write into; a student never closed has the folder removed at interpreter exit.
 
 Reference policies: "adapters_off" runs the same weights with the adapters disabled (the base
 model; no second copy), "snapshot" keeps a second adapter that `refresh_reference()` copies the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import weakref
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Literal, Sequence
 
 import torch
 
-from azlib.models.generation import BackendError
+from azlib.models.generation import BackendError, Resource
 from azlib.models.hf import BATCH_SIZE, HFBackend
 from azlib.models.loading import ModelLoadError, load_model
 from azlib.models.shared_prompts import (SCORING_MEMORY, chosen_logprobs, completion_logits,
@@ -44,7 +46,7 @@ class LoraSettings:
             raise ValueError(f"need r >= 1, alpha >= 1 and 0 <= dropout < 1, got {self.r}, {self.alpha}, {self.dropout}")
 
 
-class Student:
+class Student(Resource):
     """model: embedded:..., a hub name or a folder. `backend` generates with the current adapters."""
 
     def __init__(self, model: str, *, lora: LoraSettings = LoraSettings(),
@@ -84,7 +86,8 @@ class Student:
             from azlib.models.vllm import VLLMBackend
 
             self.backend = VLLMBackend(model, enable_lora=True, max_lora_rank=max(lora.r, 8), **(vllm_options or {}))
-            self._synced = Path(tempfile.mkdtemp(prefix="azlib-student-"))
+            self.sync_folder = Path(tempfile.mkdtemp(prefix="azlib-student-"))  # every sync writes here
+            self._remove_sync_folder = weakref.finalize(self, shutil.rmtree, self.sync_folder, ignore_errors=True)
             self.sync_generation()
 
     def sync_generation(self) -> None:
@@ -92,12 +95,18 @@ class Student:
         The hf backend generates with the model itself and needs nothing."""
         if self.generation != "vllm":
             return
-        folder = self._synced / f"adapter-{self.backend.adapters_loaded + 1}"
-        self.model.save_pretrained(str(folder), selected_adapters=["default"])
-        previous = self.backend.lora_request
-        self.backend.use_adapter(folder)
-        if previous is not None:
-            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        # One folder, overwritten: the engine reads it once, when a call first names the new adapter id.
+        # save_embedding_layers=False: the embeddings are not trained, and peft's "auto" would ask the hub
+        # for the base model's config.json on every sync (a stall offline).
+        self.model.save_pretrained(str(self.sync_folder), selected_adapters=["default"], save_embedding_layers=False)
+        self.backend.use_adapter(self.sync_folder)
+
+    def close(self) -> None:
+        """Stop the generation engine (vllm) and remove its sync folder; the student's own weights stay
+        (a closed student can still save its adapter). Idempotent."""
+        self.backend.close()
+        if self.generation == "vllm":
+            self._remove_sync_folder()
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for n, p in self.model.named_parameters() if p.requires_grad and REFERENCE_ADAPTER not in n]
