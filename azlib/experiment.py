@@ -4,8 +4,8 @@ set, and compare with statistics that separate methods. No plotting (the noteboo
 
 from __future__ import annotations
 
-import gc
 import json
+from contextlib import ExitStack
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +18,7 @@ from azlib.data.arithmetic import STEP_COUNTS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
 from azlib.mcts.forking import ForkSettings
 from azlib.models.generation import Backend
+from azlib.models.loading import free_memory
 from azlib.prompts import chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
 
@@ -138,12 +139,12 @@ class Experiment:
 
         p = self.params
         self._same_problems()
-        base = make_backend("hf", p.model, dtype=p.dtype, device=p.device)
-        self.base = self._evaluate(base, self.folder / "base")
-        base.close()
+        with make_backend("hf", p.model, dtype=p.dtype, device=p.device) as base:
+            self.base = self._evaluate(base, self.folder / "base")
         jobs = [(arm, seed) for seed in p.seeds for arm in p.arms]
         for arm, seed in tqdm(jobs, desc="arms x seeds", unit="run", disable=not progress):
             self.runs[(arm, seed)] = self._arm(arm, seed)
+            free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
         return self
 
     def load(self) -> Experiment:
@@ -155,6 +156,7 @@ class Experiment:
             for arm in self.params.arms:
                 if (self.folder / f"seed-{seed}" / arm / "result.json").exists():
                     self.runs[(arm, seed)] = self._arm(arm, seed)
+            free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
         return self
 
     def _same_problems(self) -> None:
@@ -189,26 +191,30 @@ class Experiment:
             return ArmResult(arm, seed, saved["tokens"], saved["log"], self._evaluate(None, folder))
         p = self.params
         budget = p.train.token_budget
-        if arm == "trl":
-            from azlib.peers import train_with_trl
+        # The arm's engines close when the block ends, however it ends, and after its result is on disk:
+        # on one GPU the next arm's engine needs their memory.
+        with ExitStack() as owned:
+            if arm == "trl":
+                from azlib.peers import train_with_trl
 
-            peer = train_with_trl(p.model_copy(update={"seed": seed}), self.problems, folder / "train",
-                                  token_budget=budget)
-            backend, tokens, log = peer.backend, peer.tokens, peer.log
-        else:
-            from azlib.training import trainer_from_params
+                peer = train_with_trl(p.model_copy(update={"seed": seed}), self.problems, folder / "train",
+                                      token_budget=budget)
+                backend, tokens, log = owned.enter_context(peer.backend), peer.tokens, peer.log
+            else:
+                from azlib.training import trainer_from_params
 
-            fork, train = arm_settings(arm, p.fork)
-            arm_params = p.model_copy(update={"seed": seed, "fork": fork})
-            trainer = trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train)
-            log = trainer.run(resume=(folder / "train").exists(), progress=False)
-            backend, tokens = trainer.student.backend, trainer.tokens
-        records = self._evaluate(backend, folder)
-        partial = done.with_suffix(".partial")  # renamed when whole: a result on disk is a finished run
-        partial.write_text(json.dumps({"tokens": tokens, "log": log}))
-        partial.rename(done)
-        del backend
-        gc.collect()
+                fork, train = arm_settings(arm, p.fork)
+                arm_params = p.model_copy(update={"seed": seed, "fork": fork})
+                trainer = trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train)
+                owned.enter_context(trainer.student)
+                if trainer.teachers is not None:
+                    owned.enter_context(trainer.teachers)
+                log = trainer.run(resume=(folder / "train").exists(), progress=False)
+                backend, tokens = trainer.student.backend, trainer.tokens
+            records = self._evaluate(backend, folder)
+            partial = done.with_suffix(".partial")  # renamed when whole: a result on disk is a finished run
+            partial.write_text(json.dumps({"tokens": tokens, "log": log}))
+            partial.rename(done)
         return ArmResult(arm, seed, tokens, log, records)
 
     # -- what the runs say ------------------------------------------------------------------------------

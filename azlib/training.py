@@ -323,7 +323,8 @@ def training_problems(params) -> tuple[list[Row], str]:
 
 def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **train_changes) -> Trainer:
     """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
-    `train_changes` replace fields of its `train` section (05's equal-budget arms)."""
+    `train_changes` replace fields of its `train` section (05's equal-budget arms). The caller closes the
+    trainer's student and teachers when done with them (they hold engines)."""
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
     config = TrainingConfig(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
@@ -336,8 +337,12 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
                                     "max_model_len": GENERATION_MAX_MODEL_LEN})
     teachers = None
     if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
-        teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,
-                                   seed=params.seed)
+        try:
+            teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,
+                                       seed=params.seed)
+        except Exception:  # e.g. a teacher engine that finds no memory: the student's engine goes too
+            student.close()
+            raise
     return Trainer(student, problems, folder, config, teachers=teachers)
 
 

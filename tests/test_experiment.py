@@ -1,5 +1,6 @@
 """azlib.experiment on a hand-written run folder (no model): what it reads back, the comparisons across
-seeds (per-seed McNemar, seeds where b is above a, over the seeds both arms finished), the mechanism."""
+seeds (per-seed McNemar, seeds where b is above a, over the seeds both arms finished), the mechanism; and
+one real run of two arms on the embedded model: each arm's engine closed once its result is on disk."""
 
 import json
 from types import SimpleNamespace
@@ -116,3 +117,32 @@ def test_an_unreadable_gsm8k_is_an_error_unless_the_fallback_is_allowed(tmp_path
         task_sets(transfer)
     _, sets, note = task_sets(SimpleNamespace(**{**vars(transfer), "gsm8k_fallback": True}))
     assert "gsm8k" not in sets and note.startswith("GSM8K test unavailable, not evaluated")
+
+
+@pytest.mark.model
+def test_each_arm_is_closed_after_its_result_is_on_disk(tmp_path, monkeypatch):
+    from azlib import config
+    from azlib.experiment import task_sets
+    from azlib.models.hf import HFBackend
+    from azlib.models.student import Student
+
+    params, _ = config.resolve(config.NOTEBOOKS_DIR / "05_base_vs_trained.ipynb", "smoke", tmp_path)
+    params = params.model_copy(update={"seeds": [0], "arms": ["rft", "trl"], "eval_problems": 2})
+    problems, sets, _ = task_sets(params)
+    closed = []  # per close: the owner and the arms whose result was on disk then
+
+    def spy(cls):
+        original = cls.close
+
+        def close(self):
+            closed.append((cls.__name__, sorted(p.parent.name for p in tmp_path.glob("seed-0/*/result.json"))))
+            original(self)
+        monkeypatch.setattr(cls, "close", close)
+
+    spy(Student)
+    spy(HFBackend)
+    experiment = Experiment(params, problems, {"heldout": sets["heldout"]}, tmp_path).run(progress=False)
+    assert closed == [("HFBackend", []),  # the base model, once evaluated
+                      ("Student", ["rft"]), ("HFBackend", ["rft"]),  # the student, then its generator
+                      ("HFBackend", ["rft", "trl"])], "each arm's models closed, after its result was written"
+    assert set(experiment.runs) == {("rft", 0), ("trl", 0)}
