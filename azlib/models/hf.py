@@ -56,6 +56,11 @@ class HFBackend(TokenizerPrompts, Backend):
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
 
+    @property
+    def context_tokens(self) -> int:
+        """Prompt and new tokens together can be at most this long (the model's position embeddings)."""
+        return self.model.config.max_position_embeddings
+
     @functools.cached_property
     def newline_tokens(self) -> torch.Tensor:
         return newline_tokens(self.tokenizer)
