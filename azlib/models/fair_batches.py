@@ -21,8 +21,8 @@ class PromptTooLong(ValueError):
     """The prompt and the new tokens asked for do not fit in the model's context."""
 
 
-class Expired(TimeoutError):
-    """The request's deadline passed before it was started."""
+class Expired(RuntimeError):
+    """The request's deadline passed, or its client left, before it was answered."""
 
 
 @dataclass

@@ -40,7 +40,7 @@ class ServeLimits:
     read_timeout: float = _limit(30.0, "seconds a client may pause while sending its request, else 408")
     batch_rows: int = _limit(64, "rows (samples) generated together in one turn")
     turn_rows: int = _limit(8, "rows a request is sure of per turn when others are waiting")
-    turn_tokens: int = _limit(64, "new tokens per row per turn: longer answers take several turns")
+    turn_tokens: int = _limit(32, "new tokens per row per turn: longer answers take several turns")
 
     def __post_init__(self):
         if bad := [f.name for f in fields(self) if not getattr(self, f.name) > 0]:
@@ -64,8 +64,7 @@ class BatchingServer:
         self.stats = self.batcher.stats
         self._stats_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(limits.max_concurrent + limits.max_queue)
-        self.httpd = ThreadingHTTPServer((host, port), self._handler())
-        self.httpd.daemon_threads = True
+        self.httpd = _Listener((host, port), self._handler())
         self._serving = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -244,6 +243,11 @@ class BatchingServer:
                 self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
         return Handler
+
+
+class _Listener(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # connections not yet accepted: socketserver's 5 resets a burst of clients
 
 
 def _client_gone(connection: socket.socket) -> bool:
