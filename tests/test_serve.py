@@ -234,24 +234,25 @@ def test_a_full_queue_is_told_to_retry_and_a_client_that_leaves_stops_its_work(h
         assert server.stats["client_gone"] == 2
         tokens = stopped(server)
         assert tokens < 4 * 256, "the first request was dropped before it finished"
-        assert server.stats["dropped_running"] == 1
-        assert server.stats["dropped_unstarted"] == 1, "the queued one never ran"
+        assert server.stats["dropped_running"] + server.stats["dropped_unstarted"] == 2
         after = httpx.post(f"{server.url}/chat/completions", json=chat(max_tokens=4), timeout=60)
         assert after.status_code == 200
 
 
 def test_a_passed_deadline_answers_504_and_stops_generation(hf):
-    limits = ServeLimits(max_concurrent=1, request_timeout=3.0, turn_tokens=8)
+    limits = ServeLimits(max_concurrent=1, request_timeout=2.0, turn_tokens=8)
     body = {"model": "smol", "prompt": COUNTING, "n": 4, "max_tokens": 512, "temperature": 0}
     with BatchingServer(hf, "smol", limits=limits) as server, ThreadPoolExecutor(2) as pool:
-        first = pool.submit(httpx.post, f"{server.url}/completions", json=body, timeout=60)
-        time.sleep(0.3)
-        queued = pool.submit(httpx.post, f"{server.url}/completions", json=body, timeout=60)
-        for response in (first.result(), queued.result()):
-            assert refused(response, 504)["code"] == "timeout"
-        assert stopped(server) < 4 * 512
-        assert server.stats["dropped_running"] == 1
-        assert server.stats["dropped_unstarted"] == 1, "the queued one never ran"
+        with hf.lock:  # the model is busy elsewhere (a training step, say) until both deadlines have passed
+            first = pool.submit(httpx.post, f"{server.url}/completions", json=body, timeout=60)
+            time.sleep(0.3)
+            queued = pool.submit(httpx.post, f"{server.url}/completions", json=body, timeout=60)
+            for response in (first.result(), queued.result()):
+                assert refused(response, 504)["code"] == "timeout"
+        assert stopped(server) == 0 and server.stats["dropped_unstarted"] == 2, "an expired request never starts"
+        assert refused(httpx.post(f"{server.url}/completions", json=body, timeout=60), 504)["code"] == "timeout"
+        assert 0 < stopped(server) < 4 * 512
+        assert server.stats["dropped_running"] == 1, "a request past its deadline gets no further turns"
 
 
 def test_the_command_line_sets_the_limits(tmp_path):

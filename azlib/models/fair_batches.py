@@ -136,10 +136,11 @@ class FairBatcher:
                                              "the request's deadline passed before it was started"))
 
     def _turn(self) -> None:
-        """One turn: drop jobs whose client left or deadline passed, share out rows, run, finish jobs."""
+        """One turn: drop jobs whose client left or deadline passed, share out rows, run each group and answer
+        the jobs it finished."""
         for job in [j for j in self.running if j.cancelled or time.monotonic() >= j.deadline]:
             self.running.remove(job)
-            self._drop(job, started=True)
+            self._drop(job, started=job.turns > 0)
         if not self.running:
             return
         share = max(self.turn_rows, self.batch_rows // len(self.running))
@@ -158,6 +159,9 @@ class FairBatcher:
         self.running.rotate(-1)  # the next turn starts its sharing with the next job
         for key in sorted(groups, key=lambda k: k[0]):
             self._run(key, groups[key])
+            self._answer_finished()  # now, not after the turn's longer calls
+
+    def _answer_finished(self) -> None:
         for job in [j for j in self.running if all(r.done for r in j.rows) or j.future.done()]:
             self.running.remove(job)
             if not job.future.done():
