@@ -154,6 +154,9 @@ def test_routes_keys_and_bodies_are_refused_in_openai_shape(refusing):
     assert status == 408 and body["error"]["code"] == "request_timeout"
     assert time.monotonic() - started < SMALL.read_timeout + 5, "a stalled body holds a handler for read_timeout only"
     assert exchange(refusing, post_head("/v1/chat/completions", None))[0] == 411
+    assert exchange(refusing, b"PUT /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n")[2]["error"]["message"]
+    assert exchange(refusing, b"PUT /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 501
+    assert exchange(refusing, b"NOT A REQUEST LINE AT ALL\r\n\r\n")[0] == 400
     assert exchange(refusing, post_head("/v1/chat/completions", None)[:-2] + b"Content-Length: -5\r\n\r\n")[0] == 400
     assert refusing.batches == 0
 

@@ -137,6 +137,14 @@ class BatchingServer:
                 while time.monotonic() < until and self.connection.recv(65536):
                     pass
 
+            def send_error(self, code, message=None, explain=None):
+                """http.server's own refusals (a bad request line, an unknown method, huge headers), in OpenAI's
+                shape."""
+                message = message or self.responses.get(code, ("error",))[0]
+                self.request_version = "HTTP/1.0"  # an unparsed line reads as HTTP/0.9: no status line at all
+                kind = "invalid_request_error" if code < 500 else "server_error"
+                self._reply(code, ApiError(code, message, type=kind, code="http_error").body())
+
             def do_GET(self):
                 if self.path.rstrip("/") == "/v1/models":
                     return self._reply(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
