@@ -17,8 +17,13 @@ from azlib.models.generation import Backend, Prompt, Sample, TokenIds, cut_at_st
 SEED_STRIDE = 0x9E3779B97F4A7C15  # a later turn of a seeded request samples with seed + turn * stride (mod 2**63)
 
 
-class PromptTooLong(ValueError):
-    """The prompt and the new tokens asked for do not fit in the model's context."""
+class BadPrompt(ValueError):
+    """A prompt that cannot be generated from: with the new tokens asked for it does not fit the model's context
+    (code "context_length_exceeded"), or the chat template refuses its messages ("invalid_prompt")."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
 
 
 class Expired(RuntimeError):
@@ -112,8 +117,8 @@ class FairBatcher:
             try:
                 self._prepare(job)
             except Exception as err:  # too long, or a chat template that refuses these messages
-                job.future.set_exception(err if isinstance(err, PromptTooLong) else PromptTooLong(
-                    f"the prompt could not be rendered: {type(err).__name__}: {err}"))
+                job.future.set_exception(err if isinstance(err, BadPrompt) else BadPrompt(
+                    f"the prompt could not be rendered: {type(err).__name__}: {err}", "invalid_prompt"))
                 continue
             self.running.append(job)
         return True
@@ -124,8 +129,8 @@ class FairBatcher:
         room = self.context_tokens - len(job.prompt_ids)
         wanted = job.max_new_tokens if job.max_new_tokens is not None else min(self.default_tokens, room)
         if wanted > room or room < 1:
-            raise PromptTooLong(f"the prompt has {len(job.prompt_ids)} tokens and {wanted} new tokens were asked "
-                                f"for: more than the model's context of {self.context_tokens} tokens")
+            raise BadPrompt(f"the prompt has {len(job.prompt_ids)} tokens and {wanted} new tokens were asked for: "
+                            f"more than the model's context of {self.context_tokens} tokens", "context_length_exceeded")
         job.max_new_tokens = wanted
         job.rows = [Row() for _ in range(job.n)]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from azlib.models.fair_batches import Expired, FairBatcher, Job, PromptTooLong
+from azlib.models.fair_batches import BadPrompt, Expired, FairBatcher, Job
 from azlib.models.generation import Backend, Sample
 from azlib.models.openai_requests import ApiError, parse_request
 
@@ -219,8 +219,8 @@ class BatchingServer:
                             job.cancel()
                             server._count("client_gone")
                             return None
-                    except PromptTooLong as err:
-                        raise ApiError(400, str(err), param=prompt_param, code="context_length_exceeded") from None
+                    except BadPrompt as err:
+                        raise ApiError(400, str(err), param=prompt_param, code=err.code) from None
                     except Expired as err:
                         raise ApiError(504, str(err), type="server_error", code="timeout") from None
 
