@@ -2,12 +2,14 @@
 `python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training without the notebook),
 `[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training, DDP under torchrun),
 `python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
-`python -m azlib serve [--model M] [--port P] [--dtype D] [--device D]` (a local OpenAI-compatible server). Parses, hands over."""
+`python -m azlib serve [--model M] [--port P] [--dtype D] [--device D] [--max-n N ...]` (a local OpenAI-compatible
+server; `serve --help` lists its limits). Parses, hands over."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from azlib.config import PROFILES, ParamsError
@@ -39,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--api-key-env", help="require the key held in this environment variable")
     serve.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="bfloat16 on a GPU")
     serve.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    from azlib.models.serve import ServeLimits  # its fields are the limit flags, with their defaults and help
+
+    for limit in fields(ServeLimits):
+        serve.add_argument(f"--{limit.name.replace('_', '-')}", type=type(limit.default), default=limit.default,
+                           help=f"{limit.metadata['help']} (default {limit.default})")
     args = parser.parse_args(argv)
 
     if args.command == "serve":
@@ -115,7 +122,7 @@ def _serve(args) -> int:
     import os
 
     from azlib.models import make_backend
-    from azlib.models.serve import BatchingServer
+    from azlib.models.serve import BatchingServer, ServeLimits
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:
@@ -123,7 +130,8 @@ def _serve(args) -> int:
         return 2
     server = BatchingServer(make_backend("hf", args.model, dtype=args.dtype, device=args.device),
                             args.served_model_name or args.model, args.host,
-                            args.port, api_key=key).start()
+                            args.port, api_key=key,
+                            limits=ServeLimits(**{f.name: getattr(args, f.name) for f in fields(ServeLimits)})).start()
     print(f"serving {args.model} at {server.url} (Ctrl-C stops)", flush=True)
     try:
         server.wait()

@@ -63,6 +63,11 @@ class HFBackend(TokenizerPrompts, Backend):
         self.model = None
         free_memory()
 
+    @property
+    def context_tokens(self) -> int:
+        """Prompt and new tokens together can be at most this long (the model's position embeddings)."""
+        return self.model.config.max_position_embeddings
+
     @functools.cached_property
     def newline_tokens(self) -> torch.Tensor:
         return newline_tokens(self.tokenizer)

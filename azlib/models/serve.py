@@ -1,59 +1,95 @@
-"""A small OpenAI-compatible HTTP server over any local backend (/v1/chat/completions, /v1/completions).
-Requests that arrive together are batched into one generate call, as vLLM's server does."""
+"""A small OpenAI-compatible HTTP server over a local backend holding a tokenizer (/v1/chat/completions,
+/v1/completions), with limits on what one client may ask; the batching itself is azlib.models.fair_batches."""
 
 from __future__ import annotations
 
 import json
-import queue
+import select
+import socket
 import threading
 import time
 import uuid
-from concurrent.futures import Future
-from dataclasses import asdict
+from dataclasses import dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from azlib.models.generation import Backend, Sample, Sampling
+from azlib.models.fair_batches import BadPrompt, Expired, FairBatcher, Job
+from azlib.models.generation import Backend, Sample
+from azlib.models.openai_requests import ApiError, parse_request
+
+CLIENT_CHECK_SECONDS = 0.25  # how often a waiting handler looks whether its client has gone
 
 
-class _Request:
-    def __init__(self, prompt, sampling: Sampling):
-        self.prompt, self.sampling, self.future = prompt, sampling, Future()
+def _limit(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one client may ask of the server, and how the model's time is shared; each field is a
+    `python -m azlib serve` flag (max_n -> --max-n)."""
+
+    max_n: int = _limit(16, "samples per request (n)")
+    max_tokens: int = _limit(2048, "new tokens per sample; prompt + new tokens must also fit the model's context")
+    default_tokens: int = _limit(256, "new tokens when a request names none (at most max_tokens and what fits the "
+                                          "context)")
+    max_body_bytes: int = _limit(1 << 20, "request body size; larger ones get 413 unread")
+    max_concurrent: int = _limit(32, "requests generated at once, in turns")
+    max_queue: int = _limit(128, "admitted requests waiting for a turn; beyond that 503 with Retry-After")
+    request_timeout: float = _limit(300.0, "seconds from arrival to answer, else 504 and its generation stops")
+    read_timeout: float = _limit(30.0, "seconds a client may pause while sending its request, else 408")
+    batch_rows: int = _limit(64, "rows (samples) generated together in one turn")
+    turn_rows: int = _limit(8, "rows a request is sure of per turn when others are waiting")
+    turn_tokens: int = _limit(32, "new tokens per row per turn: longer answers take several turns")
+
+    def __post_init__(self):
+        if bad := [f.name for f in fields(self) if not getattr(self, f.name) > 0]:
+            raise ValueError(f"serve limits must be positive: {', '.join(bad)}")
 
 
 class BatchingServer:
     """serve(backend) on host:port (port 0 picks a free one); `url` is the base_url for clients.
-    `api_key`, when given, must arrive as a Bearer token (it is compared, never logged)."""
+    `api_key`, when given, must arrive as a Bearer token (it is compared, never logged). Every refusal is
+    an HTTP status with OpenAI's error body; `stats` counts what happened (answers, refusals by status,
+    clients gone, generate calls, tokens)."""
 
     def __init__(self, backend: Backend, model_name: str, host: str = "127.0.0.1", port: int = 0, *,
-                 api_key: str | None = None, max_batch: int = 64, gather_seconds: float = 0.01):
-        self.backend, self.model_name, self.api_key = backend, model_name, api_key
-        self.max_batch, self.gather_seconds = max_batch, gather_seconds
-        self.requests: queue.Queue[_Request | None] = queue.Queue()
-        self.batches = 0  # generate calls made: fewer than requests when batching works
-        self.httpd = ThreadingHTTPServer((host, port), self._handler())
-        self.httpd.daemon_threads = True
-        self._threads = [threading.Thread(target=self.httpd.serve_forever, daemon=True),
-                         threading.Thread(target=self._work, daemon=True)]
+                 api_key: str | None = None, limits: ServeLimits = ServeLimits(), gather_seconds: float = 0.01):
+        self.backend, self.model_name, self.api_key, self.limits = backend, model_name, api_key, limits
+        self.batcher = FairBatcher(backend, context_tokens=backend.context_tokens,
+                                   default_tokens=min(limits.default_tokens, limits.max_tokens),
+                                   max_running=limits.max_concurrent, batch_rows=limits.batch_rows,
+                                   turn_rows=limits.turn_rows, turn_tokens=limits.turn_tokens,
+                                   gather_seconds=gather_seconds)
+        self.stats = self.batcher.stats
+        self._stats_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(limits.max_concurrent + limits.max_queue)
+        self.httpd = _Listener((host, port), self._handler())
+        self._serving = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
+    @property
+    def batches(self) -> int:
+        """generate calls made: fewer than requests when batching works."""
+        return self.stats["generate_calls"]
+
     def start(self) -> BatchingServer:
-        for thread in self._threads:
-            thread.start()
+        self.batcher.start()
+        self._serving.start()
         return self
 
     def wait(self) -> None:
         """Block until the server is closed (the command line's foreground mode)."""
-        self._threads[0].join()
+        self._serving.join()
 
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-        self.requests.put(None)
+        self.batcher.close()
 
     def __enter__(self) -> BatchingServer:
         return self.start()
@@ -61,83 +97,136 @@ class BatchingServer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _work(self) -> None:
-        """Take what is waiting (up to max_batch), group it by sampling settings, one generate per group."""
-        while (first := self.requests.get()) is not None:
-            batch, deadline = [first], time.monotonic() + self.gather_seconds
-            while len(batch) < self.max_batch and (left := deadline - time.monotonic()) > 0:
-                try:
-                    item = self.requests.get(timeout=left)
-                except queue.Empty:
-                    break
-                if item is None:
-                    self.requests.put(None)
-                    break
-                batch.append(item)
-            groups: dict[Sampling, list[_Request]] = {}
-            for request in batch:
-                groups.setdefault(request.sampling, []).append(request)
-            for sampling, group in groups.items():
-                self.batches += 1
-                try:
-                    results = self.backend.generate([r.prompt for r in group], **asdict(sampling))
-                except Exception as err:  # the client gets HTTP 500 with the message
-                    for r in group:
-                        r.future.set_exception(err)
-                else:
-                    for r, samples in zip(group, results):
-                        r.future.set_result(samples)
+    def _count(self, key: str) -> None:
+        with self._stats_lock:
+            self.stats[key] += 1
 
     def _handler(self):
-        server = self
+        server, limits = self, self.limits
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = limits.read_timeout  # applied to the socket: a client that stalls mid-request gets 408
+            body_read = False
+
             def log_message(self, *args):  # quiet: requests are counted, not logged
                 pass
 
-            def _reply(self, status: int, body: dict[str, Any]) -> None:
+            def _reply(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                server._count(f"http_{status}")
                 data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    for name, value in {"Content-Type": "application/json", "Content-Length": str(len(data)),
+                                        **(headers or {})}.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    if not self.body_read:
+                        self._linger()
+                except OSError:  # the client went away first: nobody to tell
+                    self.close_connection = True
+
+            def _linger(self) -> None:
+                """Refused before its body was read: close our side, then let the client finish sending for a
+                moment, so the reply is not lost to a reset (Apache's lingering close)."""
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_WR)
+                self.connection.settimeout(0.5)
+                until = time.monotonic() + 2.0
+                while time.monotonic() < until and self.connection.recv(65536):
+                    pass
+
+            def send_error(self, code, message=None, explain=None):
+                """http.server's own refusals (a bad request line, an unknown method, huge headers), in OpenAI's
+                shape."""
+                message = message or self.responses.get(code, ("error",))[0]
+                self.request_version = "HTTP/1.0"  # an unparsed line reads as HTTP/0.9: no status line at all
+                kind = "invalid_request_error" if code < 500 else "server_error"
+                self._reply(code, ApiError(code, message, type=kind, code="http_error").body())
 
             def do_GET(self):
                 if self.path.rstrip("/") == "/v1/models":
                     return self._reply(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
-                self._reply(404, {"error": {"message": f"no route {self.path}"}})
+                self._reply(404, ApiError(404, f"no route {self.path}", code="unknown_url").body())
 
             def do_POST(self):
-                if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
-                    return self._reply(401, {"error": {"message": "missing or wrong API key"}})
-                chat = self.path.rstrip("/") == "/v1/chat/completions"
-                if not chat and self.path.rstrip("/") != "/v1/completions":
-                    return self._reply(404, {"error": {"message": f"no route {self.path}"}})
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                    prompt = [_plain(m) for m in body["messages"]] if chat else body["prompt"]
-                    stop = body.get("stop") or ()
-                    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
-                    sampling = Sampling(n=int(body.get("n") or 1), max_new_tokens=int(max_tokens),
-                                        temperature=float(body.get("temperature", 1.0)),
-                                        top_p=float(body.get("top_p", 1.0)),
-                                        stop=(stop,) if isinstance(stop, str) else tuple(stop), seed=body.get("seed"))
-                except (ValueError, KeyError, TypeError) as err:
-                    return self._reply(400, {"error": {"message": f"bad request: {err}"}})
-                request = _Request(prompt, sampling)
-                server.requests.put(request)
-                try:
-                    samples = request.future.result()
-                except Exception as err:
-                    return self._reply(500, {"error": {"message": f"{type(err).__name__}: {err}"}})
-                response = _response(samples, chat, server.model_name)
-                if body.get("stream"):
-                    return self._stream(response, chat)
-                self._reply(200, response)
+                    answer = self._complete()
+                except ApiError as err:
+                    return self._reply(err.status, err.body(), err.headers)
+                except Exception as err:  # a bug or a backend failure: still an answer, never a dropped connection
+                    return self._reply(500, ApiError(500, f"{type(err).__name__}: {err}", type="server_error").body())
+                if answer is not None:
+                    response, stream = answer
+                    self._stream(response) if stream else self._reply(200, response)
 
-            def _stream(self, response: dict[str, Any], chat: bool) -> None:
+            def _complete(self):
+                """(response, stream) for a valid request; None when the client left before its answer."""
+                route = self.path.rstrip("/")
+                if route not in ("/v1/chat/completions", "/v1/completions"):
+                    raise ApiError(404, f"no route {self.path}", code="unknown_url")
+                if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
+                    raise ApiError(401, "missing or wrong API key", code="invalid_api_key")
+                chat = route == "/v1/chat/completions"
+                request = parse_request(self._body(), chat=chat, model=server.model_name, max_n=limits.max_n,
+                                        max_tokens=limits.max_tokens)
+                if not server._slots.acquire(blocking=False):
+                    raise ApiError(503, "the server is at capacity; retry shortly", type="server_error",
+                                   code="overloaded", headers={"Retry-After": "1"})
+                try:
+                    job = Job(request.prompt, request.n, request.max_tokens, request.temperature, request.top_p,
+                              request.stop, request.seed, deadline=time.monotonic() + limits.request_timeout)
+                    server.batcher.submit(job)
+                    samples = self._wait(job, request.prompt_param)
+                finally:
+                    server._slots.release()
+                if samples is None:
+                    return None
+                return _response(samples, chat, server.model_name), request.stream
+
+            def _body(self) -> bytes:
+                length = self.headers.get("Content-Length")
+                if length is None:
+                    raise ApiError(411, "a Content-Length header is required", code="length_required")
+                if not length.strip().isdigit():
+                    raise ApiError(400, f"bad Content-Length {length!r}", code="invalid_header")
+                if int(length) > limits.max_body_bytes:
+                    raise ApiError(413, f"the body ({int(length)} bytes) is larger than this server's limit of "
+                                        f"{limits.max_body_bytes} bytes", code="request_too_large")
+                try:
+                    body = self.rfile.read(int(length))
+                except TimeoutError:
+                    raise ApiError(408, f"the body did not arrive within {limits.read_timeout} s",
+                                   code="request_timeout") from None
+                if len(body) < int(length):
+                    raise ApiError(400, "the body ended before its Content-Length", code="incomplete_body")
+                self.body_read = True
+                return body
+
+            def _wait(self, job: Job, prompt_param: str) -> list[Sample] | None:
+                """The job's samples; None when the client went away (the job is cancelled: it stops)."""
+                while True:
+                    left = job.deadline - time.monotonic()
+                    if left <= 0:
+                        job.cancel()
+                        raise ApiError(504, f"no answer within this server's request timeout of "
+                                            f"{limits.request_timeout} s", type="server_error", code="timeout")
+                    try:
+                        return job.future.result(timeout=min(CLIENT_CHECK_SECONDS, left))
+                    except TimeoutError:
+                        if _client_gone(self.connection):
+                            job.cancel()
+                            server._count("client_gone")
+                            return None
+                    except BadPrompt as err:
+                        raise ApiError(400, str(err), param=prompt_param, code=err.code) from None
+                    except Expired as err:
+                        raise ApiError(504, str(err), type="server_error", code="timeout") from None
+
+            def _stream(self, response: dict[str, Any]) -> None:
                 """Server-sent events: each choice's whole text as one delta, then usage, then [DONE]."""
+                chat = response["object"] == "chat.completion"
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
@@ -164,12 +253,22 @@ class BatchingServer:
         return Handler
 
 
-def _plain(message: dict[str, Any]) -> dict[str, str]:
-    """A chat message with list-of-parts content flattened to its text parts (chat templates want text)."""
-    content = message.get("content") or ""
-    if isinstance(content, list):
-        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return {"role": message["role"], "content": content}
+class _Listener(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # connections not yet accepted: socketserver's 5 resets a burst of clients
+
+
+def _client_gone(connection: socket.socket) -> bool:
+    """Whether the client closed its side (readable, yet nothing to read) while waiting for its answer."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _response(samples: list[Sample], chat: bool, model: str) -> dict[str, Any]:
