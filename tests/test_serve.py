@@ -184,8 +184,12 @@ def test_a_long_answer_made_in_turns_equals_one_generate_call(hf):
 
 def test_ordinary_requests_are_answered_beside_the_largest_allowed_one(hf):
     limits = ServeLimits(max_n=4, max_tokens=64, turn_tokens=16)
-    with BatchingServer(hf, "smol", limits=limits) as server, ThreadPoolExecutor(24) as pool:
-        client = httpx.Client(base_url=server.url, timeout=120, limits=httpx.Limits(max_connections=32))
+    with BatchingServer(hf, "smol", limits=limits) as server, ThreadPoolExecutor(40) as pool:
+        client = httpx.Client(base_url=server.url, timeout=120, limits=httpx.Limits(max_connections=40))
+        for warm_up in ({"model": "smol", "prompt": COUNTING, "n": limits.max_n, "max_tokens": limits.max_tokens,
+                         "temperature": 0}, chat(max_tokens=8)):  # the allocator's working set, before measuring
+            client.post("/completions" if "prompt" in warm_up else "/chat/completions", json=warm_up, timeout=300)
+        resident_before = resident_mb()
 
         def timed(body, timeout):
             started = time.monotonic()
@@ -196,7 +200,7 @@ def test_ordinary_requests_are_answered_beside_the_largest_allowed_one(hf):
         large = pool.submit(timed, {"model": "smol", "prompt": COUNTING, "n": limits.max_n,
                                     "max_tokens": limits.max_tokens, "temperature": 0}, 300)
         time.sleep(0.5)
-        ordinary = [pool.submit(timed, chat(max_tokens=8), 60) for _ in range(20)]
+        ordinary = [pool.submit(timed, chat(max_tokens=8), 60) for _ in range(32)]
         answered = []
         for future in ordinary:
             try:
@@ -212,6 +216,14 @@ def test_ordinary_requests_are_answered_beside_the_largest_allowed_one(hf):
         after = client.post("/chat/completions", json=chat(max_tokens=4), timeout=60)
         assert after.status_code == 200 and after.json()["choices"][0]["message"]["content"]
         client.close()
+    grown = resident_mb() - resident_before
+    assert grown < 300, f"the server's memory comes back near where it started (grew {grown:.0f} MB)"
+
+
+def resident_mb() -> float:
+    """This process's resident memory now (not its peak)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]) / 1024
 
 
 def test_a_full_queue_is_told_to_retry_and_a_client_that_leaves_stops_its_work(hf):
