@@ -419,21 +419,21 @@ def visit_weights(visits: Sequence[int], temperature: float) -> list[float]:
 def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: random.Random) -> list[SearchResult]:
     """Search every root for `config.num_simulations` leaf evaluations (or until a budget runs out)."""
     trees = [Tree.with_root(state, two_player=env.two_player, config=asdict(config)) for state in roots]
-    simulations, tokens = [0] * len(trees), [0] * len(trees)
+    tokens = [0] * len(trees)  # a tree's simulations so far: len(tree.history), one entry per backed-up simulation
     for tree in trees:
         if env.is_terminal(tree.root.state):
             tree.root.terminal = tree.root.solved = True
             tree.root.info["terminal_value"] = env.terminal_value(tree.root.state)
     while True:
         active = [t for t in range(len(trees))
-                  if simulations[t] < config.num_simulations and not (config.skip_solved and trees[t].root.solved)]
+                  if len(trees[t].history) < config.num_simulations and not (config.skip_solved and trees[t].root.solved)]
         out_of_budget = config.max_tokens is not None and sum(tokens) >= config.max_tokens
         if not active or out_of_budget:
             break
         pending: list[tuple[int, list[int]]] = []
         for t in active:
             tree, claimed = trees[t], set()
-            for _ in range(min(config.leaves_per_step, config.num_simulations - simulations[t])):
+            for _ in range(min(config.leaves_per_step, config.num_simulations - len(tree.history))):
                 path = _select(tree, config, env.two_player)
                 if config.rule == "gumbel" and len(path) > 1:  # sequential halving counts simulations
                     tree.nodes[path[1]].info["simulations"] += 1
@@ -441,7 +441,6 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
                 if leaf.terminal:  # known value: back it up, no model call
                     _back_up(tree, [Backup(path, 1, leaf.info["terminal_value"])])
                     _mark_solved(tree, path)
-                    simulations[t] += 1
                     continue
                 if path[-1] in claimed:
                     break
@@ -462,11 +461,10 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
                         _root_gumbel(tree, config, rng)
                 _back_up(tree, _expansion_backups(path, expansion, added))
                 _mark_solved(tree, path)
-                simulations[t] += 1
                 tokens[t] += expansion.tokens
 
     results = []
-    for tree, sims, spent in zip(trees, simulations, tokens):
+    for tree, spent in zip(trees, tokens):
         children = [tree.nodes[i] for i in tree.root.children]
         weights = visit_weights([c.visits for c in children], config.temperature)
         if not children:
@@ -478,5 +476,5 @@ def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: ra
             action = children[weights.index(1.0)].action
         else:
             action = rng.choices([c.action for c in children], weights=weights)[0]
-        results.append(SearchResult(action, [c.action for c in children], weights, tree, sims, spent))
+        results.append(SearchResult(action, [c.action for c in children], weights, tree, len(tree.history), spent))
     return results
