@@ -9,7 +9,8 @@ goals: tree >= RFT + 5 points on both sets and above it in every seed; every tra
 the transfer set; verified answers per 1k tokens >= 1.3x RFT's. Long (about an hour); not part of the tests.
 An interrupted run continues where it stopped when given the same --out.
 
-    .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR] [--report]
+    .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR]
+        [--seeds 0 1] [--report]
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def main() -> None:
                         help="main: base, tree and RFT; all: every arm of azlib.experiment.ARMS")
     parser.add_argument("--steps", type=int, default=None, help="arithmetic steps per problem (default: the profile's)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the profile's token budget")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="train only these of the profile's seeds: processes given the same --out and different "
+                             "seeds share the work (each writes only its own seed folders); --report reads them all")
     parser.add_argument("--report", action="store_true",
                         help="print what --out holds so far (a running or interrupted run), train nothing")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"tree-vs-sampling-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -39,6 +43,11 @@ def main() -> None:
     params, _ = resolve(NOTEBOOKS_DIR / "05_base_vs_trained.ipynb", "cpu", args.out.resolve())
     train = params.train.__class__(**{**params.train.__dict__,
                                       "token_budget": int(params.train.token_budget * args.budget_scale)})
+    if args.seeds and not args.report:
+        unknown = sorted(set(args.seeds) - set(params.seeds))
+        if unknown:
+            parser.error(f"--seeds {unknown} are not among the profile's seeds {params.seeds}")
+        params = params.model_copy(update={"seeds": args.seeds})
     params = params.model_copy(update={"arms": ["tree", "rft"] if args.mode == "main" else list(ARMS), "train": train,
                                        "arithmetic_steps": [args.steps] if args.steps else params.arithmetic_steps})
     problems, sets, note = task_sets(params)
