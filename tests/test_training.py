@@ -22,6 +22,7 @@ from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
+from azlib.rewards import answer_reward
 from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
@@ -140,6 +141,32 @@ def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
             rollouts = child.info["rollouts"]
             assert child.visits >= len(rollouts)
             assert rollouts[0]["text"].startswith(child.state["text"])
+
+
+def test_each_answers_reward_is_computed_once(student, monkeypatch):
+    """The search values an answer, tree_answers collects it, search_answer grades the recommended one: one
+    computation, whoever reads it."""
+    import azlib.mcts.envs.text as text_env
+    from azlib.training import search_answer
+
+    computed = []
+
+    def counted(*args, **kwargs):
+        computed.append((args, tuple(sorted(kwargs.items()))))
+        return answer_reward(*args, **kwargs)
+
+    monkeypatch.setattr(text_env, "answer_reward", counted)
+    text_env._answer_reward.cache_clear()
+    rows = arithmetic_problems(2, seed=4, steps=(1,))
+    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=48))
+    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=4, max_depth=3, skip_solved=True),
+                     random.Random(0))
+    during_search = len(computed)
+    answers = tree_groups(results, env, "answers")
+    graded = [search_answer(r, env) for r in results]
+    assert answers and graded and during_search > 0
+    assert len(computed) == during_search, "the readers after the search found every reward computed"
+    assert len(set(computed)) == len(computed), "no answer's reward computed twice"
 
 
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):

@@ -11,6 +11,7 @@ one batched call per asked teacher, one batched student score of the teachers' c
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from azlib.data.rows import Row
 from azlib.prompts import continuation_prompt
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.models.generation import Backend, Sample
-from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
+from azlib.rewards import RewardBreakdown, RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
@@ -57,6 +58,15 @@ def word_similarity(a: str, b: str) -> float:
     return len(x & y) / len(x | y) if x | y else 1.0
 
 
+@functools.lru_cache(maxsize=1 << 15)
+def _answer_reward(text: str, gold: str, finished: bool, step_pres: tuple[float, ...], path_code: str,
+                   kind: RewardKind, weights: RewardWeights) -> RewardBreakdown:
+    """answer_reward is a pure function of its arguments: memoised, each answer's reward is computed once, however
+    many readers (the search's values, tree_answers, search_answer, the update's groups) ask for it."""
+    return answer_reward(text, gold, finished=finished, step_pres=step_pres, path_code=path_code, kind=kind,
+                         weights=weights)
+
+
 class TextEnv:
     """States are dicts: problem index, text so far, path code ('1' right, '0' wrong, 's' student
     chunk without a teacher to judge it), per-step PRE, tokens, finished, and whether it ended with EOS."""
@@ -80,9 +90,8 @@ class TextEnv:
         """The reward of a state's text. The original system counts HRE at any terminal (a depth or token cap
         too); the correctness reward only for a finished answer."""
         finished = state["finished"] if self.settings.reward == "correctness" else terminal
-        return answer_reward(state["text"], self.problems[state["problem"]]["answer"], finished=finished,
-                             step_pres=state["step_pres"], path_code=state["code"], kind=self.settings.reward,
-                             weights=self.weights)
+        return _answer_reward(state["text"], self.problems[state["problem"]]["answer"], finished,
+                              tuple(state["step_pres"]), state["code"], self.settings.reward, self.weights)
 
     def terminal_value(self, state: dict) -> float:
         return self.rewards(state, terminal=True).total
@@ -138,9 +147,9 @@ class TextEnv:
         ended = rollout.finish_reason == "stop" and (state["tokens"] + rollout.completion_tokens
                                                     <= self.settings.max_answer_tokens)
         text, finished = complete_answer(state["text"] + rollout.text, ended)
-        r = answer_reward(text, self.problems[state["problem"]]["answer"], finished=finished, kind=self.settings.reward,
-                          weights=self.weights, step_pres=[*state["step_pres"], perplexity_reward(rollout.logprobs)],
-                          path_code=state["code"] + "s")
+        r = _answer_reward(text, self.problems[state["problem"]]["answer"], finished,
+                           (*state["step_pres"], perplexity_reward(rollout.logprobs)), state["code"] + "s",
+                           self.settings.reward, self.weights)
         return {"text": text, "reward": r.total, "hre": r.hre, "finished": finished, "eos": finished,
                 "tokens": state["tokens"] + rollout.completion_tokens}
 
