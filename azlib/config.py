@@ -243,12 +243,13 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
 class BaseVsTrainedParams(TrainingParams):
     """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base."""
 
-    arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "mcts", "rft", "grpo",
-                       "trl"]] = Field(
+    arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
+                       "grpo", "trl"]] = Field(
         min_length=1, description="arms (azlib.experiment.ARMS): forking tree + imitation, forking tree + TreeRL "
                                   "GRPO, the tree's allocation without prefixes, the tree with forks written by "
                                   "the hint teacher (the student reading the reference solution), STaR's "
-                                  "rationalization (the hint teacher's whole answers), PUCT MCTS, "
+                                  "rationalization (the hint teacher's whole answers), the tree with forks written by "
+                                  "the teacher ensemble (teacher_tier), PUCT MCTS, "
                                   "rejection-sampling fine-tuning, plain GRPO, TRL's GRPOTrainer")
     seeds: list[int] = Field(min_length=1, description="training seeds: every arm is trained once per seed")
     calibration_problems: int = Field(ge=0, description="problems per step count in the calibration table (0: none)")
@@ -265,6 +266,9 @@ class BaseVsTrainedParams(TrainingParams):
             raise ValueError("train.token_budget: every arm trains to one budget of generated tokens; set it")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds: each training seed once")
+        if "tree_teachers" in self.arms and self.teacher_tier == "none":
+            raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
+                             "(cpu, vllm, ...), not 'none'")
         return self
 
 

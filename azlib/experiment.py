@@ -32,6 +32,9 @@ ARMS = {
     "tree_hint": {"groups": "forked", "update": "sft", "writer": "hint"},
     # STaR's rationalization, no tree: the hint teacher writes whole answers to the problems not all solved
     "rationalize": {"groups": "forked", "update": "sft", "where": "root", "writer": "hint"},
+    # the forking tree whose forks the teacher ensemble writes ("right" and "wrong" continuations of the
+    # student's prefix: the original system's teachers; needs a teacher_tier, the only arm besides mcts given one)
+    "tree_teachers": {"groups": "forked", "update": "sft", "writer": "teachers"},
     "mcts": {"groups": "answers"},  # PUCT over first lines with rollouts (the update of the params)
     "rft": {"groups": "sampling", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
     "grpo": {"groups": "sampling", "update": "grpo"},  # plain GRPO
@@ -204,7 +207,10 @@ class Experiment:
                 from azlib.training import trainer_from_params
 
                 fork, train = arm_settings(arm, p.fork)
-                arm_params = p.model_copy(update={"seed": seed, "fork": fork})
+                # only the arms that ask teachers start their engines (the run's teacher_tier is theirs)
+                asks_teachers = fork.writer == "teachers" or train.get("groups", p.train.groups) == "answers"
+                arm_params = p.model_copy(update={"seed": seed, "fork": fork,
+                                                  "teacher_tier": p.teacher_tier if asks_teachers else "none"})
                 trainer = trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train)
                 owned.enter_context(trainer.student)
                 if trainer.teachers is not None:

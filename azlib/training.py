@@ -17,6 +17,7 @@ import random
 import resource
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, Sequence
@@ -131,7 +132,7 @@ class Trainer:
         self.forking = ForkingSearch(student.backend, self.problems,
                                      replace(config.fork, rounds=0) if t.groups == "sampling" else config.fork,
                                      max_new_tokens=t.max_new_tokens, temperature=t.temperature, reward=t.reward,
-                                     weights=weights)
+                                     weights=weights, teachers=teachers)
         self.step, self.position, self.tokens = 0, 0, 0
         self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
 
@@ -181,8 +182,9 @@ class Trainer:
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
-        if s.groups in FORKED_GROUPS:  # of the verified answers, those the hint teacher wrote (ForkSettings.writer)
+        if s.groups in FORKED_GROUPS:  # of the verified answers, those a teacher wrote (ForkSettings.writer), and by whom
             record["verified_by_teacher"] = sum(c.writer != "student" for c in good)
+            record["verified_by_writer"] = dict(Counter(c.writer for c in good))
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
@@ -327,6 +329,8 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
     trainer's student and teachers when done with them (they hold engines)."""
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
+    if params.fork.writer == "teachers" and params.teacher_tier == "none":
+        raise ValueError("fork.writer 'teachers' needs teachers: set teacher_tier (cpu, vllm, ...), not 'none'")
     config = TrainingConfig(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
                             text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
     torch.manual_seed(params.seed)  # the LoRA initialisation

@@ -1,6 +1,7 @@
 """The forking tree (azlib.mcts.forking): sampling as its special case bit for bit, every generated token
 counted once, forks that continue the sampled ids, TreeRL advantages on a hand-built tree, deduplication,
-GRPO trained on per-token advantages, and forks written by the hint teacher (trained without the hint)."""
+GRPO trained on per-token advantages, and forks written by the hint teacher (trained without the hint) or by
+the teacher ensemble."""
 
 import json
 from dataclasses import asdict
@@ -8,6 +9,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
+from azlib import config
 from azlib.data import arithmetic_problems
 from azlib.experiment import ARMS, arm_settings
 from azlib.grpo import GRPO, GRPOSettings
@@ -17,6 +19,8 @@ from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, No
 from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.models.student import LoraSettings, Student
+from azlib.models import DEFAULT_MODEL
+from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.training import Trainer, TrainingConfig, TrainSettings
 
 
@@ -252,6 +256,41 @@ def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_w
     assert [c.writer for c in completions] == [a.writer for t in trees for a in t.answers()]
     for c in completions:
         assert c.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[c.problem]["prompt"])), "no hint"
+
+
+@pytest.mark.model
+def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(student):
+    rows = arithmetic_problems(3, seed=20000, steps=(2,))
+    settings = ForkSettings(rounds=1, points=2, branches=1, writer="teachers")
+    with pytest.raises(ValueError, match="teacher ensemble"):
+        ForkingSearch(student.backend, rows, settings, max_new_tokens=40, temperature=0.7)
+    own, taught = Counting(student.backend), Counting(student.backend)
+    spec = TeacherSpec(name="tutor", backend="hf", model=DEFAULT_MODEL, tier="cpu", temperature=0.7)
+    teachers = TeacherEnsemble([spec], shared={DEFAULT_MODEL: taught}, per_node=1)
+    trees = ForkingSearch(own, rows, settings, max_new_tokens=40, temperature=0.7,
+                          teachers=teachers).grow([0, 1, 2], 3, seed=1)
+    assert own.calls == 1 and taught.calls >= 1, "the student answers, the teacher writes every fork"
+    assert sum(t.tokens for t in trees) == own.generated + taught.generated, "the teacher's tokens count once"
+    writers = [(tree.nodes[leaf].round, tree.nodes[leaf].answer.writer) for tree in trees for leaf in tree.leaves()]
+    assert {w for r, w in writers if r == 0} == {"student"} and {w for r, w in writers if r} == {"tutor:1", "tutor:0"}
+    for tree in trees:
+        for leaf in tree.leaves():
+            node, answer = tree.nodes[leaf], tree.nodes[leaf].answer
+            if node.round:  # a teacher's continuation after the student's own prefix, as the student's tokens
+                prefix = tree.prefix(node.parent)[0]
+                assert answer.token_ids[: len(prefix)] == tuple(prefix) and len(answer.token_ids) > len(prefix)
+                [scored] = student.backend.score([TokenIds(tree.prompt_ids + prefix)], [list(node.token_ids)])
+                assert node.logprobs == pytest.approx(scored, abs=1e-4), "the student's log-probs of the teacher's text"
+    completions = forked_groups(trees, student.backend)
+    assert all(c.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[c.problem]["prompt"])) for c in completions)
+
+
+def test_the_teacher_arm_needs_a_teacher_tier():
+    assert arm_settings("tree_teachers", ForkSettings())[0] == ForkSettings(writer="teachers")
+    defaults = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "05_base_vs_trained.ipynb"), "output_dir": "x"}
+    with pytest.raises(ValueError, match="tree_teachers"):
+        config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teacher_tier": "none"})
+    assert config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teacher_tier": "cpu"})
 
 
 @pytest.mark.model

@@ -2,7 +2,8 @@
 independent answers, then rounds of continuations forked where the student was least sure, sharing the
 prefix before that point. Not MCTS (no value-guided descent); with 0 rounds it is plain sampling.
 The forks may be written by a hint teacher (the student reading the reference solution) and trained
-without the hint: STaR's rationalization inside the tree.
+without the hint: STaR's rationalization inside the tree; or by the teacher ensemble (azlib.teachers), whose
+"right" and "wrong" continuations of the student's prefix are the original system's teachers in the tree.
 
 Every generated token belongs to exactly one node and every rollout ends in a leaf that is a whole,
 checkable answer, scored once: nothing is discarded, so each token is counted once. A node's value is
@@ -13,13 +14,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from azlib.data.rows import Row
 from azlib.mcts.tree import Backup, Tree
 from azlib.models.generation import Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
+
+if TYPE_CHECKING:
+    from azlib.teachers import TeacherEnsemble
 
 BUCKET = 16  # forks whose answers have about as many tokens left share one generate call (to the nearest 16 below)
 
@@ -41,8 +45,10 @@ class ForkSettings:
     # Who writes the fork continuations (round 0's answers are always the student's). student: the student
     # continues its own prefix; hint: the student given the reference solution as a hint continues the same
     # prefix (the original system's teachers proposing continuations; STaR's rationalization, Zelikman et
-    # al. 2022, and RLT's teacher see the solution too). Every answer is trained under the plain prompt.
-    writer: Literal["student", "hint"] = "student"
+    # al. 2022, and RLT's teacher see the solution too); teachers: the teacher ensemble's "right" and "wrong"
+    # continuations of the same prefix (the original system's proposers; their tokens count as generated).
+    # Every answer is trained under the plain prompt.
+    writer: Literal["student", "hint", "teachers"] = "student"
 
     def __post_init__(self):
         if self.rounds < 0 or self.points < 1 or self.branches < 1:
@@ -51,15 +57,16 @@ class ForkSettings:
         if self.where not in ("surprise", "line", "root") or self.fork_from not in ("any", "wrong"):
             raise ValueError(f"where must be 'surprise', 'line' or 'root' and fork_from 'any' or 'wrong', got "
                              f"{self.where!r}, {self.fork_from!r}")
-        if self.writer not in ("student", "hint"):
-            raise ValueError(f"writer must be 'student' or 'hint', got {self.writer!r}")
+        if self.writer not in ("student", "hint", "teachers"):
+            raise ValueError(f"writer must be 'student', 'hint' or 'teachers', got {self.writer!r}")
 
 
 @dataclass(frozen=True)
 class Answer:
     """A whole answer as sampled, scored once. `token_ids` are the sampled ids up to its answer line (what
     training reads; an EOS id follows when `finished`); `logprobs` the raw log-probs of those ids, as their
-    writer sampled them (after a hint fork: the hint teacher's, under its prompt)."""
+    writer sampled them (after a hint fork: the hint teacher's, under its prompt; after a teacher's fork: the
+    student's own, scored under its plain prompt, since the teacher's tokenizer need not be the student's)."""
 
     problem: int
     token_ids: tuple[int, ...]
@@ -69,7 +76,8 @@ class Answer:
     reward: float
     correct: bool
     parts: dict[str, float]
-    writer: str = "student"  # who wrote the tokens after its fork point: "student" or "hint" (ForkSettings.writer)
+    # who wrote the tokens after its fork point: "student", "hint", or "<teacher>:<label>" (ForkSettings.writer)
+    writer: str = "student"
 
 
 @dataclass
@@ -196,8 +204,10 @@ class ForkingSearch:
 
     def __init__(self, backend: Backend, problems: Sequence[Row], settings: ForkSettings = ForkSettings(), *,
                  max_new_tokens: int, temperature: float, reward: RewardKind = "correctness",
-                 weights: RewardWeights = RewardWeights()):
-        self.backend, self.problems, self.settings = backend, list(problems), settings
+                 weights: RewardWeights = RewardWeights(), teachers: TeacherEnsemble | None = None):
+        if settings.writer == "teachers" and settings.rounds and teachers is None:
+            raise ValueError("fork.writer 'teachers' needs a teacher ensemble (a teacher_tier other than 'none')")
+        self.backend, self.problems, self.settings, self.teachers = backend, list(problems), settings, teachers
         self.max_new_tokens, self.temperature, self.reward, self.weights = max_new_tokens, temperature, reward, weights
         self._newline: dict[int, bool] = {}
 
@@ -211,7 +221,7 @@ class ForkingSearch:
         for tree, group in zip(trees, samples):
             tree.prefill += len(tree.prompt_ids)
             for sample in group:
-                self._attach(tree, 0, sample, 0)
+                self._attach(tree, 0, sample, 0, "student")
         for r in range(1, self.settings.rounds + 1):
             forks = [(tree, 0 if leaf is None else tree.branch_point(leaf, position))
                      for tree in trees for leaf, position in self.fork_points(tree)]
@@ -222,25 +232,59 @@ class ForkingSearch:
                 left = self.max_new_tokens - len(tree.prefix(node)[0])
                 buckets.setdefault(max(left // BUCKET * BUCKET, min(left, BUCKET)), []).append((tree, node))
             for b, (left, members) in enumerate(sorted(buckets.items())):
+                fork_seed = (seed + 7_919 * r + b) % 2**31
+                if self.settings.writer == "teachers":
+                    self._teacher_forks(members, left, r, fork_seed)
+                    continue
                 out = self.backend.generate([TokenIds(t.fork_prompt_ids + t.prefix(node)[0]) for t, node in members],
                                             n=self.settings.branches, max_new_tokens=left,
-                                            temperature=self.temperature, top_p=1.0,
-                                            seed=(seed + 7_919 * r + b) % 2**31, stop_at_answer=True)
+                                            temperature=self.temperature, top_p=1.0, seed=fork_seed,
+                                            stop_at_answer=True)
                 for (tree, node), group in zip(members, out):
                     tree.prefill += len(tree.fork_prompt_ids) + len(tree.prefix(node)[0])
                     for sample in group:
-                        self._attach(tree, node, sample, r)
+                        self._attach(tree, node, sample, r, self.settings.writer)
         return trees
 
+    def _teacher_forks(self, members: list[tuple[ForkTree, int]], left: int, round_: int, seed: int) -> None:
+        """The teacher ensemble continues each fork's prefix (`branches` samples per chosen teacher and label);
+        each continuation, as the student's tokens with the student's log-probs of them (one batched score), is
+        a leaf. The tokens counted are those the teachers generated; the prefill, what they and the scoring read."""
+        tokenizer = self.backend.tokenizer
+        contexts = [(self.problems[t.problem]["prompt"], tokenizer.decode(t.prefix(node)[0], skip_special_tokens=True))
+                    for t, node in members]
+        proposals = self.teachers.propose(contexts, n=self.settings.branches, max_new_tokens=left, seed=seed)
+        kept = []
+        for (tree, node), props in zip(members, proposals):
+            prefix = tree.prefix(node)[0]
+            tree.prefill += sum(p.sample.prompt_tokens for i, p in enumerate(props) if i % self.settings.branches == 0)
+            for p in props:
+                tree.tokens += p.sample.completion_tokens
+                ids = self.backend.encode_continuation(p.sample.text)[:left]
+                if ids:  # an empty proposal adds its tokens to the count and nothing to the tree
+                    kept.append((tree, node, prefix, p, ids))
+                    tree.prefill += len(tree.prompt_ids) + len(prefix)
+        if not kept:
+            return
+        scores = self.backend.score([TokenIds(tree.prompt_ids + prefix) for tree, _, prefix, _, _ in kept],
+                                    [ids for *_, ids in kept])
+        for (tree, node, _, p, ids), logprobs in zip(kept, scores):
+            whole = len(ids) == len(self.backend.encode_continuation(p.sample.text))
+            sample = Sample(p.sample.text if whole else tokenizer.decode(ids, skip_special_tokens=True), tuple(ids),
+                            tuple(logprobs), p.sample.finish_reason if whole else "length", p.sample.prompt_tokens, 0)
+            self._attach(tree, node, sample, round_, f"{p.teacher}:{p.label}")
+
     def _fork_prompt_ids(self, tree: ForkTree) -> list[int]:
-        """What a fork's writer reads before the answer prefix: the student's own prompt, or the hint's."""
-        if self.settings.writer == "student":
+        """What a fork's writer reads before the answer prefix: the student's own prompt, or the hint's (teachers
+        read their own prompts, built by the ensemble)."""
+        if self.settings.writer != "hint":
             return tree.prompt_ids
         row = self.problems[tree.problem]
         return self.backend.encode_prompt(hint_prompt(row["prompt"], row["info"]["solution"]))
 
-    def _attach(self, tree: ForkTree, parent: int, sample: Sample, round_: int) -> None:
-        """A generated continuation becomes a leaf under `parent`, its whole answer scored once."""
+    def _attach(self, tree: ForkTree, parent: int, sample: Sample, round_: int, writer: str) -> None:
+        """A generated continuation becomes a leaf under `parent`, its whole answer scored once. The sample's
+        completion tokens are counted (a teacher's fork counts its own before attaching: completion_tokens 0)."""
         prefix_ids, prefix_logprobs = tree.prefix(parent)
         ids, logprobs = prefix_ids + list(sample.token_ids), prefix_logprobs + list(sample.logprobs)
         tree.nodes.append(Node(parent, len(prefix_ids), list(sample.token_ids), list(sample.logprobs), round=round_))
@@ -254,7 +298,6 @@ class ForkingSearch:
         r = answer_reward(text, gold, finished=finished, kind=self.reward, weights=self.weights,
                           step_pres=[perplexity_reward(logprobs[:kept])])
         parts = {k: v for k, v in r.as_dict().items() if k != "total"}
-        writer = self.settings.writer if round_ else "student"
         tree.nodes[-1].answer = Answer(tree.problem, tuple(ids[:kept]), tuple(logprobs[:kept]), text, finished,
                                        r.total, finished and r.hre == 1.0, parts, writer)
 
