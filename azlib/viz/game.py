@@ -28,12 +28,14 @@ class PlayTicTacToe(widgets.VBox):
                         for _ in range(9)]
         for square, button in enumerate(self.squares):
             button.on_click(partial(self._clicked, square))
+            button.add_class("azlib-square")  # for a browser test to find
         self.side = widgets.ToggleButtons(options=[("play X (you open)", "X"), ("play O", "O")], value=human)
         self.new_game_button = widgets.Button(description="New game", button_style="info")
         self.new_game_button.on_click(lambda _button: self.new_game())
         self.status, self.search_view = widgets.HTML(), widgets.HTML()
         board = widgets.GridBox(self.squares, layout=widgets.Layout(grid_template_columns="repeat(3, 66px)"))
         super().__init__([widgets.HBox([self.side, self.new_game_button]), board, self.status, self.search_view])
+        self.add_class("azlib-tictactoe")
         self._show()
 
     def click(self, square: int) -> None:
