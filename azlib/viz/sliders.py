@@ -29,11 +29,10 @@ class BanditSliders(widgets.VBox):
                  baseline_rate: float = 0.1, algorithm: str = "GRPO"):
         self.correct_answers, self.num_seeds, self.seed, self.baseline_rate = correct_answers, num_seeds, seed, baseline_rate
         names = [a.name for a in bandit.standard_algorithms(beta, clip_epsilon, ppo_epochs)]
-        slider = {"continuous_update": False, "style": {"description_width": "150px"},
-                  "layout": widgets.Layout(width="420px")}
+        style = {"description_width": "150px"}
+        slider = {"continuous_update": False, "style": style}
         self.controls = {
-            "algorithm": widgets.Dropdown(options=names, value=algorithm, description="algorithm",
-                                          style=slider["style"], layout=slider["layout"]),
+            "algorithm": widgets.Dropdown(options=names, value=algorithm, description="algorithm", style=style),
             "group_size": widgets.IntSlider(group_size, min=2, max=max(32, group_size), description="G (group size)",
                                             **slider),
             "learning_rate": widgets.FloatLogSlider(learning_rate, base=10, min=-3, max=0.5, step=0.1,
@@ -55,6 +54,7 @@ class BanditSliders(widgets.VBox):
         self.start = self.settings()
         self.start_history: bandit.History | None = None
         for control in self.controls.values():
+            control.layout.width = "420px"
             control.observe(self._changed, "value")
         super().__init__([widgets.HBox([widgets.VBox(list(self.controls.values())[:4]),
                                         widgets.VBox(list(self.controls.values())[4:])]),
