@@ -82,6 +82,10 @@ def _train(args) -> int:
 
     if (params := _notebook_params("04_gsm8k_run", args)) is None:
         return 2
+    if params.custom_reward:
+        print("azlib: custom_reward = true needs the reward function written in notebook 04; the command line "
+              "trains with train.reward (run the notebook, or python -m azlib run --only 04)", file=sys.stderr)
+        return 2
     problems, note = training_problems(params)
     if note:
         print("NOTE:", note)

@@ -240,6 +240,14 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     train: Train = Field(description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
 
 
+class TrainingRunParams(TrainingParams):
+    """Notebook 04: a training run, and the switch for the reward a learner writes in the notebook itself."""
+
+    custom_reward: bool = Field(description="also score every answer with the reward function written in the "
+                                            "notebook's 'Your own reward' cell (TRL's signature), added to "
+                                            "train.reward (azlib.training.Trainer.add_reward)")
+
+
 class BaseVsTrainedParams(TrainingParams):
     """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base."""
 
@@ -345,7 +353,7 @@ NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "01_toy_bandit_grpo": ToyBanditParams,
     "02_mcts_tree": MctsTreeParams,
     "03_teacher_ensemble": TeacherEnsembleParams,
-    "04_gsm8k_run": TrainingParams,
+    "04_gsm8k_run": TrainingRunParams,
     "05_base_vs_trained": BaseVsTrainedParams,
     "06_rlt_teachers": RLTParams,
     "07_referee_rl": RefereeRLParams,

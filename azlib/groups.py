@@ -19,11 +19,13 @@ it carries its token ids and its group from creation, so GRPO trains on it as it
 With update "sft" (expert iteration) only the verified completions (finished and correct) are kept
 and imitated: with tree groups that is distillation of the search's best answers (ReST-MCTS style),
 with "sampling" it is rejection-sampling fine-tuning.
+A reward function with TRL's signature (a learner's own) adds its value to each whole answer's reward
+(`with_rewards`); imitation then keeps each problem's verified answers with the best total (`best_verified`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
 from azlib.data.rows import Row
@@ -33,10 +35,14 @@ from azlib.mcts.envs.text import TextEnv, trajectories, tree_answers
 from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
 from azlib.models.generation import Backend, Prompt
-from azlib.rewards import RewardKind, RewardWeights
+from azlib.rewards import RewardFunction, RewardKind, RewardWeights, call_reward, reward_name
 
 GROUP_KINDS = ("answers", "paths", "siblings", "visits", "sampling", "forked", "treerl")
 GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling", "forked", "treerl"]
+# Signals whose completions are whole (or root-to-leaf) answers, each trained on its reward: what a reward
+# function of (prompts, completions) can score. Sibling steps are not answers; "treerl" trains on the tree's
+# own per-token advantages, which the answers' rewards made before any function added to them.
+SCORABLE_GROUPS = ("answers", "paths", "sampling", "forked")
 
 
 @dataclass(frozen=True)
@@ -152,3 +158,32 @@ def verified(completions: Sequence[Completion]) -> list[Completion]:
             seen.add(key)
             out.append(c)
     return out
+
+
+def with_rewards(completions: Sequence[Completion], problems: Sequence[Row],
+                 functions: Sequence[RewardFunction]) -> list[Completion]:
+    """Each completion with every function's value added to its reward, and kept in its `parts` under the
+    function's name (the log's reward_<name>). The functions are called once for the whole batch with TRL's
+    signature: prompts (each completion's question, as its row holds it), completions (the answer texts),
+    completion_ids, and every other column of the rows (answer, info), one entry per completion
+    (azlib.rewards.call_reward checks what comes back). TRL sums its reward functions the same way."""
+    if not functions or not completions:
+        return list(completions)
+    rows = [problems[c.problem] for c in completions]
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+    columns["completion_ids"] = [list(c.completion_ids) for c in completions]
+    prompts, texts = [row["prompt"] for row in rows], [c.text for c in completions]
+    added = {reward_name(f): call_reward(f, prompts, texts, **columns) for f in functions}
+    return [replace(c, reward=c.reward + sum(v[i] for v in added.values()),
+                    parts={**c.parts, **{name: v[i] for name, v in added.items()}})
+            for i, c in enumerate(completions)]
+
+
+def best_verified(completions: Sequence[Completion]) -> list[Completion]:
+    """Of each problem's verified completions, those with its best reward: what imitation keeps when a reward
+    function ranks the correct answers (with correctness alone every verified answer ties, and all are kept)."""
+    good = verified(completions)
+    best: dict[int, float] = {}
+    for c in good:
+        best[c.problem] = max(best.get(c.problem, c.reward), c.reward)
+    return [c for c in good if c.reward == best[c.problem]]

@@ -27,12 +27,14 @@ from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
 from azlib.grpo import GRPO, GRPOSettings
-from azlib.groups import GROUP_KINDS, Completion, GroupKind, forked_groups, tree_groups, verified
+from azlib.groups import (GROUP_KINDS, SCORABLE_GROUPS, Completion, GroupKind, best_verified, forked_groups,
+                          tree_groups, verified, with_rewards)
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.mcts.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchConfig, search
 from azlib.models.student import LoraSettings, Student
-from azlib.rewards import REWARD_KINDS, RewardKind, RewardWeights
+from azlib.rewards import (REWARD_KINDS, RewardBreakdown, RewardFunction, RewardKind, RewardWeights,
+                           check_reward_function, reward_name)
 
 CHECKPOINT_PREFIX = "step-"
 FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.mcts.forking, not by the MCTS search
@@ -135,6 +137,25 @@ class Trainer:
                                      weights=weights, teachers=teachers)
         self.step, self.position, self.tokens = 0, 0, 0
         self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
+        self.reward_functions: list[RewardFunction] = []  # added by add_reward: a learner's own, TRL-shaped
+
+    def add_reward(self, function: RewardFunction) -> None:
+        """Add a reward function with TRL's signature, `f(prompts, completions, **kwargs) -> list[float]` (kwargs:
+        the rows' other columns, `answer` the gold, `info`, and `completion_ids`), to the reward of every answer
+        the update trains on, as TRL sums its reward functions; its mean is logged as reward_<its name>. GRPO's
+        advantages come from the sum; imitation (update "sft") keeps each problem's verified answers with the
+        best sum. The search still steers by `train.reward`. Added before `run`: a resume checks the names."""
+        groups = self.config.train.groups
+        if groups not in SCORABLE_GROUPS:
+            raise ValueError(f"a reward function scores whole answers: train.groups must be one of {SCORABLE_GROUPS} "
+                             f"to use one, got {groups!r}")
+        check_reward_function(function, [k for k in self.problems[0] if k != "prompt"] + ["completion_ids"])
+        name, taken = reward_name(function), {reward_name(f) for f in self.reward_functions}
+        reserved = taken | set(RewardBreakdown.__dataclass_fields__) | {"mean", "std"}  # the log's reward_* keys
+        if name in reserved or not name.isidentifier():
+            raise ValueError(f"a reward function is logged under its name, and {name!r} is taken or not a name "
+                             f"(taken: {sorted(reserved)}); give the function another name (def ...)")
+        self.reward_functions.append(function)
 
     # -- one step ------------------------------------------------------------------------------------
     def _problems_for_step(self) -> list[int]:
@@ -165,7 +186,8 @@ class Trainer:
                 for r in results:
                     self.teachers.credit(teacher_values(r))
         torch.manual_seed(seed)  # LoRA dropout in the update
-        good = verified(completions)
+        completions = with_rewards(completions, self.problems, self.reward_functions)
+        good = best_verified(completions) if self.reward_functions else verified(completions)
         if s.update == "sft":
             self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
             stats = self.grpo.sft_step(self.replay)
@@ -259,7 +281,10 @@ class Trainer:
     def _settings(self) -> dict:
         """Every setting of the run as JSON holds it (tuples as lists), flattened to "section.field" names."""
         sections = json.loads(json.dumps(asdict(self.config)))
-        return {f"{name}.{field}": value for name, section in sections.items() for field, value in section.items()}
+        settings = {f"{name}.{field}": value for name, section in sections.items() for field, value in section.items()}
+        if self.reward_functions:  # by name: a resume cannot compare code (a run without any has no key, as before)
+            settings["train.reward_functions"] = [reward_name(f) for f in self.reward_functions]
+        return settings
 
     def _problems_digest(self) -> str:
         """The training problems, in order, in a few characters (another task or count is another run)."""

@@ -1,6 +1,7 @@
 """Notebook 02 in a real JupyterLab, in headless Chromium: the tree widgets render and respond to clicks, the
 slider replays the game search (a node's N after k simulations is the N of the same search stopped at k, run here),
-pruning draws fewer nodes, with no 'Error displaying widget'. Needs Debian's chromium (.ci/run installs it)."""
+pruning draws fewer nodes, the tic-tac-toe board answers a click with the net's move, with no 'Error displaying
+widget'. Needs Debian's chromium (.ci/run installs it)."""
 
 import random
 import re
@@ -111,6 +112,7 @@ def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
             wait_for_text(page, text_tree.locator(".azlib-tree-details"), f"node {node.get_attribute('data-id')}:")
             assert "answer so far" in text_tree.locator(".azlib-tree-details").text_content()
             page.screenshot(path=str(tmp_path / "notebook02-clicked.png"))
+            check_play_tictactoe(page, page.locator(".azlib-tictactoe").first)
         finally:
             browser.close()
     print(f"screenshots in {tmp_path}")
@@ -146,3 +148,16 @@ def check_game_replay_and_pruning(page, game_tree, params) -> None:
     show.select_option("1")
     wait_for_text(page, game_tree, "the 1 most visited children")
     assert 0 < game_tree.locator("circle.azlib-node").count() < visited
+
+
+def check_play_tictactoe(page, board) -> None:
+    """A click on the centre: an X there, the net's O on another square, and the board asks for the next move."""
+    squares = board.locator(".azlib-square")
+    assert squares.count() == 9
+    squares.nth(4).click()
+    page.wait_for_function("el => [...el.querySelectorAll('.azlib-square')].filter(b => b.textContent.trim() === 'O')"
+                           ".length === 1", arg=board.element_handle(), timeout=60_000)
+    marks = [squares.nth(i).text_content().strip() for i in range(9)]
+    assert marks[4] == "X" and marks.count("X") == 1 and marks.count("O") == 1
+    wait_for_text(page, board, "your move")
+    wait_for_text(page, board, "The net's last move: square")

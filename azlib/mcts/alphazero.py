@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.mcts.search import Child, Expansion, SearchConfig, search, visit_weights
+from azlib.mcts.search import Child, Expansion, SearchConfig, SearchResult, search, visit_weights
 
 
 class PolicyValueNet(nn.Module):
@@ -175,10 +175,36 @@ def train(net: PolicyValueNet, data, settings: AlphaZeroSettings, optimizer, rng
 POSITIONS = [b for b in ttt.reachable_positions() if ttt.legal_moves(b)]  # 4,520, either side to move
 
 
+def greedy_config(simulations: int, c: float = 1.414) -> SearchConfig:
+    """The search that is graded and that plays people: the most visited move, no noise (deterministic)."""
+    return SearchConfig(num_simulations=simulations, max_depth=9, c=c, temperature=0.0)
+
+
 def search_moves(net: PolicyValueNet, simulations: int, c: float = 1.414) -> dict[str, int]:
     """The net-guided search's move in every position (argmax of visits, no noise: deterministic)."""
-    config = SearchConfig(num_simulations=simulations, max_depth=9, c=c, temperature=0.0)
-    return {r.tree.root.state: r.action for r in search(NetTicTacToe(net), POSITIONS, config, random.Random(0))}
+    results = search(NetTicTacToe(net), POSITIONS, greedy_config(simulations, c), random.Random(0))
+    return {r.tree.root.state: r.action for r in results}
+
+
+class NetPlayer:
+    """The net as an opponent, board -> move: its search's move, as the grade plays it; `last` keeps the
+    search of its latest move (the root's visit shares say what it weighed)."""
+
+    def __init__(self, net: PolicyValueNet, simulations: int = 64, c: float = 1.414):
+        self.env, self.config = NetTicTacToe(net), greedy_config(simulations, c)
+        self.last: SearchResult | None = None
+
+    def __call__(self, board: str) -> int:
+        (self.last,) = search(self.env, [board], self.config, random.Random(0))
+        return self.last.action
+
+    def visit_shares(self) -> dict[int, float]:
+        """Square -> share of the root's visits in the latest search ({} before the first move)."""
+        if self.last is None:
+            return {}
+        children = [self.last.tree.nodes[i] for i in self.last.tree.root.children]
+        total = sum(n.visits for n in children) or 1
+        return {n.action: n.visits / total for n in children}
 
 
 @torch.no_grad()

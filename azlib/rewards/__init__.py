@@ -15,10 +15,12 @@ from azlib.rewards.components import (
     length_penalty,
     perplexity_reward,
 )
-from azlib.rewards.trl import correctness_reward, perplexity_reward_under
+from azlib.rewards.trl import (RewardFunction, call_reward, check_reward_function, correctness_reward,
+                               perplexity_reward_under, reward_name)
 
 __all__ = [
     "ANSWER_LINE", "REWARD_KINDS", "complete_answer", "RewardBreakdown", "RewardKind", "RewardWeights", "accumulated_pre", "answer_reward", "combined_reward", "direction_bonus",
     "correctness_reward", "extract_answer", "hard_reward", "is_correct", "length_penalty", "normalize_number",
-    "perplexity_reward", "perplexity_reward_under",
+    "perplexity_reward", "perplexity_reward_under", "RewardFunction", "call_reward", "check_reward_function",
+    "reward_name",
 ]

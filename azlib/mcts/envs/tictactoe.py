@@ -1,4 +1,4 @@
-"""Tic-tac-toe as a search environment, with exact minimax as ground truth.
+"""Tic-tac-toe as a search environment, with exact minimax as ground truth, and a match against a person.
 The teaching bridge: the same search as for text, on a game whose optimum is known."""
 
 from __future__ import annotations
@@ -55,6 +55,52 @@ def reachable_positions() -> list[str]:
                 seen.add(child)
                 frontier.append(child)
     return sorted(seen)
+
+
+class Match:
+    """A game between a person and an agent (board -> move): the person's moves checked, the agent answering
+    each at once; `result` is the person's (win, draw or loss), None while the game goes on."""
+
+    def __init__(self, agent: Callable[[str], int], human: str = "X"):
+        self.agent = agent
+        self.new_game(human)
+
+    def new_game(self, human: str | None = None) -> None:
+        """An empty board; the person plays `human` (X moves first: as O, the agent opens)."""
+        if human is not None:
+            if human not in ("X", "O"):
+                raise ValueError(f"the person plays 'X' or 'O', got {human!r}")
+            self.human = human
+        self.board = EMPTY
+        if to_move(self.board) != self.human:
+            self._agent_moves()
+
+    @property
+    def over(self) -> bool:
+        return not legal_moves(self.board)
+
+    @property
+    def result(self) -> str | None:
+        if not self.over:
+            return None
+        w = winner(self.board)
+        return "draw" if w is None else "win" if w == self.human else "loss"
+
+    def play(self, move: int) -> int | None:
+        """The person's move, then the agent's reply (returned; None once the game is over)."""
+        if self.over:
+            raise ValueError("the game is over; start a new one")
+        if move not in legal_moves(self.board):
+            raise ValueError(f"square {move} is not free")
+        self.board = play(self.board, move)
+        return None if self.over else self._agent_moves()
+
+    def _agent_moves(self) -> int:
+        move = self.agent(self.board)
+        if move not in legal_moves(self.board):
+            raise RuntimeError(f"the agent chose square {move}, which is not a legal move on {self.board}")
+        self.board = play(self.board, move)
+        return move
 
 
 # A policy-value function: board -> (prior per legal move, value for the player to move).
