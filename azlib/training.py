@@ -177,6 +177,9 @@ class Trainer:
             completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
             tokens, answers_correct = sum(t.tokens for t in trees), [c.correct for c in completions]
             prefill = sum(t.prefill for t in trees)
+            # the student's own accuracy before this step's update: its G independent answers to problems it has
+            # not trained on yet (forks aim at unsolved problems, so all leaves together would understate it)
+            independent = [t.nodes[i].answer.correct for t in trees for i in t.leaves() if t.nodes[i].round == 0]
         else:
             results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
             completions, tokens = tree_groups(results, self.env, s.groups), sum(r.tokens for r in results)
@@ -205,6 +208,7 @@ class Trainer:
                   "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
         if s.groups in FORKED_GROUPS:  # of the verified answers, those a teacher wrote (ForkSettings.writer), and by whom
+            record["sampled_accuracy"] = sum(independent) / max(len(independent), 1)
             record["verified_by_teacher"] = sum(c.writer != "student" for c in good)
             record["verified_by_writer"] = dict(Counter(c.writer for c in good))
         if torch.cuda.is_available():

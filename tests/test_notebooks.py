@@ -82,7 +82,7 @@ def check_04(m):
 
 
 def check_05(m):
-    arms = ["tree", "tree_grpo", "tree_hint", "resample", "rationalize", "mcts", "rft", "grpo", "trl"]
+    arms = ["tree", "tree_grpo", "tree_hint", "resample", "rationalize", "tree_teachers", "mcts", "rft", "grpo", "trl"]
     assert m["seeds"] == 2 and m["arms"] == ",".join(arms) and m["heldout_n"] == m["transfer_n"] == 4
     for arm in arms:  # every arm ran for every seed, each until it had spent the budget
         for seed in (0, 1):
@@ -94,7 +94,7 @@ def check_05(m):
     for k in (1, 2, 3, 4):  # the calibration table: every step count, pass@k never below pass@1
         assert 0 <= m[f"calibration_{k}-step_pass@1"] <= m[f"calibration_{k}-step_pass@2"] <= 1
     assert m["ranking_inversions_correctness"] == 0, "the default reward puts every correct finished answer first"
-    assert m["verdict"].startswith("At 60 generated tokens per arm and seed") and m["verdict"].count("Holm p") == 18
+    assert m["verdict"].startswith("At 60 generated tokens per arm and seed") and m["verdict"].count("Holm p") == 20
 
 
 def check_06(m):
