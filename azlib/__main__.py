@@ -89,8 +89,9 @@ def _train(args) -> int:
     problems, note = training_problems(params)
     if note:
         print("NOTE:", note)
-    trainer = trainer_from_params(params, args.out.resolve() / "train-04", problems)
-    log = trainer.run(resume=args.resume or params.resume)
+    # The student's engine (generation "vllm") and any teachers' engines stop when training ends, however it ends
+    with trainer_from_params(params, args.out.resolve() / "train-04", problems) as trainer:
+        log = trainer.run(resume=args.resume or params.resume)
     print(f"{trainer.step} steps, {trainer.tokens} tokens generated; last: {log[-1] if log else None}")
     return 0
 

@@ -211,10 +211,8 @@ class Experiment:
                 asks_teachers = fork.writer == "teachers" or train.get("groups", p.train.groups) == "answers"
                 arm_params = p.model_copy(update={"seed": seed, "fork": fork,
                                                   "teacher_tier": p.teacher_tier if asks_teachers else "none"})
-                trainer = trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train)
-                owned.enter_context(trainer.student)
-                if trainer.teachers is not None:
-                    owned.enter_context(trainer.teachers)
+                trainer = owned.enter_context(trainer_from_params(arm_params, folder / "train", self.problems,
+                                                                  steps=10**6, **train))
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)
                 backend, tokens = trainer.student.backend, trainer.tokens
             records = self._evaluate(backend, folder)

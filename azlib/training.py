@@ -32,6 +32,7 @@ from azlib.groups import (GROUP_KINDS, SCORABLE_GROUPS, Completion, GroupKind, b
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.mcts.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchConfig, search
+from azlib.models.generation import Resource
 from azlib.models.student import LoraSettings, Student
 from azlib.rewards import (REWARD_KINDS, RewardBreakdown, RewardFunction, RewardKind, RewardWeights,
                            check_reward_function, reward_name)
@@ -116,8 +117,10 @@ def peak_ram_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-class Trainer:
-    """Trainer(student, problems, ...).run(resume) -> the step log (also in <folder>/train_log.jsonl)."""
+class Trainer(Resource):
+    """Trainer(student, problems, ...).run(resume) -> the step log (also in <folder>/train_log.jsonl).
+    `close()` (or `with trainer:`) closes its student and teachers, which may hold engines; a trainer around
+    a student still needed elsewhere is simply not closed."""
 
     def __init__(self, student: Student, problems: Sequence[Row], folder: str | Path,
                  config: TrainingConfig = TrainingConfig(), *, teachers=None, checker=None,
@@ -156,6 +159,12 @@ class Trainer:
             raise ValueError(f"a reward function is logged under its name, and {name!r} is taken or not a name "
                              f"(taken: {sorted(reserved)}); give the function another name (def ...)")
         self.reward_functions.append(function)
+
+    def close(self) -> None:
+        """Stop the student's generation engine and the teachers' engines and servers. Idempotent."""
+        self.student.close()
+        if self.teachers is not None:
+            self.teachers.close()
 
     # -- one step ------------------------------------------------------------------------------------
     def _problems_for_step(self) -> list[int]:
@@ -355,7 +364,7 @@ def training_problems(params) -> tuple[list[Row], str]:
 def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **train_changes) -> Trainer:
     """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
     `train_changes` replace fields of its `train` section (05's equal-budget arms). The caller closes the
-    trainer's student and teachers when done with them (they hold engines)."""
+    trainer when done with it (`with trainer_from_params(...) as trainer:`): its student and teachers hold engines."""
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
     if params.fork.writer == "teachers" and params.teacher_tier == "none":

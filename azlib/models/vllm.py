@@ -62,6 +62,16 @@ class VLLMBackend(TokenizerPrompts, Backend):
         self.adapters_loaded += 1
         self.lora_request = LoRARequest(f"adapter-{self.adapters_loaded}", self.adapters_loaded, str(folder))
 
+    def kv_cache(self) -> dict:
+        """The KV cache vLLM sized at start-up: blocks of block_size tokens, the tokens they hold, how many
+        sequences of max_model_len fit at once (vLLM's "maximum concurrency"), the share it was given and the
+        weights' dtype ("auto" runs a float32 config in half precision)."""
+        config = self.llm.llm_engine.vllm_config
+        cache, model = config.cache_config, config.model_config
+        return {"blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "tokens": cache.kv_cache_size_tokens,
+                "sequences": round(cache.kv_cache_max_concurrency, 2), "max_model_len": model.max_model_len,
+                "gpu_memory_utilization": cache.gpu_memory_utilization, "dtype": str(model.dtype).removeprefix("torch.")}
+
     @one_call_at_a_time
     def close(self) -> None:
         """Stop the engine-core process now (vLLM 0.32's LLM has no close of its own; its finalizers run
