@@ -69,11 +69,15 @@ class VLLMBackend(TokenizerPrompts, Backend):
         free_memory()
 
     def _run(self, token_lists: list[list[int]], params):
+        from vllm.exceptions import VLLMServerError
         from vllm.inputs import TokensPrompt
 
         # Token ids, not text: the same tokens the hf backend sees, so both backends compare exactly.
-        return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params, use_tqdm=False,
-                                 lora_request=self.lora_request)
+        try:
+            return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params,
+                                     use_tqdm=False, lora_request=self.lora_request)
+        except VLLMServerError as err:  # the engine's own failure (e.g. its core process died), not a bad request
+            raise BackendError(f"the vLLM engine failed: {type(err).__name__}: {err}") from err
 
     @one_call_at_a_time
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
