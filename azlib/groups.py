@@ -60,12 +60,13 @@ class Completion(Example):
 
 
 def completion(backend, group: int, problem: int, prompt: Prompt, prompt_ids: list[int], text: str, reward: float,
-               *, correct: bool = False, finished: bool = False, eos: bool = False,
+               *, ids: Sequence[int], correct: bool = False, finished: bool = False, eos: bool = False,
                parts: dict[str, float] | None = None) -> Completion:
-    """The text's ids through the student's template (backend: an hf backend of the student; the caller
-    encodes a prompt once for all its completions); an answer that ended with EOS keeps it, so the
-    student also learns where to stop."""
-    ids = backend.encode_continuation(text) + ([backend.tokenizer.eos_token_id] if eos else [])
+    """A searched text as training reads it: its ids as sampled (no decode and re-encode; the caller encodes a
+    prompt once for all its completions), an EOS id after an answer that ended without one, so the student
+    also learns where to stop."""
+    ids = list(ids)
+    ids += [backend.tokenizer.eos_token_id] if eos and not (ids and ids[-1] in _eos_ids(backend)) else []
     return Completion(prompt_ids, ids, reward, group, problem, prompt, text, correct, finished, eos, parts or {})
 
 
@@ -81,7 +82,7 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
             prompt_ids = backend.encode_prompt(prompt)
         if kind == "answers":
             for a in tree_answers(result, env):
-                out.append(completion(backend, g, problem, prompt, prompt_ids, a["text"], a["reward"],
+                out.append(completion(backend, g, problem, prompt, prompt_ids, a["text"], a["reward"], ids=a["ids"],
                                       correct=a["finished"] and a["hre"] == 1.0, finished=a["finished"], eos=a["eos"]))
             continue
         if kind == "paths":
@@ -89,7 +90,7 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
                 if path["completion"]:
                     parts = {k: path[k] for k in ("hre", "accumulated_pre", "length_penalty", "direction_bonus")}
                     out.append(completion(backend, g, problem, prompt, prompt_ids, path["completion"], path["total"],
-                                          correct=path["finished"] and path["hre"] == 1.0, finished=path["finished"],
+                                          ids=path["ids"], correct=path["finished"] and path["hre"] == 1.0, finished=path["finished"],
                                           eos=path["eos"], parts=parts))
             continue
         tree = result.tree
@@ -103,9 +104,14 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
             prompt_ids = backend.encode_prompt(prompt)
             for child in children:
                 reward = child.q if kind == "siblings" else child.visits / total
-                out.append(completion(backend, sibling_groups, problem, prompt, prompt_ids, child.action, reward))
+                out.append(completion(backend, sibling_groups, problem, prompt, prompt_ids, child.action, reward,
+                                      ids=child.state["ids"][len(node.state["ids"]):]))
             sibling_groups += 1
     return out
+
+
+def _eos_ids(backend) -> set[int]:
+    return getattr(backend, "eos_ids", {backend.tokenizer.eos_token_id})
 
 
 def answer_completion(backend, group: int, tree: ForkTree, answer: Answer,
@@ -114,7 +120,7 @@ def answer_completion(backend, group: int, tree: ForkTree, answer: Answer,
     finished one that did not end with it, so the student also learns where to stop; under the tree's plain
     prompt whoever wrote it (a hint teacher's answer is trained without the hint: rationalization)."""
     ids = list(answer.token_ids)
-    eos = answer.finished and not (ids and ids[-1] in getattr(backend, "eos_ids", {backend.tokenizer.eos_token_id}))
+    eos = answer.finished and not (ids and ids[-1] in _eos_ids(backend))
     ids += [backend.tokenizer.eos_token_id] if eos else []
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
     return Completion(tree.prompt_ids, ids, answer.reward, group, tree.problem, tree.prompt, answer.text,

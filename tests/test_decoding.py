@@ -3,11 +3,11 @@ score(), and its speed-ups (shared prefix, dropped rows, grouped attention) chan
 
 import pytest
 import torch
-from transformers.generation.logits_process import TopPLogitsWarper
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers import TopPLogitsWarper
 
 from azlib.models import decoding, make_backend
-from azlib.models.decoding import decode, grouped_attention, top_p_filter
+from azlib.models.decoding import decode, top_p_filter
+from azlib.models.hf_internals import grouped_attention, sdpa_attention_forward
 
 CHATS = [[{"role": "user", "content": q}] for q in
          ["What is 12 + 7?", "Say hi.", "Tom has 3 apples and buys 5 more. How many apples does he have?",

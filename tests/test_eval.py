@@ -62,26 +62,41 @@ def test_lm_eval_filters(output, strict, flexible):
 
 
 Z95 = stats.norm.ppf(0.975)  # statsmodels' alpha = 0.05
+CONFIDENCES = (0.8, 0.9, 0.95, 0.99, 0.999)
+# Counts on a grid: every count for small n (0 and n included), the edges and middle for large n.
+COUNTS = [(c, n) for n in range(1, 13) for c in range(n + 1)] + [
+    (c, n) for n in (37, 500, 1319, 10_000) for c in sorted({0, 1, 2, n // 3, n // 2, n - 2, n - 1, n})]
 
 
-def test_wilson_interval_matches_statsmodels():
+def test_wilson_interval_matches_statsmodels_on_a_grid():
     from statsmodels.stats.proportion import proportion_confint  # dev extra; .venv-verifiers collects this file
 
-    for n in (1, 2, 5, 10, 37, 500, 1319):
-        for correct in sorted({0, 1, n // 3, n // 2, n - 1, n}):
-            expected = proportion_confint(correct, n, alpha=0.05, method="wilson")
-            assert ev.wilson_interval(correct, n, z=Z95) == pytest.approx(expected, abs=1e-12), (correct, n)
+    for (correct, n), confidence in itertools.product(COUNTS, CONFIDENCES):
+        expected = proportion_confint(correct, n, alpha=1 - confidence, method="wilson")
+        z = stats.norm.ppf((1 + confidence) / 2)
+        assert ev.wilson_interval(correct, n, z=z) == pytest.approx(expected, abs=1e-12), (correct, n, confidence)
+    assert ev.wilson_interval(7, 20) == pytest.approx(proportion_confint(7, 20, method="wilson"), abs=1e-4), \
+        "the default z is 1.96, the 95% interval"
+    assert ev.wilson_interval(0, 10)[0] == 0.0 and ev.wilson_interval(10, 10)[1] == 1.0
     assert ev.wilson_interval(0, 0) == (0.0, 1.0), "no problems: nothing is known"
 
 
-def test_mcnemar_exact_matches_statsmodels():
+DISCORDANT = [*range(0, 13), 17, 30, 60, 200, 1319]
+
+
+def test_mcnemar_exact_matches_scipy_binomtest_and_statsmodels_on_a_grid():
     from statsmodels.stats.contingency_tables import mcnemar
 
-    for only_a in range(0, 31, 3):
-        for only_b in (0, 1, 2, 5, 9, 17, 30, 60):
-            table = [[0, only_a], [only_b, 0]]  # [[both, only a], [only b, neither]]; the diagonal does not count
-            expected = mcnemar(table, exact=True).pvalue
-            assert ev.mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-9, abs=1e-15), (only_a, only_b)
+    for only_a, only_b in itertools.product(DISCORDANT, DISCORDANT):
+        got = ev.mcnemar_exact(only_a, only_b)
+        if only_a + only_b == 0:
+            assert got == 1.0, "no discordant pairs: no evidence either way"
+            continue
+        assert got == pytest.approx(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue, rel=1e-9, abs=1e-300)
+        table = [[3, only_a], [only_b, 4]]  # [[both, only a], [only b, neither]]; the diagonal does not count
+        assert got == pytest.approx(mcnemar(table, exact=True).pvalue, rel=1e-9, abs=1e-300), (only_a, only_b)
+        assert got == ev.mcnemar_exact(only_b, only_a), "two-sided: symmetric in the two arms"
+    assert all(ev.mcnemar_exact(k, k) == 1.0 for k in DISCORDANT), "a tie is no evidence"
 
 
 def test_holm_matches_statsmodels_and_a_known_case():
@@ -90,63 +105,83 @@ def test_holm_matches_statsmodels_and_a_known_case():
     assert ev.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert ev.holm([]) == [] and ev.holm([0.2]) == [0.2]
     rng = random.Random(0)
-    for m in (2, 3, 5, 8, 20):
-        for _ in range(25):
-            p = [rng.choice([rng.random(), rng.random() * 0.05, 0.01]) for _ in range(m)]  # 0.01: ties
+    for m in (2, 3, 4, 5, 8, 20):
+        for case in range(40):  # 0.01 and 0.5: ties; 0 and 1: the ends of the range
+            p = [rng.choice([rng.random(), rng.random() * 0.05, 0.01, 0.5, 0.0, 1.0]) for _ in range(m)]
             adjusted = ev.holm(p)
-            assert adjusted == pytest.approx(list(multipletests(p, method="holm")[1]), abs=1e-12)
+            if case < 6:  # multipletests runs gc.collect() on every call: a few families each
+                assert adjusted == pytest.approx(list(multipletests(p, method="holm")[1]), abs=1e-12), p
             in_sorted_order = [adjusted[i] for i in sorted(range(m), key=lambda i: p[i])]
             assert in_sorted_order == sorted(in_sorted_order), "step-down: never smaller than a smaller p's"
             assert all(raw <= adj <= 1.0 for raw, adj in zip(p, adjusted))
+    assert ev.holm([0.02] * 4) == pytest.approx([0.08] * 4), "tied p-values share one adjusted value"
 
 
-def test_pass_at_k_matches_the_binomial_formula_and_enumeration():
-    for n in range(1, 21):
-        for correct in range(n + 1):
-            for k in range(1, n + 1):
-                expected = 1 - math.comb(n - correct, k) / math.comb(n, k)
-                assert ev.pass_at_k(n, correct, k) == pytest.approx(expected, abs=1e-12), (n, correct, k)
+def test_pass_at_k_matches_scipy_hypergeom_and_enumeration():
+    grid = [(n, c, k) for n in range(1, 21) for c in range(n + 1) for k in range(1, n + 1)]
+    grid += [(n, c, k) for n in (100, 200, 1000) for c in (0, 1, 3, n // 2, n - 1, n) for k in (1, 2, 10, 50, 100)]
+    for n, correct, k in grid:  # no correct sample among k drawn without replacement from n
+        expected = 1 - stats.hypergeom.pmf(0, n, correct, k)
+        assert ev.pass_at_k(n, correct, k) == pytest.approx(expected, abs=1e-12), (n, correct, k)
     for samples in itertools.product([False, True], repeat=5):  # every outcome of n = 5 samples
         for k in range(1, 6):
             subsets = list(itertools.combinations(samples, k))
             expected = sum(any(s) for s in subsets) / len(subsets)
             assert ev.pass_at_k(5, sum(samples), k) == pytest.approx(expected, abs=1e-12)
     assert ev.pass_at_k(200, 3, 1) == pytest.approx(3 / 200), "pass@1 is the share of correct samples"
+    assert ev.pass_at_k(10, 0, 10) == 0.0 and ev.pass_at_k(10, 10, 1) == 1.0 and ev.pass_at_k(10, 8, 3) == 1.0
     for bad in [(4, 5, 1), (4, -1, 1), (4, 2, 0), (4, 2, 5)]:
         with pytest.raises(ValueError, match="pass@k needs"):
             ev.pass_at_k(*bad)
 
 
-@pytest.mark.parametrize("a, b", [
-    ([0.412, 0.398, 0.431], [0.455, 0.440, 0.447]),
-    ([0.50, 0.52, 0.49, 0.51, 0.50], [0.49, 0.55, 0.50, 0.50, 0.53]),
-    ([0.3, 0.7], [0.35, 0.6]),
-    ([0.61, 0.58, 0.60, 0.62, 0.59, 0.57, 0.63, 0.60, 0.61, 0.58],
-     [0.60, 0.60, 0.61, 0.65, 0.58, 0.59, 0.66, 0.60, 0.64, 0.60]),
-])
-def test_seed_difference_matches_scipy(a, b):
-    d = ev.seed_difference(a, b)
-    differences = [y - x for x, y in zip(a, b)]
-    n = len(a)
-    low, high = stats.t.interval(0.95, n - 1, loc=statistics.fmean(differences), scale=stats.sem(differences))
-    assert (d["ci_low"], d["ci_high"]) == pytest.approx((low, high), abs=1e-12)
-    assert d["p"] == pytest.approx(stats.ttest_rel(b, a).pvalue, rel=1e-9)
-    assert d["difference"] == pytest.approx(statistics.fmean(b) - statistics.fmean(a))
-    assert d["se"] == pytest.approx(stats.sem(differences)) and d["n"] == n and d["differences"] == differences
-    wider = ev.seed_difference(a, b, confidence=0.99)
-    assert wider["ci_low"] < d["ci_low"] and wider["ci_high"] > d["ci_high"]
+def test_seed_difference_matches_scipy_and_statsmodels_on_a_grid():
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    rng = random.Random(1)
+    for n, confidence in itertools.product((2, 3, 4, 5, 7, 10, 20), CONFIDENCES):
+        for _ in range(5):
+            a = [rng.random() for _ in range(n)]
+            b = [x + rng.gauss(0.02, 0.05) for x in a]
+            d = ev.seed_difference(a, b, confidence=confidence)
+            differences = [y - x for x, y in zip(a, b)]
+            half = stats.t.ppf((1 + confidence) / 2, n - 1) * stats.sem(differences)
+            mean = statistics.fmean(differences)
+            assert (d["ci_low"], d["ci_high"]) == pytest.approx((mean - half, mean + half), abs=1e-12)
+            sm = DescrStatsW(differences)
+            assert (d["ci_low"], d["ci_high"]) == pytest.approx(sm.tconfint_mean(alpha=1 - confidence), abs=1e-12)
+            assert d["p"] == pytest.approx(stats.ttest_rel(b, a).pvalue, rel=1e-9)
+            assert d["p"] == pytest.approx(sm.ttest_mean(0)[1], rel=1e-9)
+            assert d["difference"] == pytest.approx(statistics.fmean(b) - statistics.fmean(a))
+            assert d["se"] == pytest.approx(stats.sem(differences)) and d["n"] == n
+            assert d["differences"] == differences
 
 
-def test_seed_difference_with_three_seeds_uses_t_4_303_and_survives_one_seed():
+def test_seed_difference_with_three_seeds_uses_t_4_303_and_survives_one_seed_and_ties():
     d = ev.seed_difference([0.40, 0.42, 0.41], [0.45, 0.44, 0.48])
     assert (d["ci_high"] - d["difference"]) / d["se"] == pytest.approx(4.303, abs=1e-3)
     one = ev.seed_difference([0.40], [0.45])
     assert one["difference"] == pytest.approx(0.05) and math.isnan(one["se"]) and one["p"] == 1.0
     assert (one["ci_low"], one["ci_high"]) == (-math.inf, math.inf) and "one seed" in one["note"]
-    same = ev.seed_difference([0.4, 0.5, 0.6], [0.4, 0.5, 0.6])
+    same = ev.seed_difference([0.4, 0.5, 0.6], [0.4, 0.5, 0.6])  # scipy: nan; no difference at all is p 1
     assert same["p"] == 1.0 and same["ci_low"] == same["ci_high"] == 0.0, "no difference at all: p is 1"
+    shifted = ev.seed_difference([0.5, 0.25, 0.75], [0.625, 0.375, 0.875])  # the same exact gain every seed
+    assert shifted["p"] == stats.ttest_rel([0.625, 0.375, 0.875], [0.5, 0.25, 0.75]).pvalue == 0.0
     with pytest.raises(ValueError):
         ev.seed_difference([0.4, 0.5], [0.4])
+
+
+def test_mean_difference_matches_statsmodels_welch_z_interval():
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
+
+    rng = random.Random(2)
+    for n_a, n_b in itertools.product((2, 3, 10), (2, 5, 30)):
+        a = [rng.random() for _ in range(n_a)]
+        b = [rng.gauss(0.6, 0.2) for _ in range(n_b)]
+        d = ev.mean_difference(a, b, z=Z95)
+        expected = CompareMeans(DescrStatsW(b), DescrStatsW(a)).zconfint_diff(alpha=0.05, usevar="unequal")
+        assert (d["ci_low"], d["ci_high"]) == pytest.approx(expected, abs=1e-12), (n_a, n_b)
+        assert (d["n_a"], d["n_b"]) == (n_a, n_b)
 
 
 def test_comparison_table_tests_pairs_across_seeds_then_holm():
@@ -165,6 +200,9 @@ def test_comparison_table_tests_pairs_across_seeds_then_holm():
     assert rows[0]["ci_low"] < rows[0]["difference"] < rows[0]["ci_high"]
     assert set(rows[0]) == {"a", "b", "difference", "ci_low", "ci_high", "p", "p_holm", "significant", "seeds",
                             "mcnemar_p"}
+    one_seed = ev.comparison_table({"grpo": [0.40], "tree": [0.90]}, [("grpo", "tree")], {("grpo", "tree"): [1e-9]})
+    assert (one_seed[0]["p"], one_seed[0]["p_holm"], one_seed[0]["significant"]) == (1.0, 1.0, False), \
+        "one seed: however large the gain, nothing is significant across seeds"
 
 
 def test_compare_pairs_records_by_id():

@@ -73,14 +73,6 @@ def test_missing_wheel_names_the_install_command(monkeypatch):
         loading.embedded_gguf("smollm2-135m-instruct")
 
 
-def test_unsloth_without_unsloth_names_the_extra():
-    from azlib.models import BackendError
-    from azlib.models.student import Student
-
-    with pytest.raises(BackendError, match=r"pip install -e '\.\[unsloth\]'"):
-        Student("embedded:smollm2-135m-instruct", use_unsloth=True)
-
-
 class AdapterReadingEngine:
     """Stands in for the vLLM engine (not installed in this environment) where a Student hands it adapters:
     it reads each adapter folder it is handed, as vLLM does when a call first names the adapter."""

@@ -11,7 +11,7 @@ from azlib.teachers import TeacherSpec
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
-from azlib.models import DEFAULT_MODEL, BackendError, make_backend
+from azlib.models import DEFAULT_MODEL, Backend, BackendError, Sample, make_backend
 from azlib.models.openai import OpenAIBackend
 from azlib.models.serve import BatchingServer
 from azlib.teachers import TeacherEnsemble, TerminalChecker, rule_verdict, tier_teachers
@@ -127,6 +127,53 @@ def test_a_retried_fault_is_not_a_failure(student, server_factory):
     assert [p.sample.text for p in out[0]] == ["#### 4", "#### 4"]
     assert ensemble.report()[0]["failures"] == 0 and len(server.requests) == 3
     ensemble.close()
+
+
+class ScriptedBackend(Backend):
+    """A teacher backend with no model: answers "#### 4", or raises the error it was given."""
+
+    name = "scripted"
+
+    def __init__(self, error: Exception | None = None):
+        self.error, self.calls = error, 0
+
+    def _generate(self, prompts, sampling):
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return [[Sample("#### 4", (), (), "stop", 1, 1)] * sampling.n for _ in prompts]
+
+    def score(self, prompts, continuations):
+        raise NotImplementedError
+
+
+def scripted(error: Exception | None = None):
+    backends = {"good": ScriptedBackend(), "bad": ScriptedBackend(error)}
+    specs = [TeacherSpec(name=name, backend="hf", model=name, tier="cpu") for name in backends]
+    return TeacherEnsemble(specs, shared=backends, per_node=1, seed=0), backends
+
+
+def test_a_backend_failure_benches_the_teacher_but_a_bug_propagates():
+    ensemble, backends = scripted(BackendError("the engine died"))
+    ensemble.teachers[0].stats.score, ensemble.teachers[1].stats.score = -10.0, 10.0  # draw the bad one
+    out = ensemble.propose(CONTEXTS, n=1, max_new_tokens=4)
+    assert all({p.teacher for p in props} == {"good"} for props in out), "its nodes went to the other teacher"
+    bad = {r["teacher"]: r for r in ensemble.report()}["bad"]
+    assert bad["failures"] == 1 and bad["benched"] and bad["last_error"] == "BackendError: the engine died"
+
+    ensemble, backends = scripted(TypeError("generate() got an unexpected keyword argument 'top_k'"))
+    ensemble.teachers[0].stats.score, ensemble.teachers[1].stats.score = -10.0, 10.0
+    with pytest.raises(TypeError, match="unexpected keyword argument 'top_k'"):
+        ensemble.propose(CONTEXTS, n=1, max_new_tokens=4)
+    assert backends["bad"].calls == 1 and ensemble.report()[1]["failures"] == 0, "a bug is not a failure to bench"
+
+
+def test_a_malformed_choice_is_the_servers_fault_not_a_crash(server_factory):
+    _, url = server_factory(["no_message"] * 4)
+    client = OpenAIBackend("m", url, max_retries=0)
+    with pytest.raises(BackendError, match="sent a malformed response: KeyError"):
+        client.generate([CHAT], max_new_tokens=2)
+    client.close()
 
 
 def test_search_with_an_ensemble_credits_the_teachers(student):

@@ -143,6 +143,44 @@ def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
             assert rollouts[0]["text"].startswith(child.state["text"])
 
 
+def _common_prefix(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeypatch):
+    rows = arithmetic_problems(2, seed=4, steps=(1,))
+    sampled = []
+    generate = student.backend.generate
+
+    def recording(*args, **kwargs):
+        out = generate(*args, **kwargs)
+        sampled.extend(tuple(s.token_ids) for group in out for s in group)
+        return out
+
+    monkeypatch.setattr(student.backend, "generate", recording)
+    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=48))
+    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=2, max_depth=3, skip_solved=True),
+                     random.Random(0))
+
+    def no_re_encoding(*args, **kwargs):
+        raise AssertionError("a searched answer was re-encoded")
+
+    monkeypatch.setattr(student.backend, "encode_continuation", no_re_encoding)
+    eos = student.tokenizer.eos_token_id
+    for kind in ("answers", "paths"):
+        completions = tree_groups(results, env, kind)
+        assert completions
+        for c in completions:
+            ids = tuple(c.completion_ids[:-1] if c.eos and c.completion_ids[-1] == eos else c.completion_ids)
+            assert student.tokenizer.decode(list(ids), skip_special_tokens=True) == c.text
+            # sampled pieces end to end: a first line, then the rollout (or chunk) sampled after it, cut at the answer line
+            ends = {0}
+            for position in range(len(ids)):
+                if position in ends:
+                    ends |= {position + k for s in sampled for k in range(1, _common_prefix(s, ids[position:]) + 1)}
+            assert len(ids) in ends, "made of sampled ids"
+
+
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """The search values an answer, tree_answers collects it, search_answer grades the recommended one: one
     computation, whoever reads it."""
@@ -176,9 +214,11 @@ def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
     rows = arithmetic_problems(1, seed=5, steps=(1,))
     prompt = [{"role": "user", "content": rows[0]["prompt"]}]
     ids = student.backend.encode_prompt(prompt)
-    good = completion(student.backend, 0, 0, prompt, ids, rows[0]["info"]["solution"], 1.0, correct=True,
-                      finished=True, eos=True)
-    bad = completion(student.backend, 0, 0, prompt, ids, "#### 0", 0.0, finished=True, eos=True)
+    solution = rows[0]["info"]["solution"]
+    good = completion(student.backend, 0, 0, prompt, ids, solution, 1.0, ids=student.backend.encode_continuation(solution),
+                      correct=True, finished=True, eos=True)
+    bad = completion(student.backend, 0, 0, prompt, ids, "#### 0", 0.0, ids=student.backend.encode_continuation("#### 0"),
+                     finished=True, eos=True)
     assert verified([good, bad, good]) == [good], "finished, correct, once each"
     examples = [good]
     before = student.token_logprobs([examples[0].prompt_ids], [examples[0].completion_ids])[0].sum().item()

@@ -165,3 +165,28 @@ def test_students_trained_one_after_another_give_their_engines_back():
     assert after_first - before < 0.25 * engine_mb, f"memory back after the first close: {levels}, from {before:.0f}"
     assert up_second - after_first < 1.2 * engine_mb, "the second engine is alone, not beside the first"
     assert after_second - after_first < 0.1 * engine_mb, f"no memory kept per arm: {levels}"
+
+
+def test_an_engine_failure_is_a_backend_error_and_a_bad_request_is_not():
+    """The engine's own failures (vLLM's server errors: its core died) become BackendError, which benches a
+    teacher; anything else, a bad request or a bug, stays what it is."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    from azlib.models import BackendError
+    from azlib.models.vllm import VLLMBackend
+
+    class Engine:
+        def __init__(self, error):
+            self.error = error
+
+        def generate(self, *args, **kwargs):
+            raise self.error
+
+    backend = VLLMBackend.__new__(VLLMBackend)  # no engine started: the error comes from a stand-in
+    backend.lora_request = None
+    backend.llm = Engine(EngineDeadError())
+    with pytest.raises(BackendError, match="the vLLM engine failed: EngineDeadError"):
+        backend._run([[1, 2, 3]], None)
+    backend.llm = Engine(ValueError("max_tokens must be at least 1"))
+    with pytest.raises(ValueError, match="max_tokens"):
+        backend._run([[1, 2, 3]], None)

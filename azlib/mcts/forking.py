@@ -293,7 +293,7 @@ class ForkingSearch:
         tokenizer = self.backend.tokenizer
         full = tokenizer.decode(ids, skip_special_tokens=True)  # the text of exactly the ids (not a backend's cut)
         text, finished = complete_answer(full, sample.finish_reason == "stop")
-        kept = len(ids) if text == full else _ids_for_text(tokenizer, ids, len(text))
+        kept = len(ids) if text == full else ids_for_text(tokenizer, ids, len(text))
         gold = self.problems[tree.problem]["answer"]
         r = answer_reward(text, gold, finished=finished, kind=self.reward, weights=self.weights,
                           step_pres=[perplexity_reward(logprobs[:kept])])
@@ -353,7 +353,7 @@ class ForkingSearch:
         return self._newline[token]
 
 
-def _ids_for_text(tokenizer, ids: Sequence[int], length: int) -> int:
+def ids_for_text(tokenizer, ids: Sequence[int], length: int) -> int:
     """The fewest leading ids whose text is at least `length` characters (an answer cut at its answer line
     by a backend that generated past it)."""
     for k in range(1, len(ids) + 1):

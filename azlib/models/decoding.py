@@ -3,17 +3,15 @@ rows dropped from the batch, a shared prompt prefix computed once, raw log-probs
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.cache_utils import Cache, DynamicLayer
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-GROUPED_ATTENTION = "azlib_grouped"
+from azlib.models.hf_internals import (
+    Cache, buffer_cache, buffer_cache_from, grouped_attention_in, keep_rows, set_length, write_rows,
+)
+
 MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefix pass costs more than it saves
 PREFILL_TOKENS = 1024  # padded tokens per prefill forward: long prompts go alone, short ones together
 COMPACT_AT = 0.25  # drop finished rows from the batch once this share of it has finished
@@ -24,79 +22,6 @@ class Decoded:
     tokens: list[int]
     logprobs: list[float]  # raw: log_softmax of the logits, before temperature and top-p
     finished: bool  # ended by an EOS token or `is_done`; False: cut at max_new_tokens
-
-
-def grouped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """A decode step (one query per row): the query heads sharing a key/value head attend together,
-    so the cache is read once per KV head. transformers' sdpa path copies it per query head under a mask."""
-    batch, heads, length, dim = query.shape
-    kv_heads = key.shape[1]
-    if length > 1 or heads == kv_heads or kwargs.get("softcap") or getattr(module, "sliding_window", None):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
-    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
-    return out.reshape(batch, 1, heads, dim), None
-
-
-AttentionInterface.register(GROUPED_ATTENTION, grouped_attention)
-
-
-@contextmanager
-def grouped_attention_in(model):
-    """The model (or a peft wrapper's base model) attends with `grouped_attention` inside the block."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    before = base.config._attn_implementation
-    base.set_attn_implementation(GROUPED_ATTENTION)
-    try:
-        yield
-    finally:
-        base.set_attn_implementation(before)
-
-
-class _BufferLayer(DynamicLayer):
-    """One layer's keys and values, written in place into a buffer sized for the whole decode
-    (a DynamicLayer concatenates, copying the whole cache every step)."""
-
-    def __init__(self, capacity: int):
-        super().__init__()
-        self.capacity, self.length = capacity, 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        # zeros, not empty memory: masked columns still meet the attention weights (0 x NaN is NaN)
-        self.keys = key_states.new_zeros((*key_states.shape[:2], self.capacity, key_states.shape[-1]))
-        self.values = value_states.new_zeros((*value_states.shape[:2], self.capacity, value_states.shape[-1]))
-        self.is_initialized = True
-
-    @classmethod
-    def starting_with(cls, keys: torch.Tensor, values: torch.Tensor, rows: int, capacity: int) -> _BufferLayer:
-        """A layer of `rows` rows whose buffers begin with `keys`/`values` (one row, broadcast)."""
-        layer = cls(capacity)
-        layer.lazy_initialization(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
-        layer.keys[:, :, : keys.shape[2]] = keys
-        layer.values[:, :, : values.shape[2]] = values
-        layer.length = keys.shape[2]
-        return layer
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        self.keys[:, :, self.length : end] = key_states
-        self.values[:, :, self.length : end] = value_states
-        self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self.keys = self.keys.repeat_interleave(repeats, 0)
-        self.values = self.values.repeat_interleave(repeats, 0)
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.keys, self.values = self.keys[indices], self.values[indices]
 
 
 def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
@@ -158,11 +83,7 @@ def _prefill(model, prefix: Cache | None, shared: int, suffixes: list[list[int]]
     for r, s in enumerate(suffixes):
         ids[r, width - len(s) :] = torch.tensor(s, device=device)
         real[r, shared + width - len(s) :] = True
-    if prefix is None:
-        cache = Cache(layer_class_to_replicate=lambda: _BufferLayer(width))
-    else:
-        cache = Cache(layers=[_BufferLayer.starting_with(p.keys[:, :, :shared], p.values[:, :, :shared], len(suffixes),
-                                                         shared + width) for p in prefix.layers])
+    cache = buffer_cache(width) if prefix is None else buffer_cache_from(prefix, shared, len(suffixes), shared + width)
     positions = (real.cumsum(-1) - 1).clamp(min=0)[:, shared:]
     mask = None if prefix is None and len(suffixes) == 1 else _prompt_mask(real, width)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
@@ -194,7 +115,7 @@ def decode(
     with grouped_attention_in(model):
         prefix = None
         if shared:
-            prefix = Cache(layer_class_to_replicate=lambda: _BufferLayer(shared))
+            prefix = buffer_cache(shared)
             model(input_ids=torch.tensor([list(rows[0][:shared])], device=device), past_key_values=prefix,
                   use_cache=True, logits_to_keep=1)
         order = sorted(range(len(rows)), key=lambda r: len(suffixes[r]))
@@ -204,19 +125,15 @@ def decode(
             members = [order[g] for g in group]
             part, part_real, part_logits = _prefill(model, prefix, shared, [suffixes[r] for r in members], pad_id)
             if cache is None:  # shapes are known now: one buffer for all rows, the prefix in front
-                cache = Cache(layers=[_BufferLayer.starting_with(p.keys[:1, :, :shared], p.values[:1, :, :shared],
-                                                                 len(rows), capacity) for p in part.layers])
+                cache = buffer_cache_from(part, shared, len(rows), capacity)
                 logits = part_logits.new_empty(len(rows), part_logits.shape[-1])
             index = torch.tensor(members, device=device)
             begin = shared + width - (part_real.shape[1] - shared)
-            for layer, p in zip(cache.layers, part.layers):
-                layer.keys[index, :, begin : shared + width] = p.keys[:, :, shared : p.length]
-                layer.values[index, :, begin : shared + width] = p.values[:, :, shared : p.length]
+            write_rows(cache, part, index, begin, shared + width, skip=shared)
             real[index, :shared] = True
             real[index, begin : shared + width] = part_real[:, shared:]
             logits[index] = part_logits
-        for layer in cache.layers:
-            layer.length = shared + width
+        set_length(cache, shared + width)
         position = real.sum(-1, keepdim=True)
         alive = list(range(len(rows)))  # batch slot -> row
         tokens: list[list[int]] = [[] for _ in rows]
@@ -237,7 +154,7 @@ def decode(
             if sum(finished[row] for row in alive) >= COMPACT_AT * len(alive):
                 keep = [slot for slot, row in enumerate(alive) if not finished[row]]
                 index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
+                keep_rows(cache, index)
                 real, position, chosen = real[index], position[index], chosen[index]
                 alive = [alive[slot] for slot in keep]
             real[:, column] = True

@@ -60,7 +60,7 @@ class OpenAIBackend(Backend):
                 if response.status_code == 200:
                     try:
                         body = response.json()
-                        if body.get("choices"):
+                        if isinstance(body, dict) and body.get("choices"):
                             return body
                         problem = "malformed response: no 'choices'"
                     except ValueError:
@@ -82,16 +82,23 @@ class OpenAIBackend(Backend):
         def one(prompt: Prompt) -> list[Sample]:
             if isinstance(prompt, str):
                 body = self._post("/completions", {**common, "prompt": prompt, "logprobs": 0})
-                return [self._completion_sample(c, body) for c in body["choices"]]
+                return self._samples("/completions", body, self._completion_sample)
             messages = list(prompt)
             extra = {}
             if messages and messages[-1]["role"] == "assistant":  # vLLM's way to continue a partial answer
                 extra = {"continue_final_message": True, "add_generation_prompt": False}
             body = self._post("/chat/completions", {**common, **extra, "messages": messages, "logprobs": True})
-            return [self._chat_sample(c, body) for c in body["choices"]]
+            return self._samples("/chat/completions", body, self._chat_sample)
 
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             return list(pool.map(one, prompts))
+
+    def _samples(self, route: str, body: dict, read) -> list[Sample]:
+        """One sample per choice; a choice not in the expected shape is the server's fault, a BackendError."""
+        try:
+            return [read(choice, body) for choice in body["choices"]]
+        except (KeyError, IndexError, TypeError, AttributeError, ZeroDivisionError) as err:
+            raise BackendError(f"{self.base_url}{route} sent a malformed response: {type(err).__name__}: {err}") from None
 
     @staticmethod
     def _finish(choice: dict) -> str:

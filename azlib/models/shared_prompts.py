@@ -5,57 +5,22 @@ vocabulary would otherwise hold tens of GB of logits). Not the sampler: that is 
 
 Exact, gradients included: the completions read the prompt's keys/values through a differentiable
 index, so the prompt's part of the gradient is summed over its completions, as in separate rows.
-Under gradient checkpointing the layers keep these caches (transformers drops caches there unless a
-layer is marked `_can_checkpoint_with_cache`): both caches below may be replayed without harm.
+Under gradient checkpointing the layers keep these caches (both may be replayed without harm); the caches
+and that flag are transformers internals, in azlib.models.hf_internals.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Sequence
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
-from transformers.modeling_layers import GradientCheckpointingLayer
+
+from azlib.models.hf_internals import caches_kept_under_checkpointing, prefix_cache, recording_cache
 
 # Bytes of fp32 logits one no-gradient forward may hold: rows x longest completion x vocabulary x 4 stays
 # within it (Qwen2.5's vocabulary, 385-token completions: 9 rows). The forward's own logits and logsumexp's
 # workspace come on top, about 3x this in all.
 SCORING_MEMORY = 2 * 2**30
-
-
-class _RecordingLayer(DynamicLayer):
-    """Keeps the keys/values of the last forward (overwrites: a checkpoint replay writes the same)."""
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        self.keys, self.values, self.is_initialized = key_states, value_states, True
-        return key_states, value_states
-
-
-class _PrefixLayer(DynamicLayer):
-    """Read-only: every forward sees [prefix | its own keys]; nothing is stored (a replay is harmless)."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-        super().__init__()
-        self.keys, self.values, self.is_initialized = keys, values, True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        return torch.cat([self.keys, key_states], -2), torch.cat([self.values, value_states], -2)
-
-    def get_seq_length(self) -> int:
-        return self.keys.shape[-2]
-
-
-@contextmanager
-def _caches_kept_under_checkpointing(model):
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-    for layer in layers:
-        layer._can_checkpoint_with_cache = True
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer._can_checkpoint_with_cache  # back to the class's False
 
 
 def completion_logits(model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
@@ -69,12 +34,12 @@ def completion_logits(model, prompts: Sequence[Sequence[int]], completions: Sequ
     prompt_mask = torch.tensor([[0] * (p_width - len(p)) + [1] * len(p) for p in distinct], device=device)
     tokens = torch.tensor([list(c) + [pad_id] * (c_width - len(c)) for c in completions], device=device)
     completion_mask = torch.tensor([[1] * len(c) + [0] * (c_width - len(c)) for c in completions], device=device)
-    recorded = Cache(layer_class_to_replicate=_RecordingLayer)
-    with _caches_kept_under_checkpointing(model):
+    recorded = recording_cache()
+    with caches_kept_under_checkpointing(model):
         first = model(input_ids=prompt_ids, attention_mask=prompt_mask,
                       position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0), past_key_values=recorded,
                       use_cache=True, logits_to_keep=1).logits[:, -1]
-        shared = Cache(layers=[_PrefixLayer(layer.keys[which], layer.values[which]) for layer in recorded.layers])
+        shared = prefix_cache(recorded, which)
         positions = prompt_mask.sum(-1)[which, None] + torch.arange(c_width, device=device)
         rest = model(input_ids=tokens, attention_mask=torch.cat([prompt_mask[which], completion_mask], -1),
                      position_ids=positions, past_key_values=shared, use_cache=True).logits[:, :-1]

@@ -23,7 +23,8 @@ from typing import Literal, Sequence
 
 import torch
 
-from azlib.models.generation import BackendError, Resource
+from azlib.extras import require
+from azlib.models.generation import Resource
 from azlib.models.hf import BATCH_SIZE, HFBackend
 from azlib.models.loading import ModelLoadError, load_model
 from azlib.models.shared_prompts import (SCORING_MEMORY, chosen_logprobs, completion_logits,
@@ -193,11 +194,8 @@ class Student(Resource):
 def _unsloth_student(model: str, dtype: str, lora: LoraSettings, gradient_checkpointing: bool):
     """(peft model, tokenizer) through Unsloth's own API: its 4-bit loader and get_peft_model (its
     fused LoRA kernels and offloaded gradient checkpointing). CUDA only; it places the model itself."""
-    try:
-        from unsloth import FastLanguageModel
-    except ImportError:
-        raise BackendError("use_unsloth needs Unsloth on a CUDA machine (`pip install -e '.[unsloth]'`); "
-                           "without it the student loads through transformers + peft (use_unsloth=False)") from None
+    FastLanguageModel = require("unsloth", "use_unsloth (a CUDA machine)", otherwise=(
+        "without it the student loads through transformers + peft (use_unsloth=False)")).FastLanguageModel
     base, tokenizer = FastLanguageModel.from_pretrained(model, dtype=getattr(torch, dtype), load_in_4bit=True)
     targets = (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
                if lora.target_modules == "all-linear" else list(lora.target_modules))

