@@ -188,7 +188,7 @@ class Trainer(Resource):
             prefill = sum(t.prefill for t in trees)
             # the student's own accuracy before this step's update: its G independent answers to problems it has
             # not trained on yet (forks aim at unsolved problems, so all leaves together would understate it)
-            independent = [t.nodes[i].answer.correct for t in trees for i in t.leaves() if t.nodes[i].round == 0]
+            independent = [a.correct for t in trees for a in t.independent_answers()]
         else:
             results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
             completions, tokens = tree_groups(results, self.env, s.groups), sum(r.tokens for r in results)

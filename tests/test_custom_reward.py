@@ -100,7 +100,7 @@ class FakeUpdate:
 def trainer_with_answers(tmp_path, monkeypatch, update):
     trainer = Trainer(FakeStudent(), ROWS, tmp_path / "run",
                       TrainingConfig(train=TrainSettings(groups="sampling", update=update, problems_per_step=2)))
-    monkeypatch.setattr(trainer.forking, "grow", lambda indices, size, seed: [SimpleNamespace(tokens=8, prefill=4)])
+    monkeypatch.setattr(trainer.forking, "grow", lambda indices, size, seed: [SimpleNamespace(tokens=8, prefill=4, independent_answers=list)])
     monkeypatch.setattr(training, "forked_groups", lambda trees, backend, kind: answers())
     trainer.grpo = FakeUpdate()
     return trainer

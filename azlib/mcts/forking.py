@@ -118,6 +118,10 @@ class ForkTree:
     def answers(self) -> list[Answer]:
         return [self.nodes[i].answer for i in self.leaves()]
 
+    def independent_answers(self) -> list[Answer]:
+        """Round 0's answers: the G the student drew from the question alone (what a sampling arm draws)."""
+        return [self.nodes[i].answer for i in self.leaves() if self.nodes[i].round == 0]
+
     def path(self, i: int) -> list[int]:
         """Node ids from the root's first child down to node i."""
         out = []
