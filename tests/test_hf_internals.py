@@ -26,7 +26,7 @@ def test_the_supported_range_is_pyprojects_pin():
 
 
 def test_a_changed_transformers_is_reported_by_name(monkeypatch):
-    monkeypatch.setattr(transformers, "__version__", "5.20.0")
+    monkeypatch.setattr(hf_internals.transformers, "__version__", "5.20.0")  # the module it reads
     monkeypatch.setattr(transformers.cache_utils.DynamicLayer, "batch_select_indices", lambda self, rows: None)
     monkeypatch.delattr(transformers.modeling_layers.GradientCheckpointingLayer, "_can_checkpoint_with_cache")
     monkeypatch.setattr(transformers.cache_utils.Cache, "__init__", lambda self, layer_list=None: None)
