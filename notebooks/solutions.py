@@ -135,9 +135,9 @@ CONCEPT_ANSWERS = {
     # is what search + verifier achieve, not what the student writes alone. It is still a useful training curve; held-
     # out accuracy is notebook 05's job.
     "04_answer_accuracy": "c",
-    # Imitation (expert iteration) maximises the likelihood of every verified answer, so an all-correct group is 4
-    # training examples; GRPO's group-normalised advantages are 0 there. Conversely GRPO's negative advantages push
-    # wrong answers down, which imitation never sees.
+    # Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.groups.verified: each
+    # distinct one once), so an all-correct group is up to 4 training examples; GRPO's group-normalised advantages
+    # are 0 there. Conversely GRPO's negative advantages push wrong answers down, which imitation never sees.
     "04_sft_vs_grpo": "a",
     # transfer holds the same problems as heldout (same arithmetic, same difficulty) in unseen sentences, so a gain
     # that needs the training wordings is about the wordings; (a) is ruled out by the sets sharing their problems, (d)
