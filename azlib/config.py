@@ -444,8 +444,9 @@ def env_overrides(schema: set[str]) -> dict[str, int]:
     return out
 
 
-def resolve(notebook_path: Path, profile: str, output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
-    """Notebook defaults < profile YAML < env overrides, validated. Returns params and the overrides used."""
+def resolve(notebook_path: Path, profile: str | None, output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
+    """Notebook defaults < profile YAML < env overrides, validated. Returns params and the overrides used.
+    Profile None: the parameters cell's own defaults (what a learner's Run All gets), only output_dir set."""
     notebook = notebook_path.stem
     defaults = notebook_defaults(notebook_path)
     schema = set(params_model(notebook).model_fields)
@@ -454,7 +455,7 @@ def resolve(notebook_path: Path, profile: str, output_dir: Path) -> tuple[Notebo
             f"notebook {notebook}: parameters cell and schema disagree: "
             f"cell only {sorted(set(defaults) - schema)}, schema only {sorted(schema - set(defaults))}"
         )
-    profile_values = load_profile(profile, notebook)
+    profile_values = load_profile(profile, notebook) if profile is not None else {}
     unknown = sorted(set(profile_values) - schema)
     if unknown:
         raise ParamsError(

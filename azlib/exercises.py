@@ -1,6 +1,7 @@
 """Graders for the notebooks' exercises: each `check_<name>(fn)` calls the learner's function on fresh random
-inputs, compares it with azlib's own implementation, and prints whether it passed or a hint at the idea.
-Not the answers: a grader never prints an expected value; worked solutions are in notebooks/solutions.py.
+inputs, compares it with azlib's own implementation, and prints whether it passed or a hint at the idea;
+`concept_check(key, letter)` grades a multiple-choice concept check the same way.
+Not the answers: a grader never prints an expected value or letter; those are in notebooks/solutions.py.
 
 A stub that raises NotImplementedError is "not done yet" and nothing fails, so a notebook runs top to bottom
 before its exercises are done. `seed` is for tests; a learner's run draws new cases each time.
@@ -351,3 +352,100 @@ def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None
                   "target, the rest shared by the other candidates) and the referee (its probabilities), each raised to "
                   "its weight, renormalised. Only candidates above an even share are paid, in proportion to it, and "
                   "the largest payment is capped.")
+
+
+# -- Concept checks: multiple choice, where code would be contrived ------------------------------------
+# The question and its lettered choices are in the notebook; here only a digest of the right letter, so
+# reading this file does not give the answer away (notebooks/solutions.py has the letters, with reasons).
+
+@dataclass(frozen=True)
+class Concept:
+    title: str
+    letters: str  # the choices the notebook offers
+    digest: str  # _digest(key, right letter)
+    hint: str  # the idea to think about, never the letter
+
+
+def _digest(key: str, letter: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"azlib concept check {key}: {letter}".encode()).hexdigest()[:16]
+
+
+CONCEPTS = {
+    "01_loss_near_zero": Concept(
+        "GRPO's loss near 0", "abcd", "bcaa25770d86d33e",
+        "on a step's first update the old policy is the current one. What is rho there, and what is the sum of a "
+        "group's advantages? Then: is a function that is 0 at a point also flat there?"),
+    "01_all_wrong_group": Concept(
+        "a group with every answer wrong", "abcd", "abbfee87bfd48c01",
+        "write down each algorithm's advantage for these 8 rewards (GRPO: the group's own mean and std; REINFORCE "
+        "+ baseline: the running mean b), then what a step does to the log-probability of an answer whose "
+        "advantage is 0, and of one whose advantage is negative."),
+    "02_visit_target": Concept(
+        "the visit distribution as the policy target", "abcd", "80f952c8cc675a4d",
+        "compare what the prior knows before the search with what the visit counts know after 64 simulations "
+        "of look-ahead. If the net predicted the search, where would the next round's search start from?"),
+    "02_negamax": Concept(
+        "what the negamax sign flip buys", "abcd", "116fa938c838ee7b",
+        "at a node where O is to move, the chosen child should be the best move for O. In whose view must the "
+        "children's values be for 'take the largest Q + U' to do that at every node, X's and O's alike?"),
+    "03_wrong_branch": Concept(
+        "a 'wrong' branch under the correctness reward", "abcd", "bc43bd7cb9aa8a16",
+        "list what the correctness reward looks at, and read how teacher_values credits a teacher (section "
+        "'Weights over a few searches'): does a child's label enter either?"),
+    "03_identical_teachers": Concept(
+        "two identical teachers, two different weights", "abcd", "e42040a098556fc4",
+        "how many credits has each score seen after 4 searches, how noisy is one credit, and what does a "
+        "softmax at temperature 0.1 do to a small difference between two scores?"),
+    "04_answer_accuracy": Concept(
+        "what answer_accuracy measures", "abcd", "59f9c0e5cc5b1fb5",
+        "who chooses the answer that gets scored, and what does that chooser know that the student, answering a "
+        "problem alone, would not?"),
+    "04_sft_vs_grpo": Concept(
+        "imitation and GRPO on the same groups", "abcd", "46528897d813644d",
+        "for each update, write what a group whose answers are all correct contributes (GRPO: its advantages; "
+        "imitation: which answers it trains on), then what each does with a wrong answer."),
+    "05_transfer": Concept(
+        "what the transfer set tells apart", "abcd", "165afdbd387bffe2",
+        "what is the same in the two held-out sets, and what differs? A gain that appears in only one of them "
+        "cannot come from what they share."),
+    "05_one_seed": Concept(
+        "one seed's McNemar p-value", "abcd", "d6b0d4849d59839f",
+        "which randomness does McNemar's p account for: the choice of the problems, or the training run that "
+        "produced the two models? Which one does the question 'does the tree train better' ask about?"),
+    "06_r_kl": Concept(
+        "what r_KL penalises", "abcd", "20de2b71ac416b3c",
+        "kl_j compares two models on the same explanation token. What does one of them know that the other does "
+        "not, and which explanations exploit that difference?"),
+    "06_lambda_zero": Concept(
+        "RLT's reward without its KL part", "abcd", "6b114909a352a272",
+        "r_SS rewards the student for finding the solution likely after reading the explanation. What text "
+        "makes that easiest, and what in r stops it when lambda > 0?"),
+    "07_frozen_referee": Concept(
+        "a co-trained referee vs a frozen one", "abcd", "15b41188f1db8e4f",
+        "what has the co-trained referee seen that the student has not? Compare with a referee pre-trained "
+        "elsewhere, as a teacher is in distillation."),
+    "07_beta_zero": Concept(
+        "the ground-truth-only arm", "abcd", "f3eafcc4a4862920",
+        "with beta = 0, compare each candidate's q with the even share 1/|A_t|: who is paid, and how much after "
+        "the scale and the clamp? Put that into L_RL."),
+}
+
+
+def concept_check(key: str, answer: str | None) -> Grade:
+    """Grade a multiple-choice answer (a letter) to the notebook's question `key`; None is "not done".
+    Right or "not yet" with a hint at the idea: never which letter is right, and the same words for every
+    wrong letter."""
+    concept = CONCEPTS[key]
+    if answer is None:
+        return _report(Grade(concept.title, "not done", f"{concept.title}: not done yet. Set answer to a letter "
+                             f"({', '.join(concept.letters)}) and run the cell again."))
+    letter = str(answer).strip().strip("()").strip().lower()
+    if len(letter) != 1 or letter not in concept.letters:
+        return _report(Grade(concept.title, "failed", f"{concept.title}: answer with one letter of "
+                             f"{', '.join(concept.letters)} (got {answer!r})."))
+    if _digest(key, letter) == concept.digest:
+        return _report(Grade(concept.title, "passed", f"{concept.title}: right. The reasoning behind each choice is "
+                             "in notebooks/solutions.py."))
+    return _report(Grade(concept.title, "failed", f"{concept.title}: not yet.\nHint: {concept.hint}"))

@@ -58,9 +58,11 @@ def default_run_dir(profile: str) -> Path:
     return REPO_ROOT / "outputs" / f"{stamp}-{profile}"
 
 
-def run(profile: str, only: list[str] | None = None, out: Path | None = None) -> int:
-    """Execute the notebooks; return a process exit code (0 = all succeeded)."""
-    run_dir = RunFolder(out or default_run_dir(profile))
+def run(profile: str | None, only: list[str] | None = None, out: Path | None = None) -> int:
+    """Execute the notebooks; return a process exit code (0 = all succeeded). Profile None runs each
+    notebook with its parameters cell's defaults (benchmarks/notebook_minutes.py)."""
+    label = profile or "defaults"
+    run_dir = RunFolder(out or default_run_dir(label))
     notebooks = list_notebooks(only)
 
     # Validate everything first: a typo in notebook 05's params must not cost a 04 run.
@@ -87,7 +89,7 @@ def run(profile: str, only: list[str] | None = None, out: Path | None = None) ->
     import papermill  # slow import; only once the params are known to be good
 
     failed = None
-    for nb in tqdm(notebooks, desc=f"notebooks ({profile})", unit="nb"):
+    for nb in tqdm(notebooks, desc=f"notebooks ({label})", unit="nb"):
         params, _ = resolved[nb.stem]
         run_dir.clear_metrics(nb.stem)
         start = time.perf_counter()
@@ -126,12 +128,13 @@ class _IPCKernelManager(AsyncKernelManager):
         super().__init__(transport="ipc", **kwargs)
 
 
-def run_one(number: str, profile: str, out: Path) -> tuple[dict, float]:
+def run_one(number: str, profile: str | None, out: Path) -> tuple[dict, float]:
     """One notebook (by its number) run into `out`: (its metrics, minutes of wall time). The benchmarks
     that are notebook runs (rlt.py) use it; a failed notebook raises."""
     start = time.perf_counter()
     if run(profile, only=[number], out=out):
-        raise RuntimeError(f"notebook {number} failed under profile {profile}; its partial output is in {out}")
+        raise RuntimeError(f"notebook {number} failed under profile {profile or 'none (its defaults)'}; its partial "
+                           f"output is in {out}")
     (stem,) = [nb.stem for nb in list_notebooks([number])]
     return RunFolder(out).metrics()[stem], (time.perf_counter() - start) / 60
 

@@ -1,5 +1,6 @@
-"""Worked solutions to the exercises of notebooks 01-07, written from the formulas (not by calling azlib).
-Open this file after you have tried: the graders in azlib/exercises.py check your own function, not these.
+"""Worked solutions to the exercises of notebooks 01-07, written from the formulas (not by calling azlib), and
+the answers to their concept checks (CONCEPT_ANSWERS, at the end, each with its reasons). Open this file after
+you have tried: the graders in azlib/exercises.py check your own function or letter, not these.
 
     from solutions import group_advantages          # from notebooks/, or
     exercises.check_group_advantages(group_advantages)
@@ -99,3 +100,66 @@ def candidate_rewards(ids, target, referee_logits, cfg):
     raw = [cfg.reward_scale * x if (x > 1 / size or size == 1) else 0.0 for x in q]
     shrink = min(1.0, cfg.reward_clamp / max(max(raw), 1e-12))
     return [r * shrink for r in raw]
+
+
+# Concept checks (multiple choice; the questions are at the end of each notebook): the right letter, and why.
+CONCEPT_ANSWERS = {
+    # At ρ = 1 the policy part is -(1/G) Σ A_i = 0 (a group's advantages sum to 0; the std scales them alike), leaving
+    # β·KL, small near the reference. Its gradient is the policy gradient with the group baseline, not 0. (a) reads
+    # learning off a surrogate's value; (b) the KL term is >= 0 and small, it cancels nothing; (d) the std rescales
+    # advantages that already sum to 0.
+    "01_loss_near_zero": "c",
+    # GRPO's advantages are (0 - 0)/(0 + ε) = 0: a group with no spread teaches nothing (DAPO drops such groups).
+    # REINFORCE + baseline uses A = r - b = -0.3 for each answer, lowering their log-probabilities; raising an answer
+    # lowers the others (softmax), so lowering these raises the unsampled ones.
+    "01_all_wrong_group": "b",
+    # Search improves on the prior: with 64 simulations of look-ahead the visits concentrate on moves that hold up, so
+    # π is a better policy than p; fitting p to π and searching again is policy iteration (expert iteration: the same
+    # idea trains the student in notebooks 04 and 05). π is not p (b), z is the value head's target (c).
+    "02_visit_target": "a",
+    # A value_sum is in the view of the player who moved into the node, i.e. the one choosing among it and its
+    # siblings; negating once per ply keeps that true all the way up, so 'take the largest' is right for both players.
+    # Get the signs wrong and, at the other player's turns, 'take the largest' picks that player's worst move
+    # (exercise 2).
+    "02_negamax": "c",
+    # The correctness reward scores how an answer ends (1 for finished and correct); PRE and the direction bonus are
+    # reported, not added, and teacher_values does not read the label. So a 'wrong' chunk that leads to correct
+    # answers is a good chunk here, and it raises its teacher's score. Under train.reward = 'original' the bonus would
+    # count.
+    "03_wrong_branch": "d",
+    # Each score is an average of a handful of backed-up values, each noisy; exp(Δ/0.1) turns a score gap of 0.1 into
+    # a weight ratio of e. The weights follow the values credited, not latency (d), and a benched teacher shows
+    # failures in the report (c).
+    "03_identical_teachers": "b",
+    # The answer is chosen with the gold answer's help (best rollout by reward, visits steered by the reward), so it
+    # is what search + verifier achieve, not what the student writes alone. It is still a useful training curve; held-
+    # out accuracy is notebook 05's job.
+    "04_answer_accuracy": "c",
+    # Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.groups.verified: each
+    # distinct one once), so an all-correct group is up to 4 training examples; GRPO's group-normalised advantages
+    # are 0 there. Conversely GRPO's negative advantages push wrong answers down, which imitation never sees.
+    "04_sft_vs_grpo": "a",
+    # transfer holds the same problems as heldout (same arithmetic, same difficulty) in unseen sentences, so a gain
+    # that needs the training wordings is about the wordings; (a) is ruled out by the sets sharing their problems, (d)
+    # would show on both sets.
+    "05_transfer": "b",
+    # McNemar's randomness is the draw of problems, with both models fixed; the training run's randomness (seed:
+    # initialisation, sampling) is not in it. The README's cpu run shows single seeds moving an arm by 5 points.
+    "05_one_seed": "c",
+    # kl_j = log π_T(t_j | q, s, ...) - log π_S(t_j | q, ...): the teacher's extra confidence from having seen s.
+    # Length alone does not raise a mean (a); GRPO's KL to the reference is a separate term (c); (d) is r_SS's job.
+    "06_r_kl": "b",
+    # r_SS is the student's log-likelihood of s after reading t, highest when t contains s to copy. Such an
+    # explanation is useless at test time, when there is no s; r_KL charges for exactly the tokens the student could
+    # not have produced.
+    "06_lambda_zero": "a",
+    # A referee is useful for what it knows that the student does not. Trained on the same batches with CE, it is at
+    # most a CE model's view of the same data; pre-trained elsewhere, it is a teacher. (c) is backwards: early on the
+    # co-trained referee is nearly flat, and reality's factor dominates the reward all along (section 'Where the
+    # reward goes').
+    "07_frozen_referee": "d",
+    # With β = 0, q follows reality alone: y_t gets (1-ε)^α against (ε/(|A|-1))^α for each other candidate, so q_y >
+    # 1/|A| > q_other. Only y_t is paid, scale·q_y capped at 1.5, and L_RL = -(1/N) Σ_t (1.5/|A_t|) log p(y_t):
+    # rescaled CE (the smoothing only sets q, it pays nobody else).
+    "07_beta_zero": "c",
+}

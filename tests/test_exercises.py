@@ -177,3 +177,55 @@ def test_every_notebook_has_a_graded_exercise_and_no_printed_answer():
         assert "raise NotImplementedError" in code, f"{path.stem}: the committed stub is not filled in"
         assert not any(f"{w} solutions" in code for w in ("import", "from")), \
             f"{path.stem}: solutions are opened deliberately, not imported"
+
+
+# -- concept checks (multiple choice) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("key", exercises.CONCEPTS)
+def test_a_concept_check_passes_the_right_letter_and_fails_every_other(key, capsys):
+    concept, right = exercises.CONCEPTS[key], solutions.CONCEPT_ANSWERS[key]
+    assert exercises.concept_check(key, right).passed
+    assert exercises.concept_check(key, f" ({right.upper()}) ").passed, "as a learner may type it"
+    wrong = [exercises.concept_check(key, letter) for letter in concept.letters if letter != right]
+    assert len(wrong) == len(concept.letters) - 1 >= 2
+    assert all(g.status == "failed" and "Hint:" in g.message for g in wrong)
+    assert len({g.message for g in wrong}) == 1, "every wrong letter gets the same words: no elimination hints"
+    out = capsys.readouterr().out
+    assert all(g.message in out for g in wrong)
+    grade = exercises.concept_check(key, None)
+    assert grade.status == "not done" and "not done yet" in capsys.readouterr().out
+    assert exercises.concept_check(key, "ab").status == "failed"
+    assert exercises.concept_check(key, "z").status == "failed"
+
+
+def test_every_concept_check_is_asked_once_with_its_choices_and_unanswered():
+    import re
+
+    import nbformat
+
+    assert set(exercises.CONCEPTS) == set(solutions.CONCEPT_ANSWERS)
+    asked = []
+    for path in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        keys = []
+        for i, cell in enumerate(cells):
+            if cell.cell_type != "code" or not (m := re.search(r'concept_check\("(\w+)", answer\)', cell.source)):
+                continue
+            key = m.group(1)
+            assert key.startswith(path.name[:2]), f"{path.stem} asks {key}"
+            assert re.search(r"^answer = None\b", cell.source, re.M), f"{path.stem}: {key} is committed answered"
+            choices = re.findall(r"^- \*\*\((\w)\)\*\*", cells[i - 1].source, re.M)
+            assert "".join(choices) == exercises.CONCEPTS[key].letters, f"{path.stem}: {key}'s choices"
+            keys.append(key)
+        assert keys, f"{path.stem} has no concept check"
+        asked += keys
+    assert sorted(asked) == sorted(exercises.CONCEPTS), "each concept check asked exactly once"
+
+
+def test_concept_digests_match_the_solutions_and_the_letters_are_not_in_the_grader():
+    import inspect
+
+    source = inspect.getsource(exercises)
+    for key, letter in solutions.CONCEPT_ANSWERS.items():
+        assert exercises.CONCEPTS[key].digest == exercises._digest(key, letter)
+        assert f'"{key}": "{letter}"' not in source

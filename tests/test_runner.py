@@ -64,6 +64,15 @@ def test_a_failing_notebook_stops_the_run_and_keeps_its_partial_output(fake_kit,
     assert (out / "01_ok.ipynb").exists()
 
 
+def test_no_profile_runs_the_parameters_cells_defaults(fake_kit):
+    """benchmarks/notebook_minutes.py: profile None is what a learner's Run All gets, only output_dir set."""
+    out = fake_kit / "run"
+    assert runner.run(None, only=["01"], out=out) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["profile"] is None and cfg["notebooks"]["01_ok"]["output_dir"] == str(out)
+    assert json.loads((out / "metrics.json").read_text())["01_ok"] == {"max_tokens": 16}, "the cell's value, not smoke's 32"
+
+
 def test_invalid_params_stop_everything_before_execution(fake_kit, capsys):
     (config.PARAMS_DIR / "smoke" / "03_never.yaml").write_text("search: {max_tokens: '32'}\n")
     out = fake_kit / "run"
