@@ -392,7 +392,7 @@ def test_solved_subtrees_are_skipped_and_search_stops_when_everything_is_solved(
 def test_alphazero_targets_and_symmetries():
     from azlib.mcts import alphazero as az
 
-    settings = az.AlphaZeroSettings(games_per_iteration=8, simulations=8)
+    settings = az.AlphaZeroSettings(games_per_iteration=8, simulations=8, random_opening=0)
     rng = random.Random(0)
     net = az.PolicyValueNet()
     data = az.self_play(net, settings, rng)
@@ -422,6 +422,28 @@ def test_alphazero_targets_and_symmetries():
     for board, p, z in copies:  # the target moves with the board: it still blocks
         block = p.index(1.0)
         assert board[block] == "." and ttt.minimax(ttt.play(board, block)) == 0 and z == 0.0
+
+
+def test_alphazero_random_openings():
+    """Self-play games open with 0..random_opening random moves, untrained on; 0 keeps the empty board."""
+    from azlib.mcts import alphazero as az
+
+    rng = random.Random(0)
+    starts = [az.random_opening(az.AlphaZeroSettings(random_opening=6), rng) for _ in range(700)]
+    assert {9 - b.count(".") for b in starts} == set(range(7))
+    assert all(ttt.legal_moves(b) and b.count("X") - b.count("O") in (0, 1) for b in starts), "no opening ends a game"
+    rng, fresh = random.Random(1), random.Random(1)
+    assert az.random_opening(az.AlphaZeroSettings(random_opening=0), rng) == ttt.EMPTY
+    assert rng.random() == fresh.random(), "random_opening=0 leaves the rng as it was: the old self-play exactly"
+    with pytest.raises(ValueError):
+        az.AlphaZeroSettings(random_opening=9)
+
+    games = 56
+    data = az.self_play(az.PolicyValueNet(), az.AlphaZeroSettings(games_per_iteration=games, simulations=4),
+                        random.Random(0))
+    from_empty = sum(b == ttt.EMPTY for b, _, _ in data)
+    assert 0 < from_empty < games / 3, "most games (by default) start from a random opening, not the empty board"
+    assert all(z in (-1.0, 0.0, 1.0) and sum(pi) == pytest.approx(1.0) for _, pi, z in data)
 
 
 def test_alphazero_grade_is_exact():
