@@ -1,4 +1,4 @@
-"""Batch runs: execute the ordered notebooks with papermill under a profile, into one run folder.
+"""Batch runs: execute the ordered notebooks with papermill under a profile (or their own defaults), into one run folder.
 Validates every notebook's parameters (and, on a GPU, its memory plan) before anything runs; stops at the first failing notebook."""
 
 from __future__ import annotations

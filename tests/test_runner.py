@@ -70,7 +70,8 @@ def test_no_profile_runs_the_parameters_cells_defaults(fake_kit):
     assert runner.run(None, only=["01"], out=out) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["profile"] is None and cfg["notebooks"]["01_ok"]["output_dir"] == str(out)
-    assert json.loads((out / "metrics.json").read_text())["01_ok"] == {"max_tokens": 16}, "the cell's value, not smoke's 32"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["01_ok"] == {"max_tokens": 16}, "the cell's value, not the smoke profile's 32"
 
 
 def test_invalid_params_stop_everything_before_execution(fake_kit, capsys):
