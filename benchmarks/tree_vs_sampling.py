@@ -10,7 +10,7 @@ the transfer set; verified answers per 1k tokens >= 1.3x RFT's. Long (about an h
 An interrupted run continues where it stopped when given the same --out.
 
     .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR]
-        [--seeds 0 1] [--report]
+        [--seeds 0 1] [--fork fork_from=finished] [--report]
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import json
 import time
 from pathlib import Path
 
-from azlib.config import NOTEBOOKS_DIR, resolve
+import yaml
+
+from azlib.config import NOTEBOOKS_DIR, resolve, validate
 from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, task_sets
 from azlib.models import make_backend
 from azlib.paths import REPO_ROOT
@@ -35,6 +37,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="train only these of the profile's seeds: processes given the same --out and different "
                              "seeds share the work (each writes only its own seed folders); --report reads them all")
+    parser.add_argument("--fork", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="change fields of the profile's fork section (azlib.mcts.forking.ForkSettings), e.g. "
+                             "fork_from=finished; values read as YAML")
     parser.add_argument("--report", action="store_true",
                         help="print what --out holds so far (a running or interrupted run), train nothing")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"tree-vs-sampling-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -48,11 +53,17 @@ def main() -> None:
         if unknown:
             parser.error(f"--seeds {unknown} are not among the profile's seeds {params.seeds}")
         params = params.model_copy(update={"seeds": args.seeds})
+    if args.fork:
+        pairs = [item.partition("=") for item in args.fork]
+        if any(not sep for _, sep, _ in pairs):
+            parser.error(f"--fork takes FIELD=VALUE, got {args.fork}")
+        fork = {**params.fork.model_dump(), **{k: yaml.safe_load(v) for k, _, v in pairs}}
+        params = validate("05_base_vs_trained", {**params.model_dump(), "fork": fork})
     params = params.model_copy(update={"arms": ["tree", "rft"] if args.mode == "main" else list(ARMS), "train": train,
                                        "arithmetic_steps": [args.steps] if args.steps else params.arithmetic_steps})
     problems, sets, note = task_sets(params)
     print(f"{args.mode} mode: arms {params.arms}, seeds {params.seeds}, {params.train.token_budget:,} tokens per arm and "
-          f"seed, {params.arithmetic_steps}-step problems, held-out sets { {k: len(v) for k, v in sets.items()} } {note}")
+          f"seed, fork {params.fork.model_dump()}, {params.arithmetic_steps}-step problems, held-out sets { {k: len(v) for k, v in sets.items()} } {note}")
 
     calibration_path = args.out / "calibration.json"
     if not calibration_path.exists() and params.calibration_problems and not args.report:

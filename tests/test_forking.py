@@ -231,6 +231,29 @@ def test_fork_points_lie_in_the_work_never_in_the_answer_line_or_a_repeated_line
 
 
 @pytest.mark.model
+def test_fork_from_chooses_whose_tokens_are_fork_points(student):
+    """Two wrong answers: a finished one and one cut at the cap whose second token is the most surprising
+    of all. 'any' forks there first; 'finished' never forks in the cut answer; 'wrong' skips the right one."""
+    ids = student.tokenizer("3 * 4 = 11\n11 + 5 = 16\n", add_special_tokens=False)["input_ids"]
+    tree = ForkTree(0, "q", [0])
+    cut = Answer(0, tuple(ids), (-0.1, -9.0) + (-0.1,) * (len(ids) - 2), "x", False, 0.0, False, {})
+    done = Answer(0, tuple(ids[:3]), (-2.0,) * 3, "x", True, 0.0, False, {})
+    right = Answer(0, tuple(ids[3:6]), (-5.0,) * 3, "x", True, 1.0, True, {})
+    tree.nodes[0].children = [1, 2, 3]
+    tree.nodes += [Node(0, 0, list(a.token_ids), list(a.logprobs), answer=a) for a in (cut, done, right)]
+
+    def points(fork_from: str) -> list[tuple[int, int]]:
+        settings = ForkSettings(points=2, fork_from=fork_from)
+        return ForkingSearch(student.backend, [], settings, max_new_tokens=64, temperature=0.7).fork_points(tree)
+
+    assert points("any")[0] == (1, 1), "the least likely sampled token of all, in the cut answer"
+    assert all(leaf != 1 for leaf, _ in points("finished")) and points("finished"), "never in the cut answer"
+    assert all(leaf != 3 for leaf, _ in points("wrong")), "never in the right answer"
+    with pytest.raises(ValueError, match="fork_from"):
+        ForkSettings(fork_from="cut")
+
+
+@pytest.mark.model
 def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_without_it(student):
     rows = arithmetic_problems(3, seed=20000, steps=(2,))
     backend = Counting(student.backend)

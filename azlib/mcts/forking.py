@@ -41,7 +41,9 @@ class ForkSettings:
     # root: fresh answers from the question: the tree's allocation (unsolved problems get more) without
     #   its shared prefixes, the ablation that tells the two apart.
     where: Literal["surprise", "line", "root"] = "surprise"
-    fork_from: Literal["any", "wrong"] = "any"  # which answers' tokens are fork points
+    # which answers' tokens are fork points: any; wrong ones; or finished ones (ended at their answer line or
+    #   end of text within the cap: a cut answer's prefix tends to run to the cap again, with fewer tokens left)
+    fork_from: Literal["any", "wrong", "finished"] = "any"
     # Who writes the fork continuations (round 0's answers are always the student's). student: the student
     # continues its own prefix; hint: the student given the reference solution as a hint continues the same
     # prefix (the original system's teachers proposing continuations; STaR's rationalization, Zelikman et
@@ -54,9 +56,9 @@ class ForkSettings:
         if self.rounds < 0 or self.points < 1 or self.branches < 1:
             raise ValueError(f"need rounds >= 0, points >= 1 and branches >= 1, got {self.rounds}, {self.points}, "
                              f"{self.branches}")
-        if self.where not in ("surprise", "line", "root") or self.fork_from not in ("any", "wrong"):
-            raise ValueError(f"where must be 'surprise', 'line' or 'root' and fork_from 'any' or 'wrong', got "
-                             f"{self.where!r}, {self.fork_from!r}")
+        if self.where not in ("surprise", "line", "root") or self.fork_from not in ("any", "wrong", "finished"):
+            raise ValueError(f"where must be 'surprise', 'line' or 'root' and fork_from 'any', 'wrong' or "
+                             f"'finished', got {self.where!r}, {self.fork_from!r}")
         if self.writer not in ("student", "hint", "teachers"):
             raise ValueError(f"writer must be 'student', 'hint' or 'teachers', got {self.writer!r}")
 
@@ -318,7 +320,7 @@ class ForkingSearch:
         candidates = []
         for leaf in tree.leaves():
             answer = tree.nodes[leaf].answer
-            if s.fork_from == "wrong" and answer.correct:
+            if (s.fork_from == "wrong" and answer.correct) or (s.fork_from == "finished" and not answer.finished):
                 continue
             ids, logprobs = answer.token_ids, answer.logprobs
             for p in self._positions(ids):
