@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import yaml
 
-from azlib.config import NOTEBOOKS_DIR, resolve, validate
+from azlib.config import NOTEBOOKS_DIR, resolve
 from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, task_sets
 from azlib.models import make_backend
 from azlib.paths import REPO_ROOT
@@ -57,13 +58,16 @@ def main() -> None:
         pairs = [item.partition("=") for item in args.fork]
         if any(not sep for _, sep, _ in pairs):
             parser.error(f"--fork takes FIELD=VALUE, got {args.fork}")
-        fork = {**params.fork.model_dump(), **{k: yaml.safe_load(v) for k, _, v in pairs}}
-        params = validate("05_base_vs_trained", {**params.model_dump(), "fork": fork})
+        try:
+            fork = replace(params.fork, **{k: yaml.safe_load(v) for k, _, v in pairs})
+        except (TypeError, ValueError) as err:
+            parser.error(f"--fork: {err}")
+        params = params.model_copy(update={"fork": fork})
     params = params.model_copy(update={"arms": ["tree", "rft"] if args.mode == "main" else list(ARMS), "train": train,
                                        "arithmetic_steps": [args.steps] if args.steps else params.arithmetic_steps})
     problems, sets, note = task_sets(params)
     print(f"{args.mode} mode: arms {params.arms}, seeds {params.seeds}, {params.train.token_budget:,} tokens per arm and "
-          f"seed, fork {params.fork.model_dump()}, {params.arithmetic_steps}-step problems, held-out sets { {k: len(v) for k, v in sets.items()} } {note}")
+          f"seed, fork {asdict(params.fork)}, {params.arithmetic_steps}-step problems, held-out sets { {k: len(v) for k, v in sets.items()} } {note}")
 
     calibration_path = args.out / "calibration.json"
     if not calibration_path.exists() and params.calibration_problems and not args.report:
