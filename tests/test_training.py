@@ -141,6 +141,9 @@ def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
             rollouts = child.info["rollouts"]
             assert child.visits >= len(rollouts)
             assert rollouts[0]["text"].startswith(child.state["text"])
+        for node in r.tree.nodes:  # leaves of every depth share one generate call: each keeps its own cap
+            for rollout in node.info.get("rollouts", []):
+                assert rollout["tokens"] <= 64 and len(rollout["ids"]) <= 64, "an answer never runs past the cap"
 
 
 def _common_prefix(a, b) -> int:

@@ -148,10 +148,15 @@ class TextEnv:
         return Sample(text, tuple(tokens[:cut]), tuple(logprobs[:cut]), finish, rollout.prompt_tokens, cut)
 
     def _rollout_value(self, state: dict, rollout: Sample) -> dict[str, Any]:
-        """A rollout's complete answer and its reward (finished: ended by EOS or by its answer line)."""
-        ended = rollout.finish_reason == "stop" and (state["tokens"] + rollout.completion_tokens
-                                                    <= self.settings.max_answer_tokens)
-        text, finished = complete_answer(state["text"] + rollout.text, ended)
+        """A rollout's complete answer and its reward (finished: ended by EOS or by its answer line). Leaves of
+        every depth share one generate call, whose cap is the shallowest leaf's: a deeper leaf's rollout is cut
+        at its own cap (the tokens past it were generated, and the backend counted them)."""
+        left = self.settings.max_answer_tokens - state["tokens"]
+        if rollout.completion_tokens > left:
+            ids = rollout.token_ids[:left]
+            rollout = Sample(self.student.tokenizer.decode(ids, skip_special_tokens=True), tuple(ids),
+                             tuple(rollout.logprobs[:left]), "length", rollout.prompt_tokens, left)
+        text, finished = complete_answer(state["text"] + rollout.text, rollout.finish_reason == "stop")
         ids = self._ids_of(text, state["ids"] + list(rollout.token_ids))
         r = _answer_reward(text, self.problems[state["problem"]]["answer"], finished,
                            (*state["step_pres"], perplexity_reward(rollout.logprobs)), state["code"] + "s",
