@@ -1,5 +1,6 @@
 """Shared fixtures: GSM8K (the copy beside the repo, else a small fixture), the embedded model (loaded
-once), real scripted HTTP servers on 127.0.0.1 for fault injection, and the `model` mark."""
+once; on the hf backend once per module), a tiny random Llama saved with the embedded tokenizer, real
+scripted HTTP servers on 127.0.0.1 for fault injection, and the `model` mark."""
 
 from __future__ import annotations
 
@@ -39,6 +40,39 @@ def embedded():
     from azlib.models import DEFAULT_MODEL, load_model
 
     return load_model(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="module")
+def hf():
+    """The embedded model on the hf backend, default batching (one per test module)."""
+    from azlib.models import make_backend
+
+    return make_backend("hf")
+
+
+def save_tiny_llama(seed: int = 0) -> str:
+    """A small random Llama (grouped heads) with the embedded model's tokenizer, saved to a fresh folder where
+    transformers and TRL load it offline."""
+    import tempfile
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from azlib.models import load_model
+
+    _, tokenizer = load_model("embedded:smollm2-135m-instruct")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    folder = tempfile.mkdtemp(prefix=f"azlib-tiny-{seed}-")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir():
+    return save_tiny_llama(0)
 
 
 @pytest.fixture

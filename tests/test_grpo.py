@@ -23,22 +23,6 @@ def batch(seed=0):
     return logp, old, ref, advantages, mask
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir():
-    """A small random Llama with the embedded model's tokenizer, saved where TRL can load it offline."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from azlib.models import load_model
-
-    _, tokenizer = load_model("embedded:smollm2-135m-instruct")
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2)
-    folder = tempfile.mkdtemp(prefix="azlib-tiny-")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def trl_loss(folder, loss_type, beta, logp, old, ref, advantages, mask, correction, epsilon_high=0.28):
     """TRL's own GRPOTrainer._compute_loss with its log-prob function returning our tensor."""
     from datasets import Dataset

@@ -3,37 +3,23 @@ and compared with the batched functions; the teacher's GRPO step moves the teach
 students are fine-tuned to an exact token budget."""
 
 import math
-import tempfile
 
 import pytest
 import torch
 
 from azlib.data import arithmetic_problems
-from azlib.grpo import GRPO, Example, GRPOSettings
-from azlib.models import load_model
+from azlib.grpo import GRPO, GRPOSettings
 from azlib.models.hf import HFBackend
 from azlib.models.student import LoraSettings, Student
 from azlib.rlt import (RLTSettings, TeacherTrainer, kl_reward, score_explanations, sft_examples, sft_to_budget,
                        solution_reward, student_prompt, teacher_prompt)
 from azlib.rlt.teacher import solution_ids
-
-
-def tiny(seed):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    _, tokenizer = load_model("embedded:smollm2-135m-instruct")
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2)
-    folder = tempfile.mkdtemp(prefix=f"azlib-rlt-{seed}-")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+from conftest import save_tiny_llama
 
 
 @pytest.fixture(scope="module")
 def models():
-    return tiny(0), tiny(1)  # teacher, student: different weights, one tokenizer
+    return save_tiny_llama(0), save_tiny_llama(1)  # teacher, student: different weights, one tokenizer
 
 
 def by_hand(backend, prompt, continuation):

@@ -14,17 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from azlib.models import make_backend
 from azlib.models.serve import BatchingServer, ServeLimits
 
 CHAT = [{"role": "user", "content": "What is 12 + 7?"}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy, the model counts on: a request that uses all its tokens
 SMALL = ServeLimits(max_n=4, max_tokens=64, default_tokens=16, read_timeout=1.0)
-
-
-@pytest.fixture(scope="module")
-def hf():
-    return make_backend("hf")
 
 
 @pytest.fixture(scope="module")

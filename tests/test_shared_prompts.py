@@ -7,7 +7,7 @@ import torch
 
 from azlib.models import DEFAULT_MODEL
 from azlib.models.hf import HFBackend
-from azlib.models.shared_prompts import completion_logprobs, micro_batches
+from azlib.models.shared_prompts import micro_batches
 from azlib.models.student import LoraSettings, Student
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from azlib.prompts import chat_prompt
-from azlib.models import make_backend
 from azlib.models.serve import BatchingServer
 from azlib.rewards import hard_reward, perplexity_reward
 
@@ -31,11 +30,6 @@ def load(vf, **config):
     from verifiers.v1.utils.loaders import load_taskset
 
     return list(load_taskset(vf.taskset_config_type("azlib-gsm8k")(id="azlib-gsm8k", **config)))
-
-
-@pytest.fixture(scope="module")
-def hf():
-    return make_backend("hf")
 
 
 def test_taskset_loads_gsm8k_and_the_easy_task(vf, gsm8k_dir):

@@ -20,11 +20,6 @@ CHATS = [[{"role": "user", "content": q}] for q in
 
 
 @pytest.fixture(scope="module")
-def hf():
-    return make_backend("hf")
-
-
-@pytest.fixture(scope="module")
 def engine():
     backend = make_backend("vllm", **CPU_ENGINE)
     yield backend
