@@ -1,6 +1,8 @@
 """Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`,
-`python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training without the notebook),
-`[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training, DDP under torchrun),
+`python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training from the library's defaults and
+the profile, no notebook read),
+`[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training from the library's
+defaults and the profile, DDP under torchrun),
 `python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
 `python -m azlib serve [--model M] [--port P] [--dtype D] [--device D] [--max-n N ...]` (a local OpenAI-compatible
 server; `serve --help` lists its limits). Parses, hands over."""
@@ -66,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _notebook_params(notebook: str, args):
-    """A notebook's parameters under --profile (env overrides applied), or None after saying why not."""
-    from azlib.config import NOTEBOOKS_DIR, resolve
+def _library_params(notebook: str, args):
+    """A notebook's parameters from the library's defaults under --profile (env overrides applied; no notebook
+    read: a test keeps them equal to the notebook's), or None after saying why not."""
+    from azlib.config import resolve_library
 
     try:
-        return resolve(NOTEBOOKS_DIR / f"{notebook}.ipynb", args.profile, args.out.resolve())[0]
+        return resolve_library(notebook, args.profile, args.out.resolve())[0]
     except ParamsError as err:
         print(f"azlib: {err}", file=sys.stderr)
         return None
@@ -80,7 +83,7 @@ def _notebook_params(notebook: str, args):
 def _train(args) -> int:
     from azlib.training import trainer_from_params, training_problems
 
-    if (params := _notebook_params("04_gsm8k_run", args)) is None:
+    if (params := _library_params("04_gsm8k_run", args)) is None:
         return 2
     if params.custom_reward:
         print("azlib: custom_reward = true needs the reward function written in notebook 04; the command line "
@@ -104,7 +107,7 @@ def _referee(args) -> int:
     from azlib.referee import init_from_env, load_corpus
     from azlib.referee.train import arms_from_params, world
 
-    if (params := _notebook_params("07_referee_rl", args)) is None:
+    if (params := _library_params("07_referee_rl", args)) is None:
         return 2
     init_from_env()
     corpus, note = load_corpus(params.gsm8k, params.max_chars or None, fallback=params.gsm8k_fallback)

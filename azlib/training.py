@@ -54,17 +54,19 @@ class TrainSettings:
     """The loop: its training signal and update, its length, and how every answer of the run is sampled."""
 
     groups: GroupKind = "answers"
-    update: Literal["grpo", "sft"] = "grpo"  # sft: imitate the verified completions (expert iteration)
+    # sft: imitate the verified completions (expert iteration; what learns fastest on the embedded model),
+    # or grpo: the policy-gradient update (the original system's)
+    update: Literal["grpo", "sft"] = "sft"
     # sft: imitate the last `replay_size` verified answers found so far each step (AlphaZero's replay
     # buffer: a finding is learned from more than once); 0 imitates only the step's own.
-    replay_size: int = 0
+    replay_size: int = 256
     reward: RewardKind = "correctness"  # of every answer: sampled or written by the search
     steps: int = 10
     problems_per_step: int = 2
     checkpoint_every: int = 1  # steps; every step by default, so a kill loses no finished step
     group_size: int = 8  # samples per problem for "sampling" groups
     max_new_tokens: int = 128  # answer length: sampled answers and search rollouts
-    temperature: float = 0.8  # of answers, rollouts and chunks; GRPO's log-probs are taken at it
+    temperature: float = 0.7  # of answers, rollouts and chunks; GRPO's log-probs are taken at it
     token_budget: int | None = None  # stop once this many tokens were generated (equal-budget comparisons)
     reference_refresh: int = 50  # steps between reference snapshots (reference="snapshot")
     seed: int = 0
@@ -86,6 +88,11 @@ class TrainSettings:
             raise ValueError(f"token_budget must be >= 1 (or None), got {self.token_budget}")
 
 
+# A training run's search: a solved subtree is not entered again, and an unvisited child is valued at its parent
+# (SearchConfig's own defaults, raw Q and no skipping, are the game searches').
+TRAINING_SEARCH = SearchConfig(skip_solved=True, q_transform="parent_value")
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """Every setting of a training run, one section per component. The run samples and scores answers one
@@ -93,7 +100,7 @@ class TrainingConfig:
     log-probs must be those of the temperature the answers were sampled at, without top-p)."""
 
     train: TrainSettings = TrainSettings()
-    search: SearchConfig = SearchConfig(skip_solved=True, q_transform="parent_value")
+    search: SearchConfig = TRAINING_SEARCH
     text: TextSearchSettings = TextSearchSettings()
     fork: ForkSettings = ForkSettings()  # groups "forked" and "treerl" ("sampling": the same with no forks)
     grpo: GRPOSettings = GRPOSettings()

@@ -1,5 +1,9 @@
-"""Params validation: unknown keys, wrong types, ranges, missing folders, env overrides."""
+"""Params validation: unknown keys, wrong types, ranges, missing folders, env overrides; the parameters cells
+against the library's defaults."""
 
+import ast
+import dataclasses
+import re
 import subprocess
 import sys
 
@@ -184,3 +188,74 @@ def test_each_interactive_run_gets_its_own_folder_and_resume_takes_the_newest(tm
     assert first != second and all(Path(p).is_dir() and Path(p).parent == tmp_path / "interactive" for p in (first, second))
     assert config.from_namespace("04_gsm8k_run", values | {"resume": True}).output_dir == second
     assert config.from_namespace("04_gsm8k_run", values | {"output_dir": "outputs/x"}).output_dir == "outputs/x"
+
+
+def _library_default(notebook: str, section: str | None, key: str) -> tuple[bool, object]:
+    """(has one, value): the schema's default of a parameter or section field, else the section's settings type's."""
+    defaults = config.library_defaults(notebook)
+    if section is None:
+        return key in defaults, defaults.get(key)
+    if section in defaults:
+        return True, defaults[section][key]
+    kind = config.params_model(notebook).model_fields[section].annotation
+    f = {f.name: f for f in dataclasses.fields(kind)}[key]
+    return True, f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+@pytest.mark.parametrize("path", sorted(config.NOTEBOOKS_DIR.glob("0*.ipynb")), ids=lambda p: p.stem)
+def test_parameters_cells_say_where_they_differ_from_the_library_defaults(path):
+    """The library holds every default (the schema's fields, the settings types' for sections); a parameters
+    cell line that sets another value says so with "(library default: X)", X the library's, and says nothing of
+    the kind otherwise."""
+    import nbformat
+
+    cell = next(c for c in nbformat.read(path, 4).cells if "parameters" in c.metadata.get("tags", []))
+    fields = config.params_model(path.stem).model_fields
+    section, checked = None, 0
+    for line in cell.source.splitlines():
+        if opening := re.match(r"^(\w+) = \{", line):  # a section: a settings type's fields, one per line
+            section = opening.group(1) if dataclasses.is_dataclass(fields[opening.group(1)].annotation) else None
+            continue
+        if line.startswith("}"):
+            section = None
+            continue
+        top = re.match(r"^(\w+) = (.*?)(?:\s+#(.*))?$", line)
+        entry = re.match(r'^\s+"(\w+)": (.*?),(?:\s*#(.*))?$', line) if section else None
+        if top and top.group(1) in fields and top.group(1) != "output_dir":
+            where, key, value, comment = top.group(1), top.group(1), top.group(2), top.group(3)
+            has, default = _library_default(path.stem, None, key)
+        elif entry:
+            where, key, value, comment = f"{section}.{entry.group(1)}", entry.group(1), entry.group(2), entry.group(3)
+            has, default = _library_default(path.stem, section, key)
+        else:
+            continue
+        if not has:
+            continue
+        value, marker = ast.literal_eval(value), re.search(r"\(library default: (.*)\)\s*$", comment or "")
+        if value == default:
+            assert marker is None, f"{path.stem}: {where} = {value!r} is the library default; drop the marker"
+        else:
+            assert marker, f"{path.stem}: {where} = {value!r} differs from the library's {default!r}: say so " \
+                           f"with '(library default: {default!r})'"
+            assert ast.literal_eval(marker.group(1)) == default, \
+                f"{path.stem}: {where}'s marker says {marker.group(1)}, the library's default is {default!r}"
+        checked += 1
+    assert checked, f"{path.stem}: no parameter with a library default read"
+
+
+@pytest.mark.parametrize("notebook", ["04_gsm8k_run", "07_referee_rl"])
+@pytest.mark.parametrize("profile", config.PROFILES)
+def test_the_command_line_reads_no_notebook_and_trains_what_the_notebook_runs(notebook, profile, monkeypatch,
+                                                                              tmp_path):
+    """`python -m azlib train` (04) and `referee` (07) build the parameters from the library's defaults and the
+    profile; under every profile they equal what the runner gives the notebook (its parameters cell, then the
+    profile)."""
+    import papermill
+
+    expected = config.resolve(config.NOTEBOOKS_DIR / f"{notebook}.ipynb", profile, tmp_path)[0]
+
+    def no_notebook(*args, **kwargs):
+        raise AssertionError("the command line opened a notebook")
+
+    monkeypatch.setattr(papermill, "inspect_notebook", no_notebook)
+    assert config.resolve_library(notebook, profile, tmp_path)[0] == expected

@@ -73,7 +73,7 @@ def student():
 def small_trainer(student, folder, **settings):
     rows = arithmetic_problems(4, seed=0, steps=(1,))
     return Trainer(student, rows, folder, TrainingConfig(
-        train=TrainSettings(**{"problems_per_step": 2, "max_new_tokens": 12, **settings}),
+        train=TrainSettings(**{"update": "grpo", "problems_per_step": 2, "max_new_tokens": 12, **settings}),
         grpo=GRPOSettings(micro_batch_size=4), search=SearchConfig(num_simulations=3, max_depth=2, skip_solved=True),
         text=TextSearchSettings(student_samples=2, chunk_tokens=6)))
 
@@ -250,8 +250,8 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
     trainer.save_checkpoint()
     # a resume continues the same run: other settings are refused and named (steps may grow)
-    with pytest.raises(CheckpointError, match=r"Differs: grpo.temperature: saved 0.8, now 0.3; text.temperature: "
-                                              r"saved 0.8, now 0.3; train.temperature: saved 0.8, now 0.3$"):
+    with pytest.raises(CheckpointError, match=r"Differs: grpo.temperature: saved 0.7, now 0.3; text.temperature: "
+                                              r"saved 0.7, now 0.3; train.temperature: saved 0.7, now 0.3$"):
         small_trainer(student, tmp_path, steps=2, temperature=0.3).run(resume=True, progress=False)
     with pytest.raises(CheckpointError, match="Differs: problems: saved '[0-9a-f]{16}', now '[0-9a-f]{16}'"):
         Trainer(student, arithmetic_problems(4, seed=1, steps=(1,)), tmp_path, trainer.config).run(resume=True,
