@@ -7,7 +7,7 @@ ratio token loss with a k3 KL to the reference, four aggregations), or imitation
     (the ratio on the KL term makes its gradient the unbiased reverse-KL one, DeepSeek-V3.2; TRL 1.16's
     default; kl_ratio_correction=False gives the DeepSeekMath form)
     grpo: mean over a sequence's tokens, then over sequences;  bnpo, dapo: sum / active tokens;
-    dr_grpo: sum / (sequences x max_completion_length);  legacy: the original system's reward-
+    dr_grpo: sum / (sequences x max_completion_length);  original: the original system's reward-
     weighted supervised loss, -A_i mean_t logp_t (no ratio, no clip), plus the same KL term.
     Log-probs are those of the sampling distribution: logits / temperature (as TRL).
     sft (expert iteration, rejection-sampling fine-tuning): -sum_t logp_t / tokens over verified answers.
@@ -22,7 +22,7 @@ import torch
 
 from azlib.extras import require
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "legacy")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "original")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class GRPOSettings:
     5e-5 with 3 warmup steps (published LoRA-RL practice: 1e-5 to 1e-4). The original system's choices, one
     field away: beta 0.1, lr 2e-4, adamw_8bit (the h100-original profile sets them)."""
 
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "legacy"] = "dapo"
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "original"] = "dapo"
     beta: float = 0.04  # weight of the k3 KL to the reference policy
     kl_ratio_correction: bool = True  # multiply k3 by the (differentiable) ratio, as TRL 1.16 does
     epsilon_low: float = 0.2
@@ -102,7 +102,7 @@ def token_losses(logp, old_logp, ref_logp, advantages, settings: GRPOSettings) -
     """Per-token loss [B, T] before aggregation; advantages [B] (one per sequence) or [B, T] (per token)."""
     a = advantages if advantages.dim() == 2 else advantages.unsqueeze(1)
     ratio = torch.exp(logp - old_logp)
-    if settings.loss_type == "legacy":
+    if settings.loss_type == "original":
         per_token = -a * logp
     else:
         clipped = torch.clamp(ratio, 1 - settings.epsilon_low, 1 + settings.epsilon_high)
@@ -119,7 +119,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, settings: GRPOSetting
     """This micro-batch's share of the loss of the whole batch (batch_sequences, batch_tokens over
     all micro-batches), so that the shares add up to the full-batch loss."""
     masked = per_token * mask
-    if settings.loss_type in ("grpo", "legacy"):
+    if settings.loss_type in ("grpo", "original"):
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / batch_sequences
     if settings.loss_type in ("bnpo", "dapo"):
         return masked.sum() / max(batch_tokens, 1.0)

@@ -243,7 +243,8 @@ class Trainer(Resource):
         self.folder.mkdir(parents=True, exist_ok=True)
         log = self._read_log(upto=self.step)
         s = self.config.train
-        with tqdm(total=s.steps, initial=self.step, desc=f"GRPO steps ({s.groups})", unit="step",
+        update = "imitation" if s.update == "sft" else "GRPO"
+        with tqdm(total=s.steps, initial=self.step, desc=f"{update} steps ({s.groups})", unit="step",
                   disable=not progress) as bar:
             while self.step < s.steps and (s.token_budget is None or self.tokens < s.token_budget):
                 record = self.train_step()

@@ -12,7 +12,6 @@ problems are there, prints how many outputs the two agree on (goal: >= 95%).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from azlib.paths import REPO_ROOT
 from azlib.data import load_gsm8k
