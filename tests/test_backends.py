@@ -127,7 +127,8 @@ def test_api_key_comes_from_the_environment_and_is_never_echoed(server_factory, 
     monkeypatch.setenv("AZLIB_TEST_KEY", "sk-secret-123")
     with pytest.raises(BackendError) as err:
         OpenAIBackend("m", url, api_key_env="AZLIB_TEST_KEY").generate(CHATS[:1])
-    assert server.requests[0][1]["Authorization"] == "Bearer sk-secret-123"
+    headers = {k.lower(): v for k, v in server.requests[0][1].items()}
+    assert headers["authorization"] == "Bearer sk-secret-123"
     assert "sk-secret-123" not in str(err.value)
 
 

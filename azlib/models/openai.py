@@ -1,23 +1,28 @@
 """The OpenAI-compatible HTTP backend: any server speaking /v1/completions and /v1/chat/completions
-(vllm serve, llama.cpp server, OpenRouter). Timeouts and retries with backoff; keys from env vars."""
+(vllm serve, llama.cpp server, OpenRouter), through the `openai` SDK's client: its timeouts, and its retries
+with exponential backoff (connection errors, timeouts, 408/409/429 and 5xx; Retry-After honoured). A reply
+that is not the JSON of a completion is asked again here, as often. Keys from env vars."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-import httpx
+import openai
 
 from azlib.models.generation import Backend, BackendError, Prompt, Sample, Sampling
 
-RETRYABLE_STATUS = {408, 409, 425, 429} | set(range(500, 600))
+RETRIED_STATUS = {408, 409, 429} | set(range(500, 600))  # what the SDK retries (besides connection errors)
 
 
 class OpenAIBackend(Backend):
     """api_key_env names the environment variable holding the key (api_key: a key held in memory, e.g.
-    for a server this process started); the key itself is never stored in params, outputs or errors."""
+    for a server this process started); the key itself is never stored in params, outputs or errors.
+    max_retries: retries after a failed attempt (the SDK's, and this backend's for malformed replies, which
+    wait `backoff` x 2^attempt seconds)."""
 
     name = "openai"
 
@@ -33,45 +38,45 @@ class OpenAIBackend(Backend):
         backoff: float = 0.5,
         max_concurrency: int = 8,
     ):
-        headers = {}
         if api_key_env and not api_key:
             api_key = os.environ.get(api_key_env)
             if not api_key:
                 raise BackendError(f"environment variable {api_key_env} (the API key for {base_url}) is not set")
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
         self.model, self.base_url = model, base_url.rstrip("/")
         self.max_retries, self.backoff, self.max_concurrency = max_retries, backoff, max_concurrency
-        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        # The SDK insists on a key; a server that checks none gets vLLM's placeholder (never the user's
+        # OPENAI_API_KEY, which the SDK would otherwise read and send to whatever base_url says).
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "EMPTY", timeout=timeout,
+                                    max_retries=max_retries)
 
     def close(self) -> None:
         self.client.close()
 
     def _post(self, route: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries: connection errors, timeouts, 429/5xx and malformed JSON are retried with
-        exponential backoff; other 4xx are the caller's mistake and raised at once."""
-        url = f"{self.base_url}{route}"
-        for attempt in range(self.max_retries + 1):
+        """POST through the SDK (which retries what a server may get right next time); a malformed reply is
+        retried here; another 4xx is the caller's mistake, raised at once."""
+        url, attempts = f"{self.base_url}{route}", self.max_retries + 1
+        for attempt in range(attempts):
             try:
-                response = self.client.post(route, json=payload)
-            except httpx.HTTPError as err:
-                problem = f"{type(err).__name__}: {err}"
+                body = self.client.post(route, body=payload, cast_to=object)
+            except openai.APIStatusError as err:
+                answer = f"HTTP {err.status_code}: {err.response.text[:300]}"
+                if err.status_code in RETRIED_STATUS:
+                    raise BackendError(f"{url} failed after {attempts} attempts; last error: {answer}") from None
+                raise BackendError(f"{url} answered {answer}") from None
+            except openai.APIConnectionError as err:
+                cause = err.__cause__ or err
+                raise BackendError(f"{url} failed after {attempts} attempts; last error: "
+                                   f"{type(cause).__name__}: {cause}") from None
+            except json.JSONDecodeError:
+                problem = "malformed response: not JSON"
             else:
-                if response.status_code == 200:
-                    try:
-                        body = response.json()
-                        if isinstance(body, dict) and body.get("choices"):
-                            return body
-                        problem = "malformed response: no 'choices'"
-                    except ValueError:
-                        problem = "malformed response: not JSON"
-                elif response.status_code in RETRYABLE_STATUS:
-                    problem = f"HTTP {response.status_code}: {response.text[:200]}"
-                else:
-                    raise BackendError(f"{url} answered HTTP {response.status_code}: {response.text[:300]}")
+                if isinstance(body, dict) and body.get("choices"):
+                    return body
+                problem = "malformed response: no 'choices'"
             if attempt < self.max_retries:
                 time.sleep(self.backoff * 2**attempt)
-        raise BackendError(f"{url} failed after {self.max_retries + 1} attempts; last error: {problem}")
+        raise BackendError(f"{url} failed after {attempts} attempts; last error: {problem}")
 
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
         """One request per prompt, up to max_concurrency in flight (servers batch them)."""
