@@ -212,6 +212,10 @@ class TeacherEnsembleParams(StudentParams, SearchParams, GSM8KParams):
     teacher_tier: Literal["free", "production", "vllm", "vllm-original", "cpu"] = Field(
         description="preset used when teachers is []")
     teachers: list[TeacherSpec] = Field(description="explicit teachers; [] takes the tier's preset")
+    http_teacher: bool = Field(description="also ask the student behind a loopback OpenAI-compatible server the "
+                                           "notebook starts (the remote path, offline)")
+    http_teacher_key_env: str = Field(pattern=r"^[A-Z_][A-Z0-9_]*$", description="env var holding that server's "
+                                      "key (made up if unset; its value is never written)")
     failing_teacher: bool = Field(description="add a teacher whose server is down, to show fault tolerance")
     teachers_per_node: int = Field(ge=1, description="teachers asked per expanded node, drawn by weight")
     text: TextSearch = Field(description="TextSearchSettings fields; teacher_samples: right and as many wrong "

@@ -162,11 +162,11 @@ def check_negamax_backup(fn: Callable[[float, int], Sequence[float]], seed: int 
                   "value_sum is for the player who moved into it. Walk the path from the leaf up, one ply at a time.")
 
 
-# -- 03: the teacher ensemble's weights (azlib.teachers.ensemble) ------------------------------------
+# -- 03: the teacher ensemble's weights (azlib.teachers.weights) --------------------------------------
 
 def check_teacher_weights(fn: Callable[..., dict[str, float]], seed: int | None = None) -> Grade:
     """fn(scores, values, ema_rate, temperature, floor) -> each teacher's sampling weight after one credit."""
-    from azlib.teachers import TeacherEnsemble, TeacherSpec
+    from azlib.teachers import TeacherWeights
 
     rng = random.Random(seed)
     cases = []
@@ -182,11 +182,7 @@ def check_teacher_weights(fn: Callable[..., dict[str, float]], seed: int | None 
             values.pop(names[1], None)
         kwargs = {"ema_rate": round(rng.uniform(0.1, 0.9), 2), "temperature": round(rng.uniform(0.05, 1.0), 2),
                   "floor": round(rng.uniform(0.0, 0.3), 2)}
-        specs = [TeacherSpec(name=n, backend="hf", model="none", tier="cpu") for n in names]
-        ensemble = TeacherEnsemble(specs, shared={"none": None}, **kwargs)  # no model is loaded: weights only
-        for teacher in ensemble.teachers:
-            teacher.stats.score = scores[teacher.name]
-        weights = ensemble.credit(values)
+        weights = TeacherWeights(names, scores=dict(scores), **kwargs).credit(values)
         cases.append(((dict(scores), {n: list(v) for n, v in values.items()}), kwargs, weights))
     return _grade("teacher weights", fn, cases, compare=_same_weights, hint=(
         "two steps. First each credited teacher's score moves part of the way (ema_rate) toward the mean value it "

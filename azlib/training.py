@@ -324,7 +324,7 @@ class Trainer(Resource):
     def _teacher_scores(self) -> dict:
         if self.teachers is None:
             return {}
-        return {t.name: t.stats.score for t in self.teachers.teachers}
+        return dict(self.teachers.rule.scores)
 
     def list_checkpoints(self) -> list[Path]:
         if not self.checkpoints.is_dir():
@@ -357,8 +357,8 @@ class Trainer(Resource):
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
         self.grpo.updates, self.replay = state["updates"], replay
         if self.teachers is not None:
-            for t in self.teachers.teachers:
-                t.stats.score = state["teacher_scores"].get(t.name)
+            for name in self.teachers.rule.scores:
+                self.teachers.rule.scores[name] = state["teacher_scores"].get(name)
 
 
 def training_problems(params) -> tuple[list[Row], str]:

@@ -1,5 +1,5 @@
-"""Proposal throughput of the teacher ensemble (cpu tier: the embedded model under two personas and
-behind a local HTTP server) against the same requests sent one at a time, as the original system did.
+"""Proposal throughput of the teacher ensemble (cpu tier: the embedded model under two personas, and behind a
+loopback HTTP server this script starts, as notebook 03 does) against the same requests sent one at a time, as the original system did.
 Prints tokens/s of both and their ratio, measured in the same run.
 
     .venv/bin/python benchmarks/teacher_throughput.py [--nodes 8] [--tokens 16]
@@ -12,7 +12,8 @@ import time
 
 from azlib.data import arithmetic_problems
 from azlib.models import DEFAULT_MODEL, make_backend
-from azlib.teachers import TeacherEnsemble, teacher_messages, tier_teachers
+from azlib.models.serve import BatchingServer
+from azlib.teachers import TeacherEnsemble, TeacherSpec, teacher_messages, tier_teachers
 from azlib.teachers.ensemble import LABELS
 
 
@@ -23,7 +24,9 @@ def main() -> None:
     args = parser.parse_args()
 
     student = make_backend("hf")
-    ensemble = TeacherEnsemble(tier_teachers("cpu"), shared={DEFAULT_MODEL: student}, per_node=3)
+    server = BatchingServer(student, DEFAULT_MODEL).start()
+    http = TeacherSpec(name="http-tutor", backend="openai", model=DEFAULT_MODEL, tier="cpu", base_url=server.url)
+    ensemble = TeacherEnsemble([*tier_teachers("cpu"), http], shared={DEFAULT_MODEL: student}, per_node=3)
     contexts = [(r["prompt"], "") for r in arithmetic_problems(args.nodes, seed=0)]
     ensemble.propose(contexts[:1], max_new_tokens=2)  # warm-up: first calls pay one-off costs
 
@@ -42,6 +45,7 @@ def main() -> None:
                 single_tokens += sample.completion_tokens
     single_s = time.perf_counter() - start
     ensemble.close()
+    server.close()
 
     requests = len(contexts) * len(LABELS) * len(ensemble.teachers)
     print(f"{requests} proposals ({len(ensemble.teachers)} teachers x {len(contexts)} nodes x right/wrong), "

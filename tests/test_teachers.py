@@ -56,22 +56,28 @@ def test_local_server_requires_its_key(student, monkeypatch):
 
 
 def test_cpu_tier_proposes_right_and_wrong_from_every_drawn_teacher(student):
-    with TeacherEnsemble(tier_teachers("cpu"), shared={DEFAULT_MODEL: student}, per_node=3, seed=1) as ensemble:
-        out = ensemble.propose(CONTEXTS, n=2, max_new_tokens=6, seed=5)
-        assert len(out) == 2
-        for proposals in out:
-            by_teacher = {(p.teacher, p.label) for p in proposals}
-            assert by_teacher == {(t, label) for t in ("tutor", "terse", "http-tutor") for label in "10"}
-            assert len(proposals) == 3 * 2 * 2
-            assert all(0 < p.sample.completion_tokens <= 6 for p in proposals)
-        rows = {r["teacher"]: r for r in ensemble.report()}
-        for name in ("tutor", "terse", "http-tutor"):
-            assert rows[name]["calls"] == 1, "one batched call per teacher for all nodes and both labels"
-            assert rows[name]["requests"] == 4 and rows[name]["tokens"] > 0 and rows[name]["failures"] == 0
-        assert rows["http-tutor"]["backend"] == "openai"
-        local_server = ensemble.teachers[2].backend.base_url
-    with pytest.raises(httpx.ConnectError):  # the server the ensemble started is gone with it
-        httpx.get(f"{local_server}/models", timeout=5)
+    """The cpu tier and a loopback HTTP teacher its caller started (as notebook 03 does): every teacher drawn
+    answers both labels in one batched call; closing the ensemble closes its own HTTP client, never the
+    server or the shared backend it was given."""
+    with BatchingServer(student, DEFAULT_MODEL) as server:
+        http = TeacherSpec(name="http-tutor", backend="openai", model=DEFAULT_MODEL, tier="cpu", base_url=server.url)
+        with TeacherEnsemble([*tier_teachers("cpu"), http], shared={DEFAULT_MODEL: student}, per_node=3,
+                             seed=1) as ensemble:
+            out = ensemble.propose(CONTEXTS, n=2, max_new_tokens=6, seed=5)
+            assert len(out) == 2
+            for proposals in out:
+                by_teacher = {(p.teacher, p.label) for p in proposals}
+                assert by_teacher == {(t, label) for t in ("tutor", "terse", "http-tutor") for label in "10"}
+                assert len(proposals) == 3 * 2 * 2
+                assert all(0 < p.sample.completion_tokens <= 6 for p in proposals)
+            rows = {r["teacher"]: r for r in ensemble.report()}
+            for name in ("tutor", "terse", "http-tutor"):
+                assert rows[name]["calls"] == 1, "one batched call per teacher for all nodes and both labels"
+                assert rows[name]["requests"] == 4 and rows[name]["tokens"] > 0 and rows[name]["failures"] == 0
+            assert rows["http-tutor"]["backend"] == "openai"
+            client = ensemble.teachers[2].backend
+        assert client.client.is_closed(), "the ensemble closed the HTTP client it opened"
+        assert httpx.get(f"{server.url}/models", timeout=5).status_code == 200, "the caller's server still serves"
     assert student.generate(["2 + 2 ="], max_new_tokens=2)[0][0].token_ids, "a shared backend stays open"
 
 
@@ -106,7 +112,7 @@ def test_a_failing_teacher_is_benched_and_the_others_carry_on(student, server_fa
     ensemble = TeacherEnsemble([flaky, local("steady")], shared={DEFAULT_MODEL: student}, per_node=1,
                                bench_seconds=3.0, seed=0, clock=lambda: now[0])
     try:
-        ensemble.teachers[1].stats.score, ensemble.teachers[0].stats.score = -10.0, 10.0  # draw the flaky one
+        ensemble.rule.scores |= {"steady": -10.0, "flaky": 10.0}  # draw the flaky one
         out = ensemble.propose(CONTEXTS, n=1, max_new_tokens=4, seed=1)
         assert all({p.teacher for p in props} == {"steady"} for props in out), "its nodes went to the other teacher"
         rows = {r["teacher"]: r for r in ensemble.report()}
@@ -155,14 +161,14 @@ def scripted(error: Exception | None = None):
 
 def test_a_backend_failure_benches_the_teacher_but_a_bug_propagates():
     ensemble, backends = scripted(BackendError("the engine died"))
-    ensemble.teachers[0].stats.score, ensemble.teachers[1].stats.score = -10.0, 10.0  # draw the bad one
+    ensemble.rule.scores |= {"good": -10.0, "bad": 10.0}  # draw the bad one
     out = ensemble.propose(CONTEXTS, n=1, max_new_tokens=4)
     assert all({p.teacher for p in props} == {"good"} for props in out), "its nodes went to the other teacher"
     bad = {r["teacher"]: r for r in ensemble.report()}["bad"]
     assert bad["failures"] == 1 and bad["benched"] and bad["last_error"] == "BackendError: the engine died"
 
     ensemble, backends = scripted(TypeError("generate() got an unexpected keyword argument 'top_k'"))
-    ensemble.teachers[0].stats.score, ensemble.teachers[1].stats.score = -10.0, 10.0
+    ensemble.rule.scores |= {"good": -10.0, "bad": 10.0}
     with pytest.raises(TypeError, match="unexpected keyword argument 'top_k'"):
         ensemble.propose(CONTEXTS, n=1, max_new_tokens=4)
     assert backends["bad"].calls == 1 and ensemble.report()[1]["failures"] == 0, "a bug is not a failure to bench"
@@ -195,7 +201,7 @@ def test_search_with_an_ensemble_credits_the_teachers(student):
         assert values.get(name, []) == pytest.approx([n.q for n in visited[name]])
     weights = ensemble.credit(values)
     assert sum(weights.values()) == pytest.approx(1.0)
-    assert [t.stats.credited for t in ensemble.teachers] == [len(visited["tutor"]), len(visited["terse"])]
+    assert ensemble.rule.credited == {"tutor": len(visited["tutor"]), "terse": len(visited["terse"])}
 
 
 def test_checker_rule_fast_path_and_model_fallback(student):

@@ -1,9 +1,12 @@
-"""Teachers: an ensemble of backends proposing right and wrong continuations, with adaptive
-weights and fault tolerance, and the terminal checker that says when an answer is complete."""
+"""Teachers: an ensemble of backends proposing right and wrong continuations (ensemble: the calls and the
+benching; weights: who is asked; backends: the engines; presets: the tiers), and the terminal checker that says
+when an answer is complete."""
 
 from azlib.teachers.checker import TerminalChecker, rule_verdict
-from azlib.teachers.ensemble import PERSONAS, TIERS, Proposal, TeacherEnsemble, teacher_messages, tier_teachers
+from azlib.teachers.ensemble import PERSONAS, Proposal, TeacherEnsemble, teacher_messages
+from azlib.teachers.presets import TIERS, tier_teachers
 from azlib.teachers.spec import TeacherSpec
+from azlib.teachers.weights import TeacherWeights
 
-__all__ = ["PERSONAS", "TIERS", "Proposal", "TeacherEnsemble", "TeacherSpec", "TerminalChecker", "rule_verdict",
-           "teacher_messages", "tier_teachers"]
+__all__ = ["PERSONAS", "TIERS", "Proposal", "TeacherEnsemble", "TeacherSpec", "TeacherWeights", "TerminalChecker",
+           "rule_verdict", "teacher_messages", "tier_teachers"]

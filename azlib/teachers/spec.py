@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TeacherSpec(BaseModel):
-    """One teacher of the ensemble (azlib.teachers). backend 'openai' needs base_url ('local' starts
-    a server over the embedded model on 127.0.0.1); its key comes only from the env var api_key_env."""
+    """One teacher of the ensemble (azlib.teachers). backend 'openai' needs base_url (a loopback server is
+    started by whoever wants one, as notebook 03 does); its key comes only from the env var api_key_env."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -33,5 +33,5 @@ class TeacherSpec(BaseModel):
     @model_validator(mode="after")
     def _remote_needs_url(self) -> TeacherSpec:
         if self.backend == "openai" and not self.base_url:
-            raise ValueError(f"teacher {self.name}: backend 'openai' needs base_url (or 'local')")
+            raise ValueError(f"teacher {self.name}: backend 'openai' needs base_url")
         return self

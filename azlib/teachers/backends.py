@@ -1,0 +1,38 @@
+"""The teachers' engines: one backend per TeacherSpec, local models loaded once and shared (the student's too,
+passed in `shared`), remote teachers as OpenAI-compatible clients. It starts no servers (a loopback teacher's
+server is its caller's, as in notebook 03) and closes what it opened, never what it was given."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from azlib.models import Backend, make_backend
+from azlib.models.generation import Resource
+from azlib.teachers.spec import TeacherSpec
+
+
+class TeacherBackends(Resource):
+    def __init__(self, specs: Sequence[TeacherSpec], shared: dict[str, Backend] | None = None):
+        self._owned: list[Backend] = []
+        self._shared = dict(shared or {})
+        try:
+            self.by_name = {spec.name: self._open(spec) for spec in specs}
+        except Exception:  # e.g. a vLLM engine that finds no memory: the engines already started go too
+            self.close()
+            raise
+
+    def _open(self, spec: TeacherSpec) -> Backend:
+        if spec.backend == "openai":
+            backend = make_backend("openai", spec.model, base_url=spec.base_url, api_key_env=spec.api_key_env,
+                                   timeout=spec.timeout, max_retries=spec.max_retries, **spec.options)
+            self._owned.append(backend)
+            return backend
+        key = f"{spec.model}+{spec.options['adapter']}" if spec.options.get("adapter") else spec.model
+        if key not in self._shared:  # an adapter makes another model
+            self._shared[key] = make_backend(spec.backend, spec.model, **spec.options)
+            self._owned.append(self._shared[key])
+        return self._shared[key]
+
+    def close(self) -> None:
+        while self._owned:
+            self._owned.pop().close()
