@@ -85,6 +85,7 @@ class TeacherEnsemble(Resource):
         self.rule = TeacherWeights([s.name for s in specs], ema_rate=ema_rate, temperature=temperature, floor=floor)
         self.backends = TeacherBackends(specs, shared)
         self.teachers = [Teacher(spec, self.backends.by_name[spec.name]) for spec in specs]
+        self.by_name = {t.name: t for t in self.teachers}
 
     def close(self) -> None:
         self.backends.close()
@@ -105,8 +106,7 @@ class TeacherEnsemble(Resource):
 
     def _draw(self, k: int) -> list[Teacher]:
         """k distinct teachers, drawn by weight without replacement."""
-        by_name = {t.name: t for t in self.teachers}
-        return [by_name[n] for n in self.rule.draw(k, [t.name for t in self.available()], self.rng)]
+        return [self.by_name[n] for n in self.rule.draw(k, [t.name for t in self.available()], self.rng)]
 
     # -- proposing -------------------------------------------------------------------------------
     def propose(self, contexts: Sequence[tuple[str, str]], *, n: int = 1, max_new_tokens: int = 16,
@@ -131,10 +131,8 @@ class TeacherEnsemble(Resource):
         return out
 
     def _run(self, asks: dict[str, list[int]], contexts, out, n, max_new_tokens, seed) -> list[int]:
-        by_name = {t.name: t for t in self.teachers}
-
         def call(name: str) -> tuple[str, list[list[Sample]] | None]:
-            teacher = by_name[name]
+            teacher = self.by_name[name]
             spec, nodes = teacher.spec, asks[name]
             prompts = [teacher_messages(spec.persona, label, *contexts[i]) for i in nodes for label in spec.labels]
             start = time.perf_counter()
@@ -159,7 +157,7 @@ class TeacherEnsemble(Resource):
                 if samples is None:
                     failed.extend(nodes)
                     continue
-                pairs = [(i, label) for i in nodes for label in by_name[name].spec.labels]
+                pairs = [(i, label) for i in nodes for label in self.by_name[name].spec.labels]
                 for (i, label), group in zip(pairs, samples):
                     out[i].extend(Proposal(name, label, s) for s in group)
         return failed

@@ -39,9 +39,10 @@ class TeacherWeights:
         scores = [fill if self.scores[n] is None else self.scores[n] for n in ready]
         top = max(scores, default=0.0)
         exp = [math.exp((s - top) / self.temperature) for s in scores]
+        total = sum(exp)
         out = {n: 0.0 for n in self.names}
         for n, e in zip(ready, exp):
-            out[n] = (1 - self.floor) * e / sum(exp) + self.floor / len(ready)
+            out[n] = (1 - self.floor) * e / total + self.floor / len(ready)
         return out
 
     def draw(self, k: int, ready: Sequence[str], rng: random.Random) -> list[str]:
