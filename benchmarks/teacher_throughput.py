@@ -13,7 +13,7 @@ import time
 from azlib.data import arithmetic_problems
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.models.serve import BatchingServer
-from azlib.teachers import TeacherEnsemble, TeacherSpec, teacher_messages, tier_teachers
+from azlib.teachers import TeacherEnsemble, loopback_teacher, teacher_messages, tier_teachers
 from azlib.teachers.ensemble import LABELS
 
 
@@ -25,8 +25,7 @@ def main() -> None:
 
     student = make_backend("hf")
     server = BatchingServer(student, DEFAULT_MODEL).start()
-    http = TeacherSpec(name="http-tutor", backend="openai", model=DEFAULT_MODEL, tier="cpu", base_url=server.url)
-    ensemble = TeacherEnsemble([*tier_teachers("cpu"), http], shared={DEFAULT_MODEL: student}, per_node=3)
+    ensemble = TeacherEnsemble([*tier_teachers("cpu"), loopback_teacher(server.url)], shared={DEFAULT_MODEL: student}, per_node=3)
     contexts = [(r["prompt"], "") for r in arithmetic_problems(args.nodes, seed=0)]
     ensemble.propose(contexts[:1], max_new_tokens=2)  # warm-up: first calls pay one-off costs
 

@@ -14,7 +14,7 @@ from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.models import DEFAULT_MODEL, Backend, BackendError, Sample, make_backend
 from azlib.models.openai import OpenAIBackend
 from azlib.models.serve import BatchingServer
-from azlib.teachers import TeacherEnsemble, TerminalChecker, rule_verdict, tier_teachers
+from azlib.teachers import TeacherEnsemble, TerminalChecker, loopback_teacher, rule_verdict, tier_teachers
 
 CONTEXTS = [("What is 12 + 7?", ""), ("Tom has 3 apples and buys 5 more. How many apples does he have?", "Tom has")]
 CHAT = [{"role": "user", "content": "What is 12 + 7?"}]
@@ -60,8 +60,7 @@ def test_cpu_tier_proposes_right_and_wrong_from_every_drawn_teacher(student):
     answers both labels in one batched call; closing the ensemble closes its own HTTP client, never the
     server or the shared backend it was given."""
     with BatchingServer(student, DEFAULT_MODEL) as server:
-        http = TeacherSpec(name="http-tutor", backend="openai", model=DEFAULT_MODEL, tier="cpu", base_url=server.url)
-        with TeacherEnsemble([*tier_teachers("cpu"), http], shared={DEFAULT_MODEL: student}, per_node=3,
+        with TeacherEnsemble([*tier_teachers("cpu"), loopback_teacher(server.url)], shared={DEFAULT_MODEL: student}, per_node=3,
                              seed=1) as ensemble:
             out = ensemble.propose(CONTEXTS, n=2, max_new_tokens=6, seed=5)
             assert len(out) == 2

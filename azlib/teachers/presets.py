@@ -55,3 +55,10 @@ def tier_teachers(tier: str) -> list[TeacherSpec]:
     if tier not in TIERS:
         raise ValueError(f"unknown teacher tier {tier!r}; choose one of {sorted(TIERS)}")
     return [TeacherSpec(tier=tier, **{**_TIER_DEFAULTS[tier], **entry}) for entry in TIERS[tier]]
+
+
+def loopback_teacher(url: str, model: str = DEFAULT_MODEL, api_key_env: str | None = None) -> TeacherSpec:
+    """"http-tutor": a model under the tutor persona behind an OpenAI-compatible server on 127.0.0.1 that its
+    caller started (notebook 03; azlib.models.serve.BatchingServer), so the remote path runs offline."""
+    return TeacherSpec(name="http-tutor", backend="openai", model=model, tier="cpu", base_url=url,
+                       api_key_env=api_key_env)
