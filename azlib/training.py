@@ -187,6 +187,8 @@ class Trainer(Resource):
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         seed = step_seed(s.seed, self.step)
+        if self.teachers is not None:
+            self.teachers.reseed(seed)  # which teachers each node asks: from (seed, step) too
         indices = self._problems_for_step()
         if s.groups in FORKED_GROUPS:
             trees = self.forking.grow(indices, s.group_size, seed)
@@ -287,7 +289,7 @@ class Trainer(Resource):
         state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.config.train.seed,
                  "updates": self.grpo.updates, "replay": [asdict(c) for c in self.replay],
                  "model": self.student.name, "problems": self._problems_digest(), "config": self._settings(),
-                 "teacher_scores": self._teacher_scores()}
+                 "teachers": self.teachers.rule.state() if self.teachers is not None else {}}
         (staging / "state.json").write_text(json.dumps(state, indent=1))
         for f in staging.rglob("*"):
             if f.is_file():
@@ -321,11 +323,6 @@ class Trainer(Resource):
             raise CheckpointError(f"{checkpoint} belongs to a run with other settings; set them back to resume it, or "
                                   f"start a new run (resume=False, another folder). Differs: " + "; ".join(changed))
 
-    def _teacher_scores(self) -> dict:
-        if self.teachers is None:
-            return {}
-        return dict(self.teachers.rule.scores)
-
     def list_checkpoints(self) -> list[Path]:
         if not self.checkpoints.is_dir():
             return []
@@ -347,6 +344,11 @@ class Trainer(Resource):
             raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its settings are not saved, so "
                                   "a resume cannot check them); start a new run")
         self._check_same_run(state, latest)
+        saved_teachers = state.get("teachers")
+        if bool(saved_teachers) != (self.teachers is not None):
+            raise CheckpointError(f"checkpoint {latest} belongs to a run {'with' if saved_teachers else 'without'} "
+                                  f"teachers (or to an older azlib), and this one has {'none' if self.teachers is None else 'teachers'}; "
+                                  "resume it as it was, or start a new run")
         try:
             replay = [Completion(**c) for c in state["replay"]]
         except TypeError as err:
@@ -357,8 +359,7 @@ class Trainer(Resource):
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
         self.grpo.updates, self.replay = state["updates"], replay
         if self.teachers is not None:
-            for name in self.teachers.rule.scores:
-                self.teachers.rule.scores[name] = state["teacher_scores"].get(name)
+            self.teachers.rule.load_state(saved_teachers)
 
 
 def training_problems(params) -> tuple[list[Row], str]:

@@ -19,10 +19,11 @@ from azlib.grpo import GRPOSettings
 from azlib.groups import sampled_groups, tree_groups
 from azlib.mcts import SearchConfig, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings
-from azlib.models import ModelLoadError
+from azlib.models import DEFAULT_MODEL, ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
+from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
@@ -70,9 +71,9 @@ def student():
     return Student("embedded:smollm2-135m-instruct", lora=LoraSettings(r=4))
 
 
-def small_trainer(student, folder, **settings):
+def small_trainer(student, folder, teachers=None, **settings):
     rows = arithmetic_problems(4, seed=0, steps=(1,))
-    return Trainer(student, rows, folder, TrainingConfig(
+    return Trainer(student, rows, folder, teachers=teachers, config=TrainingConfig(
         train=TrainSettings(**{"update": "grpo", "problems_per_step": 2, "max_new_tokens": 12, **settings}),
         grpo=GRPOSettings(micro_batch_size=4), search=SearchConfig(num_simulations=3, max_depth=2, skip_solved=True),
         text=TextSearchSettings(student_samples=2, chunk_tokens=6)))
@@ -264,6 +265,34 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
     (latest / "adapter" / "adapter_model.safetensors").write_bytes(b"garbage")
     with pytest.raises(ModelLoadError, match="the checkpoint is damaged"):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
+
+
+def test_a_resumed_run_with_teachers_asks_and_weighs_them_as_the_uninterrupted_one(student, tmp_path):
+    """The teachers' weight rule is learned state, and which teachers a node asks is random: both must come
+    back on resume, or a resumed run with teachers is another run."""
+    start = tmp_path / "start-adapter"
+    student.save_adapter(start)
+
+    def run(folder, steps, resume=False):
+        student.load_adapter(start)  # the module's student: every run starts from the same weights
+        teachers = TeacherEnsemble([TeacherSpec(name=n, backend="hf", model=DEFAULT_MODEL, tier="cpu", persona=n)
+                                    for n in ("tutor", "terse")], shared={DEFAULT_MODEL: student.backend},
+                                   per_node=1, seed=0)
+        trainer = small_trainer(student, folder, teachers=teachers, steps=steps)
+        log = trainer.run(resume=resume, progress=False)
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in log], teachers
+
+    whole, whole_teachers = run(tmp_path / "whole", 2)
+    credited = whole_teachers.rule.credited
+    assert sum(credited.values()) > 0 and whole_teachers.rule.history, "the teachers took part and were weighed"
+    run(tmp_path / "cut", 1)
+    resumed, resumed_teachers = run(tmp_path / "cut", 2, resume=True)
+    assert resumed == whole
+    assert resumed_teachers.rule.state() == whole_teachers.rule.state()
+    assert [t.stats.requests for t in resumed_teachers.teachers] != [0, 0], "the resumed step asked teachers"
+    with pytest.raises(CheckpointError, match="belongs to a run with teachers .* this one has none"):
+        student.load_adapter(start)
+        small_trainer(student, tmp_path / "cut", steps=3).run(resume=True, progress=False)
 
 
 def test_a_token_budget_stops_training(student, tmp_path):

@@ -104,6 +104,11 @@ class TeacherEnsemble(Resource):
         """Sampling probability of each teacher now (0 while benched)."""
         return self.rule.probabilities([t.name for t in self.available()])
 
+    def reseed(self, seed: int) -> None:
+        """Restart the draws from `seed` (a training step does, so a resumed run draws the teachers the
+        uninterrupted one drew)."""
+        self.rng.seed(seed)
+
     def _draw(self, k: int) -> list[Teacher]:
         """k distinct teachers, drawn by weight without replacement."""
         return [self.by_name[n] for n in self.rule.draw(k, [t.name for t in self.available()], self.rng)]

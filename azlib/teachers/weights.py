@@ -71,3 +71,16 @@ class TeacherWeights:
         weights = self.probabilities(ready)
         self.history.append(weights)
         return weights
+
+    def state(self) -> dict:
+        """What the rule has learned, as JSON holds it (a training checkpoint keeps it)."""
+        return {"scores": self.scores, "credited": self.credited, "value_sums": self.value_sums,
+                "history": self.history}
+
+    def load_state(self, state: dict) -> None:
+        """Continue from `state()`; a teacher the saved run did not have starts uncredited."""
+        for name in self.names:
+            self.scores[name] = state["scores"].get(name)
+            self.credited[name] = state["credited"].get(name, 0)
+            self.value_sums[name] = state["value_sums"].get(name, 0.0)
+        self.history = [dict(h) for h in state["history"]]
