@@ -1,6 +1,6 @@
 """Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`,
-`python -m azlib train --profile P --out DIR [--resume]` (notebook 04's training from the library's defaults and
-the profile, no notebook read),
+`[torchrun --nproc_per_node=N -m] azlib train --profile P --out DIR [--resume]` (notebook 04's training from the
+library's defaults and the profile, no notebook read; data-parallel under torchrun),
 `[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training from the library's
 defaults and the profile, DDP under torchrun),
 `python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
@@ -10,6 +10,7 @@ server; `serve --help` lists its limits). Parses, hands over."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -81,6 +82,9 @@ def _library_params(notebook: str, args):
 
 
 def _train(args) -> int:
+    import torch
+
+    from azlib.parallel import init_from_env, world
     from azlib.training import trainer_from_params, training_problems
 
     if (params := _library_params("04_gsm8k_run", args)) is None:
@@ -89,13 +93,23 @@ def _train(args) -> int:
         print("azlib: custom_reward = true needs the reward function written in notebook 04; the command line "
               "trains with train.reward (run the notebook, or python -m azlib run --only 04)", file=sys.stderr)
         return 2
+    if params.generation == "vllm" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        print("azlib: under torchrun every rank generates with its own student (generation 'hf'); one vLLM engine "
+              "per rank is not supported", file=sys.stderr)
+        return 2
+    init_from_env()
     problems, note = training_problems(params)
-    if note:
+    rank, size = world()
+    if note and rank == 0:
         print("NOTE:", note)
     # The student's engine (generation "vllm") and any teachers' engines stop when training ends, however it ends
     with trainer_from_params(params, args.out.resolve() / "train-04", problems) as trainer:
         log = trainer.run(resume=args.resume or params.resume)
-    print(f"{trainer.step} steps, {trainer.tokens} tokens generated; last: {log[-1] if log else None}")
+    if rank == 0:
+        print(f"{size} process(es), {trainer.step} steps, {trainer.tokens} tokens generated; "
+              f"last: {log[-1] if log else None}")
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     return 0
 
 
@@ -104,8 +118,9 @@ def _referee(args) -> int:
 
     import torch
 
-    from azlib.referee import init_from_env, load_corpus
-    from azlib.referee.train import arms_from_params, world
+    from azlib.parallel import init_from_env, world
+    from azlib.referee import load_corpus
+    from azlib.referee.train import arms_from_params
 
     if (params := _library_params("07_referee_rl", args)) is None:
         return 2

@@ -21,6 +21,7 @@ from typing import Literal, NamedTuple, Sequence
 import torch
 
 from azlib.extras import require
+from azlib.parallel import shard, sum_gradients, sum_over_ranks
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "original")
 
@@ -160,7 +161,10 @@ def make_optimizer(params, settings: GRPOSettings) -> torch.optim.Optimizer:
 class GRPO:
     """step(examples) -> stats: advantages, reference and old log-probs, num_iterations policy
     updates over micro-batches (accumulated), grad-norm clip, one optimiser step per update.
-    sft_step(examples) -> stats: one optimiser step of imitation (expert iteration)."""
+    sft_step(examples) -> stats: one optimiser step of imitation (expert iteration).
+    Under torchrun every rank is given the whole step's examples, trains on its share (azlib.parallel.shard)
+    with the whole step's normalisers, and the gradients are summed over the ranks before the clip: the
+    one-process update, its work split."""
 
     def __init__(self, student, settings: GRPOSettings = GRPOSettings()):
         self.student, self.settings = student, settings
@@ -173,6 +177,7 @@ class GRPO:
 
     def _optimizer_step(self) -> float:
         s = self.settings
+        sum_gradients(self.student.trainable_parameters())  # under torchrun: every rank's share of the step
         grad_norm = torch.nn.utils.clip_grad_norm_(self.student.trainable_parameters(), s.max_grad_norm)
         for group in self.optimizer.param_groups:
             group["lr"] = s.learning_rate * min(1.0, (self.updates + 1) / max(s.warmup_steps, 1))
@@ -188,8 +193,8 @@ class GRPO:
         s, model = self.settings, self.student.model
         if not examples:
             return {"sequences": 0, "loss": 0.0, "grad_norm": 0.0, "completion_tokens": 0}
-        batches = [list(range(i, min(i + s.micro_batch_size, len(examples))))
-                   for i in range(0, len(examples), s.micro_batch_size)]
+        mine = shard(range(len(examples)))
+        batches = [mine[i : i + s.micro_batch_size] for i in range(0, len(mine), s.micro_batch_size)]
         tokens = sum(len(e.completion_ids) for e in examples)
         total = 0.0
         model.train()
@@ -202,6 +207,7 @@ class GRPO:
             grad_norm = self._optimizer_step()
         finally:
             model.eval()
+        (total,) = sum_over_ranks([total])
         return {"sequences": len(examples), "loss": total, "grad_norm": grad_norm, "completion_tokens": tokens}
 
     def step(self, examples: Sequence[Example]) -> dict[str, float]:
@@ -230,7 +236,8 @@ class GRPO:
         if not keep:
             return stats | {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "clip_low": 0.0,
                             "clip_high": 0.0, "grad_norm": 0.0}
-        batches = [keep[i : i + s.micro_batch_size] for i in range(0, len(keep), s.micro_batch_size)]
+        mine = shard(keep)
+        batches = [mine[i : i + s.micro_batch_size] for i in range(0, len(mine), s.micro_batch_size)]
         fixed = []  # per micro-batch: old log-probs (policy before the update), reference log-probs, mask
         with torch.no_grad():
             for idx in batches:
@@ -238,7 +245,7 @@ class GRPO:
                 old = self._logprobs(examples, idx)[0] if s.num_iterations > 1 else None
                 ref = self._logprobs(examples, idx, reference=True)[0] if s.beta else None
                 fixed.append((old, ref, completion_mask([examples[i].completion_ids for i in idx]).to(device)))
-        batch_tokens = sum(m.sum().item() for _, _, m in fixed)
+        batch_tokens = float(sum(len(examples[i].completion_ids) for i in keep))  # every rank's, not only this one's
         model.train()
         try:
             for _ in range(s.num_iterations):
@@ -259,6 +266,7 @@ class GRPO:
                 grad_norm = self._optimizer_step()
         finally:
             model.eval()
+        totals = dict(zip(totals, sum_over_ranks(list(totals.values()))))
         return stats | {"loss": totals["loss"], "kl": totals["kl"] / batch_tokens,
                         "entropy": totals["entropy"] / batch_tokens,
                         "clip_fraction": (totals["clip_low"] + totals["clip_high"]) / batch_tokens,

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -34,6 +34,7 @@ from azlib.mcts.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchConfig, search
 from azlib.models.generation import Resource
 from azlib.models.student import LoraSettings, Student
+from azlib.parallel import barrier, gather, local_device, shard, world
 from azlib.rewards import (REWARD_KINDS, RewardBreakdown, RewardFunction, RewardKind, RewardWeights,
                            check_reward_function, reward_name)
 
@@ -116,6 +117,29 @@ class TrainingConfig:
                                                   max_completion_length=max(t.max_new_tokens, answer)))
 
 
+class Exploration(NamedTuple):
+    """What a step's search or sampling found (on one rank: for its share of the step's problems)."""
+
+    completions: list[Completion]
+    tokens: int
+    prefill: int | None  # prompt tokens read (forking trees count them; the text env does not)
+    answers_correct: list[bool]  # per answer the step's accuracy counts
+    independent: list[bool]  # forking trees: the correctness of each of their G independent answers
+    credits: list[dict[str, list[float]]] = []  # per search, the teachers' backed-up values (TeacherEnsemble.credit)
+
+    @staticmethod
+    def joined(parts: Sequence[Exploration]) -> Exploration:
+        """The ranks' explorations as one, in rank order; group keys renumbered so no two ranks' groups share one."""
+        completions, offset = [], 0
+        for part in parts:
+            completions += [replace(c, group=c.group + offset) for c in part.completions]
+            offset += 1 + max((c.group for c in part.completions), default=-1)
+        prefills = [p.prefill for p in parts]
+        return Exploration(completions, sum(p.tokens for p in parts), None if None in prefills else sum(prefills),
+                           [a for p in parts for a in p.answers_correct], [a for p in parts for a in p.independent],
+                           [c for p in parts for c in p.credits])
+
+
 def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % 2**31
 
@@ -190,22 +214,13 @@ class Trainer(Resource):
         if self.teachers is not None:
             self.teachers.reseed(seed)  # which teachers each node asks: from (seed, step) too
         indices = self._problems_for_step()
-        if s.groups in FORKED_GROUPS:
-            trees = self.forking.grow(indices, s.group_size, seed)
-            completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
-            tokens, answers_correct = sum(t.tokens for t in trees), [c.correct for c in completions]
-            prefill = sum(t.prefill for t in trees)
-            # the student's own accuracy before this step's update: its G independent answers to problems it has
-            # not trained on yet (forks aim at unsolved problems, so all leaves together would understate it)
-            independent = [a.correct for t in trees for a in t.independent_answers()]
-        else:
-            results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
-            completions, tokens = tree_groups(results, self.env, s.groups), sum(r.tokens for r in results)
-            answers_correct = [search_answer(r, self.env)["correct"] for r in results]
-            prefill = None  # the text env does not count its prompts
-            if self.teachers is not None:
-                for r in results:
-                    self.teachers.credit(teacher_values(r))
+        found = self._explore(shard(indices), seed)  # this rank's share of the step's problems
+        if world()[1] > 1:  # every rank gets the whole step's answers, in the order one process lists them
+            found = Exploration.joined(gather(found))
+        completions, tokens, prefill, answers_correct, independent, credits = found
+        if self.teachers is not None:
+            for values in credits:
+                self.teachers.credit(values)
         torch.manual_seed(seed)  # LoRA dropout in the update
         completions = with_rewards(completions, self.problems, self.reward_functions)
         good = best_verified(completions) if self.reward_functions else verified(completions)
@@ -219,7 +234,7 @@ class Trainer(Resource):
             self.student.refresh_reference()
         whole = completions if s.groups not in ("siblings", "visits") else []  # sibling steps are not answers
         record = {"step": self.step, "position": self.position, "completions": len(completions),
-                  "answer_accuracy": sum(answers_correct) / max(len(answers_correct), 1),
+                  "answers": len(answers_correct), "answer_accuracy": sum(answers_correct) / max(len(answers_correct), 1),
                   "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),
                   "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
@@ -235,6 +250,22 @@ class Trainer(Resource):
             record["vram_used_mb"] = (total - free) / 2**20  # the whole GPU now: vLLM engines included
         return record
 
+    def _explore(self, indices: list[int], seed: int) -> Exploration:
+        """Search (or sample) the given problems: the completions to train on and what the step log counts."""
+        s = self.config.train
+        if s.groups in FORKED_GROUPS:
+            trees = self.forking.grow(indices, s.group_size, seed)
+            completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
+            # the student's own accuracy before this step's update: its G independent answers to problems it has
+            # not trained on yet (forks aim at unsolved problems, so all leaves together would understate it)
+            return Exploration(completions, sum(t.tokens for t in trees), sum(t.prefill for t in trees),
+                               [c.correct for c in completions], [a.correct for t in trees for a in t.independent_answers()])
+        results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
+        # prefill None: the text env does not count its prompts
+        return Exploration(tree_groups(results, self.env, s.groups), sum(r.tokens for r in results), None,
+                           [search_answer(r, self.env)["correct"] for r in results], [],
+                           [teacher_values(r) for r in results] if self.teachers is not None else [])
+
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, resume: bool = False, progress: bool = True) -> list[dict]:
         if resume:
@@ -244,15 +275,16 @@ class Trainer(Resource):
                                   "or choose another folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         log = self._read_log(upto=self.step)
-        s = self.config.train
+        s, first = self.config.train, world()[0] == 0  # under torchrun rank 0 writes the log and the checkpoints
         update = "imitation" if s.update == "sft" else "GRPO"
         with tqdm(total=s.steps, initial=self.step, desc=f"{update} steps ({s.groups})", unit="step",
-                  disable=not progress) as bar:
+                  disable=not (progress and first)) as bar:
             while self.step < s.steps and (s.token_budget is None or self.tokens < s.token_budget):
                 record = self.train_step()
                 log.append(record)
-                with self.log_path.open("a") as f:
-                    f.write(json.dumps(record) + "\n")
+                if first:
+                    with self.log_path.open("a") as f:
+                        f.write(json.dumps(record) + "\n")
                 if self.step % s.checkpoint_every == 0 or self.step == s.steps:
                     self.save_checkpoint()
                 bar.update(1)
@@ -273,14 +305,20 @@ class Trainer(Resource):
                 break
             if record["step"] <= upto:
                 kept.append(record)
-        self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        barrier()  # every rank has read the log before rank 0 rewrites it
+        if world()[0] == 0:
+            self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         return kept
 
     # -- checkpoints ---------------------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
-        """Written into a hidden folder, then renamed: a reader sees a whole checkpoint or none."""
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        """Written into a hidden folder, then renamed: a reader sees a whole checkpoint or none. Under torchrun
+        rank 0 writes it (every rank holds the same weights, optimiser state and replay) and the others wait."""
         final = self.checkpoints / f"{CHECKPOINT_PREFIX}{self.step:06d}"
+        if world()[0] != 0:
+            barrier()
+            return final
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
         staging = self.checkpoints / f".{final.name}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
@@ -299,6 +337,7 @@ class Trainer(Resource):
         staging.rename(final)
         for old in self.list_checkpoints()[:-KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
+        barrier()
         return final
 
     def _settings(self) -> dict:
@@ -382,7 +421,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
                             text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
     torch.manual_seed(params.seed)  # the LoRA initialisation
     student = Student(params.model, lora=config.lora, reference=params.reference, dtype=params.dtype,
-                      device=params.device, gradient_checkpointing=params.gradient_checkpointing,
+                      device=local_device(params.device), gradient_checkpointing=params.gradient_checkpointing,
                       use_unsloth=params.use_unsloth, generation=params.generation,
                       vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
                                     "max_model_len": GENERATION_MAX_MODEL_LEN})

@@ -4,7 +4,7 @@ Char-level corpus, model, losses and the lock-step loop; no notebook parameters 
 from azlib.referee.data import CharCorpus, load_corpus
 from azlib.referee.gpt import GPT, GPTConfig
 from azlib.referee.objective import RefereeRLConfig, ce_loss, referee_rl_loss, referee_rewards
-from azlib.referee.train import Arms, ArmSpec, TrainConfig, init_from_env
+from azlib.referee.train import Arms, ArmSpec, TrainConfig
 
 __all__ = ["Arms", "ArmSpec", "CharCorpus", "GPT", "GPTConfig", "RefereeRLConfig", "TrainConfig", "ce_loss",
-           "init_from_env", "load_corpus", "referee_rewards", "referee_rl_loss"]
+           "load_corpus", "referee_rewards", "referee_rl_loss"]

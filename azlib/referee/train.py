@@ -4,14 +4,13 @@ arms stepped in lock-step on the same global batches, single process or DDP (tor
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from azlib.parallel import local_device, world
 from azlib.referee.data import CharCorpus
 from azlib.referee.gpt import GPT, GPTConfig
 from azlib.referee.objective import RefereeRLConfig, bits_per_token, ce_loss, referee_rl_loss
@@ -44,19 +43,6 @@ class TrainConfig:
     eval_batches: int = 4
     eval_batch_size: int = 32
     seed: int = 0
-
-
-def world() -> tuple[int, int]:
-    """(rank, world size): from torch.distributed when initialised, else (0, 1)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def init_from_env() -> None:
-    """Under torchrun (WORLD_SIZE > 1) join the process group: gloo on CPU, nccl on CUDA."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
@@ -201,7 +187,7 @@ def arms_from_params(params, corpus: CharCorpus) -> Arms:
     cfg = TrainConfig(params.steps, params.batch_size, params.learning_rate, params.warmup_steps,
                       params.weight_decay, params.grad_clip, params.eval_every, params.eval_batches,
                       params.eval_batch_size, params.seed)
-    device = params.device if params.device == "cpu" else f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    device = local_device(params.device)
     if device != "cpu":
         torch.cuda.set_device(device)  # one GPU per torchrun process (nccl needs it set)
     return Arms(arm_specs(main, small, rl, list(params.ablations), params.seed), corpus, cfg, device)

@@ -1,0 +1,136 @@
+"""Data-parallel training (azlib.parallel) on 2 CPU processes over gloo: the GRPO and imitation updates with the
+step's work split over the ranks equal the one-process update on the same examples, and `azlib train` runs
+under torchrun, each rank searching its share of every step's problems."""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from azlib import config
+from azlib.grpo import GRPO, Example, GRPOSettings
+from azlib.models.student import LoraSettings, Student
+
+pytestmark = pytest.mark.model  # every test loads a model
+
+LORA = LoraSettings(r=4, dropout=0.0)  # no dropout: its masks depend on how sequences are batched
+
+
+def examples(vocab: int) -> list[Example]:
+    """Seven completions of uneven lengths in three groups: 7 does not split evenly over 2 ranks, and a group's
+    members land on different ranks."""
+    rng = random.Random(0)
+    return [Example([rng.randrange(vocab) for _ in range(rng.randint(3, 9))],
+                    [rng.randrange(vocab) for _ in range(rng.randint(2, 12))], float(rng.random() < 0.5), i % 3)
+            for i in range(7)]
+
+
+def two_updates(model_dir: str, update: str) -> dict[str, torch.Tensor]:
+    """Two optimiser steps of `update` from the same LoRA start; the trained parameters."""
+    torch.manual_seed(0)  # the LoRA initialisation: equal on every rank
+    student = Student(model_dir, lora=LORA)
+    grpo = GRPO(student, GRPOSettings(learning_rate=1e-2, micro_batch_size=2, num_iterations=2, beta=0.04))
+    batch = examples(len(student.tokenizer))
+    for _ in range(2):
+        grpo.sft_step(batch) if update == "sft" else grpo.step(batch)
+    return {n: p.detach().clone() for n, p in student.model.named_parameters() if p.requires_grad}
+
+
+def _rank(rank: int, port: int, model_dir: str, update: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        params = two_updates(model_dir, update)
+        if rank == 0:
+            torch.save(params, out)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("update", ["sft", "grpo"])
+def test_two_processes_update_as_one_process_on_the_same_examples(tiny_model_dir, tmp_path, update):
+    """Each rank trains on its share with the whole step's normalisers; the gradients summed over ranks are the
+    one-process gradient, so the LoRA parameters after two steps match to 1e-5 (and the update did move them)."""
+    one = two_updates(tiny_model_dir, update)
+    out = tmp_path / "two.pt"
+    mp.spawn(_rank, args=(free_port(), tiny_model_dir, update, str(out)), nprocs=2, join=True)
+    two = torch.load(out)
+    assert set(one) == set(two) and one
+    worst = max((one[n] - two[n]).abs().max().item() for n in one)
+    assert worst < 1e-5, worst
+    torch.manual_seed(0)
+    start = {n: p for n, p in Student(tiny_model_dir, lora=LORA).model.named_parameters() if p.requires_grad}
+    assert max((one[n] - start[n]).abs().max().item() for n in one) > 1e-3, "the updates moved the adapter"
+
+
+def torchrun_train(out, *extra):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
+            "-m", "azlib", "train", "--profile", "smoke", "--out", str(out), *extra]
+
+
+def read_log(out) -> list[dict]:
+    lines = (out / "train-04" / "train_log.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in ("seconds", "ram_peak_mb")} for x in lines]
+
+
+def worker_pid(agent: int, rank: int) -> int | None:
+    """The pid of torchrun's worker process of `rank` (a child of the agent with RANK=rank), once it runs."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"PPid:\t{agent}\n" in (proc / "status").read_text() \
+                    and f"RANK={rank}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                return int(proc.name)
+        except OSError:  # a process that ended while being read
+            continue
+    return None
+
+
+def test_azlib_train_under_torchrun_splits_each_step_and_resumes_after_a_rank_is_killed(tmp_path):
+    """`torchrun --nproc_per_node=2 -m azlib train`: each rank searches one of a step's 2 problems, and the step's
+    log (written by rank 0 alone) counts both searches' answers. Rank 1 killed (SIGKILL) mid-run, torchrun stops
+    rank 0; a resume under torchrun ends with the uninterrupted run's log, metric for metric."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    whole = tmp_path / "whole"
+    proc = subprocess.run(torchrun_train(whole), capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("2 process(es)") == 1, "rank 0 alone reports"
+    reference = read_log(whole)
+    params, _ = config.resolve_library("04_gsm8k_run", "smoke", whole)
+    train = params.train
+    assert [r["step"] for r in reference] == list(range(1, train.steps + 1)), "each step logged once"
+    assert all(r["answers"] == train.problems_per_step for r in reference), "both ranks' searches reached the log"
+
+    killed = tmp_path / "killed"
+    agent = subprocess.Popen(torchrun_train(killed), cwd=config.REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    first = killed / "train-04" / "checkpoints" / "step-000001"
+    deadline = time.monotonic() + 600
+    while not first.exists() and agent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rank1 = worker_pid(agent.pid, 1)
+    assert agent.poll() is None and rank1, "the run ended before a rank could be killed"
+    time.sleep(random.Random(7).uniform(0.0, 1.0))  # seeded: somewhere in step 2
+    os.kill(rank1, signal.SIGKILL)
+    assert agent.wait(timeout=300) != 0, "torchrun reports the lost rank"
+    assert [r["step"] for r in read_log(killed)][-1] < train.steps, "killed before the end"
+
+    proc = subprocess.run(torchrun_train(killed, "--resume"), capture_output=True, text=True, cwd=config.REPO_ROOT,
+                          timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert read_log(killed) == reference, "every step once, each as in the uninterrupted run"
