@@ -94,8 +94,9 @@ def _train(args) -> int:
               "trains with train.reward (run the notebook, or python -m azlib run --only 04)", file=sys.stderr)
         return 2
     if params.generation == "vllm" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        print("azlib: under torchrun every rank generates with its own student (generation 'hf'); one vLLM engine "
-              "per rank is not supported", file=sys.stderr)
+        print("azlib: under torchrun the ranks generate with their own student (generation 'hf') or through one "
+              "vLLM server (generation 'server', generation_url); a vLLM engine in every rank is not supported",
+              file=sys.stderr)
         return 2
     init_from_env()
     problems, note = training_problems(params)

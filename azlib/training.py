@@ -423,6 +423,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
     student = Student(params.model, lora=config.lora, reference=params.reference, dtype=params.dtype,
                       device=local_device(params.device), gradient_checkpointing=params.gradient_checkpointing,
                       use_unsloth=params.use_unsloth, generation=params.generation,
+                      server={"base_url": params.generation_url, "model": params.model},
                       vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
                                     "max_model_len": GENERATION_MAX_MODEL_LEN})
     teachers = None

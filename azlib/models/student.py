@@ -1,9 +1,9 @@
 """The student being trained: a causal LM with LoRA adapters (peft; Unsloth 4-bit on GPU when
 installed), its reference policy for the KL, per-token log-probs for the loss, adapter save/load.
 
-Generation: the student's own weights through azlib's hf decode loop (default), or a vLLM engine
-("vllm") that loads the trained adapter after every optimiser step (`sync_generation`), as GRPO
-trainers generate on GPUs. `close()` (or `with Student(...) as student:`) stops that engine and removes
+Generation: the student's own weights through azlib's hf decode loop (default), a vLLM engine in this
+process ("vllm"), or a vLLM server ("server", azlib.models.vllm_server); the last two load the trained adapter
+after every optimiser step (`sync_generation`), as GRPO trainers generate on GPUs. `close()` (or `with Student(...) as student:`) stops that engine and removes
 the folder the syncs write into; a student never closed has the folder removed at interpreter exit.
 
 Reference policies: "adapters_off" runs the same weights with the adapters disabled (the base
@@ -54,15 +54,20 @@ class Student(Resource):
     def __init__(self, model: str, *, lora: LoraSettings = LoraSettings(),
                  reference: Literal["adapters_off", "snapshot"] = "adapters_off", dtype: str = "float32",
                  device: str = "cpu", gradient_checkpointing: bool = False, use_unsloth: bool = False,
-                 batch_size: int = BATCH_SIZE, generation: Literal["hf", "vllm"] = "hf", vllm_options: dict | None = None,
-                 scoring_memory: int = SCORING_MEMORY):
-        """scoring_memory: bytes of fp32 logits per no-gradient forward (azlib.models.shared_prompts)."""
+                 batch_size: int = BATCH_SIZE, generation: Literal["hf", "vllm", "server"] = "hf",
+                 vllm_options: dict | None = None, server: dict | None = None, scoring_memory: int = SCORING_MEMORY):
+        """generation: the model itself (hf), a vLLM engine in this process (vllm, `vllm_options`), or a vLLM
+        server (`server`: base_url, model as the server names it, and azlib.models.vllm_server's options); the
+        last two get the adapter after every optimiser step. scoring_memory: bytes of fp32 logits per
+        no-gradient forward (azlib.models.shared_prompts)."""
         from peft import LoraConfig, get_peft_model
 
         if reference not in ("adapters_off", "snapshot"):
             raise ValueError(f"reference must be 'adapters_off' or 'snapshot', got {reference!r}")
-        if generation not in ("hf", "vllm"):
-            raise ValueError(f"generation must be 'hf' or 'vllm', got {generation!r}")
+        if generation not in ("hf", "vllm", "server"):
+            raise ValueError(f"generation must be 'hf', 'vllm' or 'server', got {generation!r}")
+        if generation == "server" and not (server and server.get("base_url") and server.get("model")):
+            raise ValueError("generation 'server' needs server={'base_url': ..., 'model': <the server's model name>}")
         self.name, self.reference, self.device, self.scoring_memory = model, reference, device, scoring_memory
         self.lora_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
                                       target_modules=lora.target_modules if isinstance(lora.target_modules, str)
@@ -85,17 +90,22 @@ class Student(Resource):
             self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size,
                                               scoring_memory=scoring_memory)
         else:
-            from azlib.models.vllm import VLLMBackend
+            if generation == "vllm":
+                from azlib.models.vllm import VLLMBackend
 
-            self.backend = VLLMBackend(model, enable_lora=True, max_lora_rank=max(lora.r, 8), **(vllm_options or {}))
+                self.backend = VLLMBackend(model, enable_lora=True, max_lora_rank=max(lora.r, 8), **(vllm_options or {}))
+            else:
+                from azlib.models.vllm_server import VLLMServerBackend
+
+                self.backend = VLLMServerBackend(tokenizer=self.tokenizer, **server)
             self.sync_folder = Path(tempfile.mkdtemp(prefix="azlib-student-"))  # every sync writes here
             self._remove_sync_folder = weakref.finalize(self, shutil.rmtree, self.sync_folder, ignore_errors=True)
             self.sync_generation()
 
     def sync_generation(self) -> None:
-        """vllm generation: hand the engine the current adapter (after each optimiser step, after a load).
-        The hf backend generates with the model itself and needs nothing."""
-        if self.generation != "vllm":
+        """vllm or server generation: hand the engine the current adapter (after each optimiser step, after a
+        load). The hf backend generates with the model itself and needs nothing."""
+        if self.generation == "hf":
             return
         # One folder, overwritten: the engine reads it once, when a call first names the new adapter id.
         # save_embedding_layers=False: the embeddings are not trained, and peft's "auto" would ask the hub
@@ -104,10 +114,10 @@ class Student(Resource):
         self.backend.use_adapter(self.sync_folder)
 
     def close(self) -> None:
-        """Stop the generation engine (vllm) and remove its sync folder; the student's own weights stay
-        (a closed student can still save its adapter). Idempotent."""
+        """Stop the generation engine (vllm; a server's connection) and remove the sync folder; the student's own
+        weights stay (a closed student can still save its adapter). Idempotent."""
         self.backend.close()
-        if self.generation == "vllm":
+        if self.generation != "hf":
             self._remove_sync_folder()
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

@@ -1,0 +1,112 @@
+"""The student's generator on a vLLM OpenAI-compatible server (`vllm serve`): prompts sent as the student's token
+ids, the sampled token ids and log-probs returned as they were sampled (`return_token_ids`), and the student's
+LoRA adapter loaded at run time after each optimiser step (`/v1/load_lora_adapter` under a new name; the one
+before unloaded). The server runs beside the training processes, started by the user:
+
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --served-model-name NAME --enable-lora \\
+        --max-lora-rank R   (R >= the student's LoRA rank; prefix caching is on by default in vLLM's V1 engine)
+
+It reads each adapter from the folder the student saves it to, so the server must see that path (one machine,
+or a shared file system). Under torchrun one server serves every rank: rank 0 loads each new adapter.
+"""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Sequence
+
+import openai
+
+from azlib.models.generation import BackendError, Prompt, Sample, Sampling, TokenizerPrompts
+from azlib.models.openai import OpenAIBackend
+from azlib.parallel import barrier, gather, world
+
+
+class VLLMServerBackend(TokenizerPrompts, OpenAIBackend):
+    """model: the server's name for the base model (`--served-model-name`); tokenizer: the student's, which
+    turns prompts into the ids the server continues. After `use_adapter`, every call names the adapter."""
+
+    name = "vllm-server"
+
+    def __init__(self, model: str, base_url: str, tokenizer, **options):
+        super().__init__(model, base_url, **options)
+        self.base_model, self.tokenizer = model, tokenizer
+        self.adapters_loaded = 0
+        # this student's adapter names: its own on a server other students (or a crashed run's) may have used,
+        # one for all ranks (rank 0's)
+        self.prefix = f"{model}-{gather(uuid.uuid4().hex[:8])[0]}"
+
+    def close(self) -> None:
+        """Unload this student's adapter from the server (rank 0; the server keeps running) and close the client."""
+        if self.model != self.base_model and world()[0] == 0:
+            try:
+                self._manage("/unload_lora_adapter", {"lora_name": self.model})
+            except BackendError:  # a server already gone has nothing to unload
+                pass
+        self.model = self.base_model
+        super().close()
+
+    def use_adapter(self, folder: str | Path) -> None:
+        """Load the peft adapter saved in `folder` under a new name and generate with it from now on; the
+        adapter used before is unloaded (the server keeps only the newest). Under torchrun every rank holds the
+        same adapter after a step: rank 0 loads it, and the others name it once it is loaded."""
+        name = f"{self.prefix}-adapter-{self.adapters_loaded + 1}"
+        first = world()[0] == 0
+        if first:
+            self._manage("/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(folder).resolve())})
+        barrier()
+        previous, self.model = self.model, name
+        self.adapters_loaded += 1
+        if first and previous != self.base_model:
+            self._manage("/unload_lora_adapter", {"lora_name": previous})
+
+    def _manage(self, route: str, body: dict) -> None:
+        try:
+            self.client.post(route, body=body, cast_to=str)
+        except openai.APIStatusError as err:
+            hint = (" (start the server with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
+                    if err.status_code == 404 else "")
+            raise BackendError(f"{self.base_url}{route} answered HTTP {err.status_code}: "
+                               f"{err.response.text[:300]}{hint}") from None
+        except openai.APIConnectionError as err:
+            raise BackendError(f"{self.base_url}{route} failed: {type(err.__cause__ or err).__name__}: "
+                               f"{err.__cause__ or err}") from None
+
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
+        """One /v1/completions request per prompt, its token ids as the prompt, up to max_concurrency in flight."""
+        common = {"model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
+                  "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(sampling.stop) or None,
+                  "seed": sampling.seed, "logprobs": 0, "return_token_ids": True}
+
+        def one(prompt: Prompt) -> list[Sample]:
+            ids = self.encode_prompt(prompt)
+            body = self._post("/completions", {**common, "prompt": ids})
+            return self._samples("/completions", body, lambda choice, _: self._sampled(choice, len(ids)))
+
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
+            return list(pool.map(one, prompts))
+
+    def _sampled(self, choice: dict, prompt_tokens: int) -> Sample:
+        ids = tuple(choice["token_ids"])
+        logprobs = tuple(choice["logprobs"]["token_logprobs"])
+        if len(logprobs) != len(ids):
+            raise KeyError(f"{len(ids)} token ids but {len(logprobs)} log-probs")
+        return Sample(text=choice["text"], token_ids=ids, logprobs=logprobs, finish_reason=self._finish(choice),
+                      prompt_tokens=prompt_tokens, completion_tokens=len(ids))
+
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
+        """Each continuation's token log-probs after its prompt, from the server's prompt log-probs."""
+        prompt_ids, conts = self.scoring_ids(prompts, continuations)
+        scores = []
+        for p, c in zip(prompt_ids, conts):
+            body = self._post("/completions", {"model": self.model, "prompt": p + c, "max_tokens": 1,
+                                               "temperature": 0.0, "prompt_logprobs": 0})
+            try:
+                steps = body["choices"][0]["prompt_logprobs"][len(p):]
+                scores.append([step[str(t)]["logprob"] for step, t in zip(steps, c)])
+            except (KeyError, IndexError, TypeError) as err:
+                raise BackendError(f"{self.base_url}/completions sent no prompt log-probs: {type(err).__name__}: "
+                                   f"{err}") from None
+        return scores
