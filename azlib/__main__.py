@@ -10,7 +10,6 @@ server; `serve --help` lists its limits). Parses, hands over."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -93,14 +92,14 @@ def _train(args) -> int:
         print("azlib: custom_reward = true needs the reward function written in notebook 04; the command line "
               "trains with train.reward (run the notebook, or python -m azlib run --only 04)", file=sys.stderr)
         return 2
-    if params.generation == "vllm" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    init_from_env()
+    rank, size = world()
+    if params.generation == "vllm" and size > 1:
         print("azlib: under torchrun the ranks generate with their own student (generation 'hf') or through one "
               "vLLM server (generation 'server', generation_url); a vLLM engine in every rank is not supported",
               file=sys.stderr)
         return 2
-    init_from_env()
     problems, note = training_problems(params)
-    rank, size = world()
     if note and rank == 0:
         print("NOTE:", note)
     # The student's engine (generation "vllm") and any teachers' engines stop when training ends, however it ends

@@ -78,11 +78,20 @@ class OpenAIBackend(Backend):
                 time.sleep(self.backoff * 2**attempt)
         raise BackendError(f"{url} failed after {attempts} attempts; last error: {problem}")
 
+    def _sampling_body(self, sampling: Sampling) -> dict[str, Any]:
+        """The request fields every prompt of one generate call shares."""
+        return {"model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
+                "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(sampling.stop) or None,
+                "seed": sampling.seed}
+
+    def _each(self, one, prompts: list[Prompt]) -> list[list[Sample]]:
+        """`one(prompt)` for every prompt, up to max_concurrency requests in flight (servers batch them)."""
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
+            return list(pool.map(one, prompts))
+
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
-        """One request per prompt, up to max_concurrency in flight (servers batch them)."""
-        common = {"model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
-                  "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(sampling.stop) or None,
-                  "seed": sampling.seed}
+        """One request per prompt."""
+        common = self._sampling_body(sampling)
 
         def one(prompt: Prompt) -> list[Sample]:
             if isinstance(prompt, str):
@@ -95,8 +104,7 @@ class OpenAIBackend(Backend):
             body = self._post("/chat/completions", {**common, **extra, "messages": messages, "logprobs": True})
             return self._samples("/chat/completions", body, self._chat_sample)
 
-        with ThreadPoolExecutor(self.max_concurrency) as pool:
-            return list(pool.map(one, prompts))
+        return self._each(one, prompts)
 
     def _samples(self, route: str, body: dict, read) -> list[Sample]:
         """One sample per choice; a choice not in the expected shape is the server's fault, a BackendError."""

@@ -89,15 +89,15 @@ class Student(Resource):
         if generation == "hf":
             self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size,
                                               scoring_memory=scoring_memory)
+        elif generation == "vllm":
+            from azlib.models.vllm import VLLMBackend
+
+            self.backend = VLLMBackend(model, enable_lora=True, max_lora_rank=max(lora.r, 8), **(vllm_options or {}))
         else:
-            if generation == "vllm":
-                from azlib.models.vllm import VLLMBackend
+            from azlib.models.vllm_server import VLLMServerBackend
 
-                self.backend = VLLMBackend(model, enable_lora=True, max_lora_rank=max(lora.r, 8), **(vllm_options or {}))
-            else:
-                from azlib.models.vllm_server import VLLMServerBackend
-
-                self.backend = VLLMServerBackend(tokenizer=self.tokenizer, **server)
+            self.backend = VLLMServerBackend(tokenizer=self.tokenizer, **server)
+        if generation != "hf":
             self.sync_folder = Path(tempfile.mkdtemp(prefix="azlib-student-"))  # every sync writes here
             self._remove_sync_folder = weakref.finalize(self, shutil.rmtree, self.sync_folder, ignore_errors=True)
             self.sync_generation()

