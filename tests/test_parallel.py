@@ -66,17 +66,22 @@ def free_port() -> int:
 @pytest.mark.parametrize("update", ["sft", "grpo"])
 def test_two_processes_update_as_one_process_on_the_same_examples(tiny_model_dir, tmp_path, update):
     """Each rank trains on its share with the whole step's normalisers; the gradients summed over ranks are the
-    one-process gradient, so the LoRA parameters after two steps match to 1e-5 (and the update did move them)."""
+    one-process gradient, so after two steps each LoRA tensor differs from the one-process one by under 1e-3 of
+    how far the update moved it. (Relative, not absolute: the sums run in another float32 order, and Adam divides
+    by sqrt(v), so a component whose gradient is near zero can move by 1e-5 on rounding alone; CI saw 1.1e-5.
+    Without the gradient sum the difference is about the size of the update itself.)"""
+    torch.manual_seed(0)
+    start = {n: p.detach().clone() for n, p in Student(tiny_model_dir, lora=LORA).model.named_parameters()
+             if p.requires_grad}
     one = two_updates(tiny_model_dir, update)
     out = tmp_path / "two.pt"
     mp.spawn(_rank, args=(free_port(), tiny_model_dir, update, str(out)), nprocs=2, join=True)
     two = torch.load(out)
-    assert set(one) == set(two) and one
-    worst = max((one[n] - two[n]).abs().max().item() for n in one)
-    assert worst < 1e-5, worst
-    torch.manual_seed(0)
-    start = {n: p for n, p in Student(tiny_model_dir, lora=LORA).model.named_parameters() if p.requires_grad}
-    assert max((one[n] - start[n]).abs().max().item() for n in one) > 1e-3, "the updates moved the adapter"
+    assert set(one) == set(two) == set(start) and one
+    moved = {n: (one[n] - start[n]).norm().item() for n in one}
+    assert min(moved.values()) > 1e-3, "the updates moved every adapter tensor"
+    worst = max((one[n] - two[n]).norm().item() / moved[n] for n in one)
+    assert worst < 1e-3, worst
 
 
 def torchrun_train(out, *extra):
