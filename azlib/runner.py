@@ -3,10 +3,14 @@ Validates every notebook's parameters (and, on a GPU, its memory plan) before an
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -122,10 +126,14 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
 
 class _IPCKernelManager(AsyncKernelManager):
     """Kernels talk to the runner over local IPC sockets, not TCP (no plain-text network transport,
-    and no per-notebook warning about it)."""
+    and no per-notebook warning about it). Each kernel's sockets live in a folder of its own: jupyter_client's
+    default, kernel-ipc-1 to -5 in the working directory, is the same for every run started there, so two runs
+    at once (two `azlib run`s, or the tests on two workers) bound each other's sockets and waited forever."""
 
     def __init__(self, **kwargs):
-        super().__init__(transport="ipc", **kwargs)
+        folder = tempfile.mkdtemp(prefix="azlib-kernel-")
+        weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        super().__init__(transport="ipc", ip=os.path.join(folder, "kernel"), **kwargs)
 
 
 def run_one(number: str, profile: str | None, out: Path) -> tuple[dict, float]:

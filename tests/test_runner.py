@@ -93,3 +93,35 @@ def test_bad_env_override_is_reported(fake_kit, monkeypatch, capsys):
     monkeypatch.setenv("MAX_TOKENS", "lots")
     assert main(["run", "--profile", "smoke", "--out", str(fake_kit / "run")]) == 2
     assert "MAX_TOKENS='lots' is not an integer" in capsys.readouterr().err
+
+
+def test_two_kernels_started_at_once_from_one_folder_answer_each_for_itself(tmp_path, monkeypatch):
+    """Two runs at once from one working directory (two `azlib run`s, or the tests on two workers): each runner
+    talks to its own kernel. (On jupyter_client's default IPC sockets, kernel-ipc-1 to -5 in the working
+    directory, both runners reached whichever kernel bound them last, and the other run waited forever.)"""
+    import asyncio
+
+    monkeypatch.chdir(tmp_path)
+
+    async def pid_of(manager) -> str:
+        client = manager.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=60)
+        out = []
+        await client.execute_interactive("import os; print(os.getpid(), end='')", timeout=60, output_hook=lambda m:
+                                         out.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+        client.stop_channels()
+        return "".join(out)
+
+    async def both():
+        managers = [runner._IPCKernelManager(kernel_name="python3") for _ in range(2)]
+        await asyncio.gather(*(m.start_kernel() for m in managers))
+        try:
+            pids = await asyncio.gather(*(pid_of(m) for m in managers))
+            return pids, [str(m.provisioner.process.pid) for m in managers]
+        finally:
+            await asyncio.gather(*(m.shutdown_kernel(now=True) for m in managers))
+
+    answered, started = asyncio.run(asyncio.wait_for(both(), timeout=120))
+    assert answered == started and len(set(started)) == 2
+    assert not list(tmp_path.iterdir()), "no sockets left in the working directory"
