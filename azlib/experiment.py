@@ -21,6 +21,7 @@ from azlib.models.generation import Backend
 from azlib.models.loading import free_memory
 from azlib.prompts import chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
+from azlib.runs import atomic_write_text
 
 # What each arm searches or samples, and how it updates: a key that names a ForkSettings field sets the fork
 # section, the rest the train section. Every arm but "trl" runs azlib's Trainer.
@@ -170,8 +171,7 @@ class Experiment:
         if path.exists() and json.loads(path.read_text()) != ids:
             raise ValueError(f"{self.folder} holds answers to other held-out problems than these settings draw; "
                              "continue it with the settings (and azlib) that started it, or use another folder")
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(ids))
+        atomic_write_text(path, json.dumps(ids))  # whole or absent: processes sharing the folder read it
 
     def _evaluate(self, backend: Backend, folder: Path) -> dict[str, list[dict]]:
         out = {}
@@ -216,9 +216,7 @@ class Experiment:
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)
                 backend, tokens = trainer.student.backend, trainer.tokens
             records = self._evaluate(backend, folder)
-            partial = done.with_suffix(".partial")  # renamed when whole: a result on disk is a finished run
-            partial.write_text(json.dumps({"tokens": tokens, "log": log}))
-            partial.rename(done)
+            atomic_write_text(done, json.dumps({"tokens": tokens, "log": log}))  # on disk: a finished run
         return ArmResult(arm, seed, tokens, log, records)
 
     # -- what the runs say ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ the transfer set; verified answers per 1k tokens >= 1.3x RFT's. Long (about an h
 An interrupted run continues where it stopped when given the same --out.
 
     .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR]
-        [--seeds 0 1] [--fork fork_from=finished] [--report]
+        [--seeds 0 1] [--fork fork_from=finished] [--eval-problems 500] [--report]
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--fork", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="change fields of the profile's fork section (azlib.mcts.forking.ForkSettings), e.g. "
                              "fork_from=finished; values read as YAML")
+    parser.add_argument("--eval-problems", type=int, default=None,
+                        help="problems in each held-out set (default: the profile's 200; the issue asks for >= 500)")
     parser.add_argument("--report", action="store_true",
                         help="print what --out holds so far (a running or interrupted run), train nothing")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"tree-vs-sampling-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -63,6 +65,8 @@ def main() -> None:
         except (TypeError, ValueError) as err:
             parser.error(f"--fork: {err}")
         params = params.model_copy(update={"fork": fork})
+    if args.eval_problems:
+        params = params.model_copy(update={"eval_problems": args.eval_problems})
     params = params.model_copy(update={"arms": ["tree", "rft"] if args.mode == "main" else list(ARMS), "train": train,
                                        "arithmetic_steps": [args.steps] if args.steps else params.arithmetic_steps})
     problems, sets, note = task_sets(params)
