@@ -40,6 +40,7 @@ def read_log(out):
     return [{k: v for k, v in json.loads(x).items() if k not in TIMING} for x in lines]
 
 
+@pytest.mark.slow  # about 1 min: three training subprocesses
 def test_kill_minus_9_and_resume_ends_like_an_uninterrupted_run(tmp_path):
     whole = tmp_path / "whole"
     subprocess.run(train_cli(whole), check=True, cwd=config.REPO_ROOT, capture_output=True, timeout=900)
@@ -267,6 +268,7 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
 
 
+@pytest.mark.slow  # about 1.5 min: two runs with teachers
 def test_a_resumed_run_with_teachers_asks_and_weighs_them_as_the_uninterrupted_one(student, tmp_path):
     """The teachers' weight rule is learned state, and which teachers a node asks is random: both must come
     back on resume, or a resumed run with teachers is another run."""
