@@ -68,7 +68,7 @@ def test_two_processes_update_as_one_process_on_the_same_examples(tiny_model_dir
     """Each rank trains on its share with the whole step's normalisers; the gradients summed over ranks are the
     one-process gradient, so after two steps each LoRA tensor differs from the one-process one by under 1e-3 of
     how far the update moved it. (Relative, not absolute: the sums run in another float32 order, and Adam divides
-    by sqrt(v), so a component whose gradient is near zero can move by 1e-5 on rounding alone; CI saw 1.1e-5.
+    by sqrt(v), so a component whose gradient is near zero can move by 1e-5 on rounding alone.
     Without the gradient sum the difference is about the size of the update itself.)"""
     torch.manual_seed(0)
     start = {n: p.detach().clone() for n, p in Student(tiny_model_dir, lora=LORA).model.named_parameters()
