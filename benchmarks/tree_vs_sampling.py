@@ -65,7 +65,9 @@ def main() -> None:
         except (TypeError, ValueError) as err:
             parser.error(f"--fork: {err}")
         params = params.model_copy(update={"fork": fork})
-    if args.eval_problems:
+    if args.eval_problems is not None:
+        if args.eval_problems < 1:  # model_copy does not validate: 0 would evaluate on empty sets
+            parser.error(f"--eval-problems must be at least 1, got {args.eval_problems}")
         params = params.model_copy(update={"eval_problems": args.eval_problems})
     params = params.model_copy(update={"arms": ["tree", "rft"] if args.mode == "main" else list(ARMS), "train": train,
                                        "arithmetic_steps": [args.steps] if args.steps else params.arithmetic_steps})
