@@ -3,6 +3,7 @@ Validates every notebook's parameters (and, on a GPU, its memory plan) before an
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import shutil
@@ -14,15 +15,20 @@ import weakref
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from queue import Empty
 
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
 from tqdm.auto import tqdm
+from traitlets import Type
 
 from azlib import config
 from azlib.config import REPO_ROOT, NotebookParams, resolve
 from azlib.plan import check, gpu_memory, notebook_plan
 from azlib.runs import RunFolder, write_json
 
+log = logging.getLogger(__name__)
 RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
 
 
@@ -124,11 +130,43 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
     return 0
 
 
+class _WakefulChannel(AsyncZMQSocketChannel):
+    """A kernel channel whose endless wait is a series of one-second waits. An asyncio zmq socket learns of a
+    message through its file descriptor's wake-up, and a send on the same socket can consume that wake-up: nbclient
+    sends comm messages on the shell socket while it waits there for a cell's reply (its stand-in for an Output
+    widget, which notebook 01's sliders use), and with no timeout it then waited forever for a reply that sat
+    unread in the socket (about one run of notebook 01 in ten on 2 busy cores). Each new wait first asks the socket
+    itself whether a message is there, so a missed wake-up costs at most a second (measured: in 8 of 14 runs of
+    notebook 01 an execute_reply was read that way, and no run hung)."""
+
+    async def get_msg(self, timeout: float | None = None) -> dict:
+        if timeout is not None:
+            return await super().get_msg(timeout)
+        while True:
+            started = time.monotonic()
+            try:
+                msg = await super().get_msg(1.0)
+            except Empty:
+                continue
+            if time.monotonic() - started >= 1.0:  # found by the poll at the end of a wait: its wake-up was missed
+                log.debug("kernel %s message %s read after a missed wake-up", msg["msg_type"], msg["msg_id"])
+            return msg
+
+
+class _WakefulKernelClient(AsyncKernelClient):
+    shell_channel_class = Type(_WakefulChannel)
+    iopub_channel_class = Type(_WakefulChannel)
+    control_channel_class = Type(_WakefulChannel)
+
+
 class _IPCKernelManager(AsyncKernelManager):
     """Kernels talk to the runner over local IPC sockets, not TCP (no plain-text network transport,
-    and no per-notebook warning about it). Each kernel's sockets live in a folder of its own: jupyter_client's
-    default, kernel-ipc-1 to -5 in the working directory, is the same for every run started there, so two runs
-    at once (two `azlib run`s, or the tests on two workers) bound each other's sockets and waited forever."""
+    and no per-notebook warning about it), through _WakefulKernelClient. Each kernel's sockets live in a folder
+    of its own: jupyter_client's default, kernel-ipc-1 to -5 in the working directory, is the same for every run
+    started there, so two runs at once (two `azlib run`s, or the tests on two workers) bound each other's sockets
+    and waited forever."""
+
+    client_factory = Type(_WakefulKernelClient, klass=AsyncKernelClient)
 
     def __init__(self, **kwargs):
         folder = tempfile.mkdtemp(prefix="azlib-kernel-")

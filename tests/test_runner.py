@@ -125,3 +125,46 @@ def test_two_kernels_started_at_once_from_one_folder_answer_each_for_itself(tmp_
     answered, started = asyncio.run(asyncio.wait_for(both(), timeout=120))
     assert answered == started and len(set(started)) == 2
     assert not list(tmp_path.iterdir()), "no sockets left in the working directory"
+
+
+def test_a_reply_whose_wake_up_never_comes_is_still_read():
+    """The runner's kernel channels do not depend on the socket's wake-up: here the event loop stops watching the
+    socket, as if a wake-up were missed, before the reply arrives. jupyter_client's own channel, which nbclient
+    asks to wait without a timeout, never returns (what hung notebook 01 about once in ten runs on busy cores);
+    the runner's returns the reply within its one-second wait."""
+    import asyncio
+
+    import zmq
+    import zmq.asyncio
+    from jupyter_client.channels import AsyncZMQSocketChannel
+    from jupyter_client.session import Session
+
+    async def reply_read(channel_class) -> bool:
+        context, session = zmq.asyncio.Context(), Session(key=b"test")
+        kernel = context.socket(zmq.ROUTER)
+        port = kernel.bind_to_random_port("tcp://127.0.0.1")
+        client_socket = context.socket(zmq.DEALER)
+        client_socket.connect(f"tcp://127.0.0.1:{port}")
+        channel = channel_class(client_socket, session)
+        try:
+            session.send(client_socket, "kernel_info_request", {})
+            identity, *_ = await kernel.recv_multipart()
+            waiting = asyncio.ensure_future(channel.get_msg(timeout=None))
+            await asyncio.sleep(0.2)  # the channel waits on the socket's file descriptor
+            asyncio.get_running_loop().remove_reader(client_socket.FD)  # its wake-up will never come
+            session.send(kernel, "kernel_info_reply", {}, ident=identity)
+            try:
+                reply = await asyncio.wait_for(waiting, timeout=5)
+            except asyncio.TimeoutError:
+                assert client_socket.get(zmq.EVENTS) & zmq.POLLIN, "the reply is there, unread"
+                return False
+            return reply["msg_type"] == "kernel_info_reply"
+        finally:
+            client_socket.close(linger=0)
+            kernel.close(linger=0)
+            context.term()
+
+    client = runner._IPCKernelManager(kernel_name="python3").client()  # the runner's kernels talk through it
+    assert client.shell_channel_class is client.iopub_channel_class is runner._WakefulChannel
+    assert asyncio.run(reply_read(runner._WakefulChannel))
+    assert not asyncio.run(reply_read(AsyncZMQSocketChannel)), "the simulated missed wake-up hangs jupyter_client's"
