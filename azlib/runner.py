@@ -3,7 +3,6 @@ Validates every notebook's parameters (and, on a GPU, its memory plan) before an
 
 from __future__ import annotations
 
-import logging
 import os
 import platform
 import shutil
@@ -28,7 +27,6 @@ from azlib.config import REPO_ROOT, NotebookParams, resolve
 from azlib.plan import check, gpu_memory, notebook_plan
 from azlib.runs import RunFolder, write_json
 
-log = logging.getLogger(__name__)
 RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
 
 
@@ -143,14 +141,10 @@ class _WakefulChannel(AsyncZMQSocketChannel):
         if timeout is not None:
             return await super().get_msg(timeout)
         while True:
-            started = time.monotonic()
             try:
-                msg = await super().get_msg(1.0)
+                return await super().get_msg(1.0)
             except Empty:
                 continue
-            if time.monotonic() - started >= 1.0:  # found by the poll at the end of a wait: its wake-up was missed
-                log.debug("kernel %s message %s read after a missed wake-up", msg["msg_type"], msg["msg_id"])
-            return msg
 
 
 class _WakefulKernelClient(AsyncKernelClient):
