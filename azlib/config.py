@@ -198,6 +198,8 @@ class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
     az_simulations: int = Field(ge=2, description="search simulations per move in self-play, arena and the grade")
     az_arena_games: int = Field(ge=0, description="trained net vs best net before it replaces it (0: always)")
     az_random_opening: int = Field(ge=0, le=8, description="self-play games open with 0..this many random moves")
+    az_grade_every: int = Field(ge=1, description="the exact grade (4,520 searches) after every this many rounds "
+                                                   "and the last")
     task: Literal["arithmetic", "gsm8k"]
     problem_index: int = Field(ge=0)
     text: TextSearch = Field(description="azlib.mcts.envs.text.TextSearchSettings fields: expansion, samples, lengths")

@@ -466,6 +466,28 @@ def test_alphazero_grade_is_exact():
     assert first_legal["loss_as_x"] > 0 and first_legal["loss_as_o"] > 0
 
 
+def test_alphazero_grades_the_rounds_asked_for_once_per_best_net(monkeypatch):
+    """grade_every = 2 over 3 rounds: graded at rounds 0, 2 and the last; a net kept by the arena is not
+    graded again (the grade is most of the loop's time at the notebook's settings)."""
+    from azlib.mcts import alphazero as az
+
+    graded_nets = []
+    real_evaluate = az.evaluate
+    monkeypatch.setattr(az, "evaluate", lambda net, s: graded_nets.append(net) or real_evaluate(net, s))
+    settings = az.AlphaZeroSettings(iterations=3, games_per_iteration=4, simulations=4, arena_games=0)
+    _, history = az.alphazero(settings, seed=0, grade_every=2)
+    assert [h["iteration"] for h in history if "optimal_share" in h] == [0, 2, 3]
+    assert "optimal_share" not in history[1] and history[1]["accepted"] and history[1]["seconds"] > 0
+    assert len(graded_nets) == 3, "arena_games = 0 replaces the best net every round: each graded round is new"
+    keep = az.AlphaZeroSettings(iterations=2, games_per_iteration=4, simulations=4, arena_games=2)
+    monkeypatch.setattr(az, "arena", lambda *a: {"new_wins": 0, "best_wins": 1})  # the best net is always kept
+    graded_nets.clear()
+    _, history = az.alphazero(keep, seed=0, grade_every=1)
+    assert len(graded_nets) == 1 and history[0]["optimal_share"] == history[1]["optimal_share"] == history[2]["optimal_share"]
+    with pytest.raises(ValueError, match="grade_every"):
+        az.alphazero(keep, grade_every=0)
+
+
 @pytest.mark.slow
 def test_alphazero_learns():
     """A small run (4 rounds of 32 games, 16 simulations): loss falls, the grade improves."""
