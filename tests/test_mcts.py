@@ -483,7 +483,8 @@ def test_alphazero_grades_the_rounds_asked_for_once_per_best_net(monkeypatch):
     monkeypatch.setattr(az, "arena", lambda *a: {"new_wins": 0, "best_wins": 1})  # the best net is always kept
     graded_nets.clear()
     _, history = az.alphazero(keep, seed=0, grade_every=1)
-    assert len(graded_nets) == 1 and history[0]["optimal_share"] == history[1]["optimal_share"] == history[2]["optimal_share"]
+    assert len(graded_nets) == 1
+    assert history[0]["optimal_share"] == history[1]["optimal_share"] == history[2]["optimal_share"]
     with pytest.raises(ValueError, match="grade_every"):
         az.alphazero(keep, grade_every=0)
 
