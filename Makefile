@@ -13,7 +13,8 @@ VF_VENV ?= .venv-verifiers
 VF_PY := $(VF_VENV)/bin/python
 PROFILE ?= cpu
 # The main suite runs on this many pytest-xdist workers, one torch thread each (most tests keep one core busy:
-# model loads, kernels, subprocesses); a test file stays on one worker, so its module fixtures load once,
+# model loads, kernels, subprocesses); a test file stays on one worker, so its module fixtures load once (a test
+# class too: the notebooks' smoke runs are one class per group of notebooks, shared between the workers),
 # and files with slow tests start first (tests/conftest.py).
 TEST_WORKERS ?= 2
 
@@ -64,7 +65,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not model and not slow and not vllm and not verifiers and not registry"
 
 test-main: setup setup-browser
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not vllm and not verifiers"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not vllm and not verifiers"
 
 test-vllm: setup-vllm
 	$(VLLM_PY) -m pytest -q -m vllm

@@ -24,8 +24,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if MODEL_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.model)
-    # Files with a slow test first (stable otherwise): `make test` gives each file to one of two workers in
-    # this order, and the notebooks' smoke run (the longest file) must not be the last to start.
+    # Files with a slow test first (stable otherwise): `make test` gives each file (each class of one) to one of
+    # two workers in this order, and the notebooks' smoke runs (the longest units) must not be the last to start.
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
 

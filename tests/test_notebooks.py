@@ -34,16 +34,6 @@ def test_notebook_is_clean(path):
 SECRET = "sk-azlib-" + secrets.token_hex(16)
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke-run")
-    proc = subprocess.run([sys.executable, "-m", "azlib", "run", "--profile", "smoke", "--out", str(out)],
-                          capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=1800,
-                          env={**os.environ, "AZLIB_SMOKE_KEY": SECRET})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout, json.loads((out / "metrics.json").read_text())
-
-
 def check_01(m):
     assert m["initial_reward"] == pytest.approx(0.25)
     assert m["sampled_answers_per_run"] == 120 * 8
@@ -129,48 +119,92 @@ METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_t
                  "07_referee_rl": check_07}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_in_the_smoke_profile(smoke_run, path):
-    out, stdout, metrics = smoke_run
-    executed = nbformat.read(out / path.name, as_version=4)
-    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
-    assert path.stem in stdout, "the summary table lists every notebook"
-    assert metrics.get(path.stem), f"{path.stem} recorded no metrics"
-    assert path.stem in METRIC_CHECKS, f"add a metrics check for {path.stem}"
-    METRIC_CHECKS[path.stem](metrics[path.stem])
-    cfg = json.loads((out / "config.json").read_text())
-    assert cfg["profile"] == "smoke" and cfg["status"][path.stem]["status"] == "ok"
-    assert cfg["notebooks"][path.stem]["output_dir"] == str(out)
+FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"], "03": ["03_weights", "03_teacher_speed", "03_similarity"],
+           "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy"],
+           "06": ["06_teacher_rewards", "06_students"], "07": ["07_bits_per_char", "07_reward_diagnostics"]}
+TREES = {"02": ["02_tictactoe", "02_text"], "04": ["04_forked"]}
 
 
-def test_figures_are_written(smoke_run):
-    out, _, _ = smoke_run
-    figures = sorted(p.name for p in (out / "figures").iterdir())
-    assert {"01_algorithms.png", "01_group_size.png", "01_chain.png", "03_weights.png", "03_teacher_speed.png",
-            "03_similarity.png", "04_training.png", "04_cost.png", "05_training_per_token.png",
-            "05_accuracy.png", "06_teacher_rewards.png", "06_students.png", "07_bits_per_char.png",
-            "07_reward_diagnostics.png"} <= set(figures)
-    assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
+class SmokeRun:
+    """One `azlib run --profile smoke --only ...` over the class's notebooks, shared by its tests. The notebooks are
+    split over several classes (`make test` runs with --dist loadscope: each class stays on one worker, so both
+    workers share the smoke runs): 05 alone takes about 7 minutes, 06 2.3, 03 1.5, the other four 2.7 together."""
+
+    prefixes: tuple[str, ...]
+
+    @pytest.fixture(scope="class")
+    def smoke_run(self, tmp_path_factory):
+        out = tmp_path_factory.mktemp("smoke-run")
+        proc = subprocess.run([sys.executable, "-m", "azlib", "run", "--profile", "smoke", "--only", ",".join(self.prefixes),
+                               "--out", str(out)], capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=1800,
+                              env={**os.environ, "AZLIB_SMOKE_KEY": SECRET})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return out, proc.stdout, json.loads((out / "metrics.json").read_text())
+
+    def test_notebook_runs_in_the_smoke_profile(self, smoke_run, notebook):
+        out, stdout, metrics = smoke_run
+        executed = nbformat.read(out / notebook.name, as_version=4)
+        errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors
+        assert notebook.stem in stdout, "the summary table lists every notebook"
+        assert metrics.get(notebook.stem), f"{notebook.stem} recorded no metrics"
+        assert notebook.stem in METRIC_CHECKS, f"add a metrics check for {notebook.stem}"
+        METRIC_CHECKS[notebook.stem](metrics[notebook.stem])
+        cfg = json.loads((out / "config.json").read_text())
+        assert cfg["profile"] == "smoke" and cfg["status"][notebook.stem]["status"] == "ok"
+        assert cfg["notebooks"][notebook.stem]["output_dir"] == str(out)
+
+    def test_figures_are_written(self, smoke_run):
+        out, _, _ = smoke_run
+        figures = sorted(p.name for p in (out / "figures").iterdir())
+        assert {f"{name}.png" for p in self.prefixes for name in FIGURES.get(p, [])} <= set(figures)
+        assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
+
+def pytest_generate_tests(metafunc):
+    """`notebook`: each notebook of the class's smoke run."""
+    if "notebook" in metafunc.fixturenames:
+        notebooks = [nb for nb in NOTEBOOKS if nb.name[:2] in metafunc.cls.prefixes]
+        metafunc.parametrize("notebook", notebooks, ids=lambda p: p.stem)
 
 
-def test_trees_are_written_as_json_and_svg(smoke_run):
-    from azlib.mcts import Tree
-    from azlib.viz import shown_nodes
-
-    out, _, _ = smoke_run
-    for name in ("02_tictactoe", "02_text", "04_forked"):
-        tree = Tree.load(out / "trees" / f"{name}.json")
-        assert tree.root.visits > 0 and tree.history, "the tree keeps its history for the replay"
-        svg = (out / "trees" / f"{name}.svg").read_text()
-        assert svg.startswith("<svg") and 'class="azlib-legend"' in svg
-        assert svg.count('class="azlib-node"') == len(shown_nodes(tree, top_k=3)), "save_tree's default: top 3 children"
+# The longest first: the workers take classes in this order.
+class TestSmokeRun05(SmokeRun):
+    prefixes = ("05",)
 
 
-def test_api_keys_never_reach_notebooks_or_outputs(smoke_run):
-    out, stdout, _ = smoke_run
-    files = [p for p in out.rglob("*") if p.is_file()]
-    assert any(p.suffix == ".ipynb" for p in files) and (out / "config.json").is_file()
-    leaked = [str(p) for p in files if SECRET.encode() in p.read_bytes()]
-    assert not leaked and SECRET not in stdout
-    assert "AZLIB_SMOKE_KEY" in (out / "config.json").read_text(), "the variable's name is recorded, its value not"
+class TestSmokeRun06(SmokeRun):
+    prefixes = ("06",)
+
+
+class TestSmokeRun03(SmokeRun):
+    prefixes = ("03",)
+
+    def test_api_keys_never_reach_notebooks_or_outputs(self, smoke_run):
+        """Notebook 03's HTTP teacher reads its key from AZLIB_SMOKE_KEY (it answered: check_03)."""
+        out, stdout, _ = smoke_run
+        files = [p for p in out.rglob("*") if p.is_file()]
+        assert any(p.suffix == ".ipynb" for p in files) and (out / "config.json").is_file()
+        leaked = [str(p) for p in files if SECRET.encode() in p.read_bytes()]
+        assert not leaked and SECRET not in stdout
+        assert "AZLIB_SMOKE_KEY" in (out / "config.json").read_text(), "the variable's name is recorded, its value not"
+
+
+class TestSmokeRunOthers(SmokeRun):
+    prefixes = ("01", "02", "04", "07")
+
+    def test_trees_are_written_as_json_and_svg(self, smoke_run):
+        from azlib.mcts import Tree
+        from azlib.viz import shown_nodes
+
+        out, _, _ = smoke_run
+        for name in (name for p in self.prefixes for name in TREES.get(p, [])):
+            tree = Tree.load(out / "trees" / f"{name}.json")
+            assert tree.root.visits > 0 and tree.history, "the tree keeps its history for the replay"
+            svg = (out / "trees" / f"{name}.svg").read_text()
+            assert svg.startswith("<svg") and 'class="azlib-legend"' in svg
+            assert svg.count('class="azlib-node"') == len(shown_nodes(tree, top_k=3)), "save_tree's default: top 3 children"
+
+
+def test_the_smoke_runs_cover_every_notebook_once():
+    prefixes = [p for cls in SmokeRun.__subclasses__() for p in cls.prefixes]
+    assert sorted(prefixes) == sorted(nb.name[:2] for nb in NOTEBOOKS)
