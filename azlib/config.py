@@ -246,7 +246,12 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     task: Literal["arithmetic", "gsm8k"] = "arithmetic"
     num_train_problems: int = Field(64, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1], description="step counts of the arithmetic task, within 1..4")
-    teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"] = "none"
+    teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"] = Field(
+        "none", description="the teachers' preset when teachers is []")
+    teachers: list[TeacherSpec] = Field([], description="explicit teachers instead of the tier's: each behind its own "
+                                                        "server (backend openai, base_url; e.g. a `vllm serve` on a "
+                                                        "GPU of its own) or a local model on its own device "
+                                                        "(options: {device: cuda:N})")
     teachers_per_node: int = Field(2, ge=1)
     resume: bool = Field(False, description="continue from the latest checkpoint in the run folder")
     search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchConfig fields (a training run's defaults: "
@@ -306,9 +311,9 @@ class BaseVsTrainedParams(TrainingParams):
             raise ValueError("train.token_budget: every arm trains to one budget of generated tokens; set it")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds: each training seed once")
-        if "tree_teachers" in self.arms and self.teacher_tier == "none":
+        if "tree_teachers" in self.arms and self.teacher_tier == "none" and not self.teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
-                             "(cpu, vllm, ...), not 'none'")
+                             "(cpu, vllm, ...) or teachers, not neither")
         return self
 
 

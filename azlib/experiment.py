@@ -34,7 +34,7 @@ ARMS = {
     # STaR's rationalization, no tree: the hint teacher writes whole answers to the problems not all solved
     "rationalize": {"groups": "forked", "update": "sft", "where": "root", "writer": "hint"},
     # the forking tree whose forks the teacher ensemble writes ("right" and "wrong" continuations of the
-    # student's prefix: the original system's teachers; needs a teacher_tier, the only arm besides mcts given one)
+    # student's prefix: the original system's teachers; needs teachers, the only arm besides mcts given them)
     "tree_teachers": {"groups": "forked", "update": "sft", "writer": "teachers"},
     "mcts": {"groups": "answers"},  # PUCT over first lines with rollouts (the update of the params)
     "rft": {"groups": "sampling", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
@@ -207,10 +207,10 @@ class Experiment:
                 from azlib.training import trainer_from_params
 
                 fork, train = arm_settings(arm, p.fork)
-                # only the arms that ask teachers start their engines (the run's teacher_tier is theirs)
+                # only the arms that ask teachers start their engines (the run's teachers are theirs)
                 asks_teachers = fork.writer == "teachers" or train.get("groups", p.train.groups) == "answers"
-                arm_params = p.model_copy(update={"seed": seed, "fork": fork,
-                                                  "teacher_tier": p.teacher_tier if asks_teachers else "none"})
+                arm_params = p.model_copy(update={"seed": seed, "fork": fork} if asks_teachers else
+                                          {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
                 trainer = owned.enter_context(trainer_from_params(arm_params, folder / "train", self.problems,
                                                                   steps=10**6, **train))
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)

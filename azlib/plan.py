@@ -17,7 +17,7 @@ from pathlib import Path
 from azlib.models.hf import BATCH_SIZE
 from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
-from azlib.teachers import tier_teachers
+from azlib.teachers import chosen_teachers
 from azlib.training import GENERATION_MAX_MODEL_LEN, TrainingConfig
 
 GIB = 2**30
@@ -296,9 +296,7 @@ def _hf_generation(rows: int, tokens: int, shape: ModelShape, dtype: str) -> Par
 
 
 def _teacher_engines(params) -> list[Engine]:
-    if params.teacher_tier == "none":
-        return []
-    specs = list(getattr(params, "teachers", None) or tier_teachers(params.teacher_tier))
+    specs = chosen_teachers(getattr(params, "teachers", ()), params.teacher_tier)
     return [Engine(s.name, model_shape(s.model)[0], s.options.get("gpu_memory_utilization", 0.85),
                    s.options.get("max_model_len", 4096)) for s in specs if s.backend == "vllm"]
 

@@ -413,10 +413,11 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
     """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
     `train_changes` replace fields of its `train` section (05's equal-budget arms). The caller closes the
     trainer when done with it (`with trainer_from_params(...) as trainer:`): its student and teachers hold engines."""
-    from azlib.teachers import TeacherEnsemble, tier_teachers
+    from azlib.teachers import TeacherEnsemble, chosen_teachers
 
-    if params.fork.writer == "teachers" and params.teacher_tier == "none":
-        raise ValueError("fork.writer 'teachers' needs teachers: set teacher_tier (cpu, vllm, ...), not 'none'")
+    specs = chosen_teachers(params.teachers, params.teacher_tier)
+    if params.fork.writer == "teachers" and not specs:
+        raise ValueError("fork.writer 'teachers' needs teachers: set teacher_tier (cpu, vllm, ...) or teachers")
     config = TrainingConfig(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
                             text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
     torch.manual_seed(params.seed)  # the LoRA initialisation
@@ -427,9 +428,9 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
                       vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
                                     "max_model_len": GENERATION_MAX_MODEL_LEN})
     teachers = None
-    if params.teacher_tier != "none":  # their own copies: a teacher must not drift with the student
+    if specs:  # their own copies: a teacher must not drift with the student
         try:
-            teachers = TeacherEnsemble(tier_teachers(params.teacher_tier), per_node=params.teachers_per_node,
+            teachers = TeacherEnsemble(specs, per_node=params.teachers_per_node,
                                        seed=params.seed)
         except Exception:  # e.g. a teacher engine that finds no memory: the student's engine goes too
             student.close()

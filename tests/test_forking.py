@@ -308,12 +308,17 @@ def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(
     assert all(c.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[c.problem]["prompt"])) for c in completions)
 
 
-def test_the_teacher_arm_needs_a_teacher_tier():
+def test_the_teacher_arm_needs_a_teacher_tier_or_teachers():
     assert arm_settings("tree_teachers", ForkSettings())[0] == ForkSettings(writer="teachers")
     defaults = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "05_base_vs_trained.ipynb"), "output_dir": "x"}
     with pytest.raises(ValueError, match="tree_teachers"):
         config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teacher_tier": "none"})
     assert config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teacher_tier": "cpu"})
+    served = {"name": "served", "backend": "openai", "model": "m", "tier": "vllm", "base_url": "http://127.0.0.1:8001/v1"}
+    assert config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teachers": [served]})
+    with pytest.raises(ValueError, match="base_url"):  # a spec is checked where the run's parameters are
+        config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"],
+                                               "teachers": [{**served, "base_url": None}]})
 
 
 @pytest.mark.model

@@ -227,6 +227,19 @@ def test_checker_rule_fast_path_and_model_fallback(student):
     assert report["model_yes_rate"] == sum(model) / 2
 
 
+def test_local_teachers_share_an_engine_unless_their_options_make_another(tiny_model_dir):
+    """One model, one engine; an option (a device such as cuda:3, an adapter, a batch size) makes another."""
+    from azlib.teachers.backends import TeacherBackends
+
+    def spec(name, **options):
+        return TeacherSpec(name=name, backend="hf", model=tiny_model_dir, tier="cpu", options=options)
+
+    with TeacherBackends([spec("a"), spec("b"), spec("c", batch_size=2), spec("d", batch_size=2)]) as backends:
+        a, b, c, d = (backends.by_name[name] for name in "abcd")
+        assert a is b and c is d and a is not c
+        assert c.batch_size == 2 != a.batch_size
+
+
 def test_bad_teacher_specs_are_refused():
     with pytest.raises(ValueError, match="needs base_url"):
         TeacherSpec(name="x", backend="openai", model="m", tier="free")

@@ -24,7 +24,7 @@ from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings
+from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings, trainer_from_params
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
 
@@ -295,6 +295,28 @@ def test_a_resumed_run_with_teachers_asks_and_weighs_them_as_the_uninterrupted_o
     with pytest.raises(CheckpointError, match="belongs to a run with teachers .* this one has none"):
         student.load_adapter(start)
         small_trainer(student, tmp_path / "cut", steps=3).run(resume=True, progress=False)
+
+
+def test_a_run_asks_the_teachers_it_is_given_behind_their_own_server(tmp_path, tiny_model_dir, server_factory):
+    """`teachers` in place of a tier: each teacher behind its own server (here a scripted one on 127.0.0.1, as a
+    `vllm serve` on a GPU of its own would be); the run's ensemble is made of them, and its forks ask them."""
+    server, url = server_factory()
+    values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"),
+              **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": str(tmp_path), "model": tiny_model_dir,
+              "teachers": [{"name": "served", "backend": "openai", "model": "teacher", "tier": "vllm", "base_url": url}]}
+    values["train"] = {**values["train"], "groups": "forked", "update": "sft", "steps": 1}
+    values["fork"] = {"writer": "teachers", "fork_from": "any"}
+    params = config.validate("04_gsm8k_run", values)
+    assert params.teacher_tier == "none"
+    with trainer_from_params(params, tmp_path / "train", arithmetic_problems(2, seed=0, steps=(1,))) as trainer:
+        assert [t.name for t in trainer.teachers.teachers] == ["served"]
+        trainer.run(progress=False)
+        stats = trainer.teachers.by_name["served"].stats
+    assert stats.requests == len(server.requests) > 0 and stats.failures == 0
+    assert stats.tokens == 2 * stats.requests, "each scripted answer is 2 completion tokens, all of them received"
+    assert {path for path, _, _ in server.requests} == {"/v1/chat/completions"}
+    with pytest.raises(ValueError, match="needs teachers"):
+        trainer_from_params(params.model_copy(update={"teachers": []}), tmp_path / "none", [])
 
 
 def test_a_token_budget_stops_training(student, tmp_path):

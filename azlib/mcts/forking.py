@@ -212,7 +212,7 @@ class ForkingSearch:
                  max_new_tokens: int, temperature: float, reward: RewardKind = "correctness",
                  weights: RewardWeights = RewardWeights(), teachers: TeacherEnsemble | None = None):
         if settings.writer == "teachers" and settings.rounds and teachers is None:
-            raise ValueError("fork.writer 'teachers' needs a teacher ensemble (a teacher_tier other than 'none')")
+            raise ValueError("fork.writer 'teachers' needs a teacher ensemble (teachers, or a teacher_tier)")
         self.backend, self.problems, self.settings, self.teachers = backend, list(problems), settings, teachers
         self.max_new_tokens, self.temperature, self.reward, self.weights = max_new_tokens, temperature, reward, weights
         self._newline: dict[int, bool] = {}

@@ -1,9 +1,10 @@
 """The teachers' engines: one backend per TeacherSpec, local models loaded once and shared (the student's too,
-passed in `shared`), remote teachers as OpenAI-compatible clients. It starts no servers (a loopback teacher's
-server is its caller's, as in notebook 03) and closes what it opened, never what it was given."""
+passed in `shared`, keyed by model name), remote teachers as OpenAI-compatible clients. It starts no servers (a
+loopback teacher's server is its caller's, as in notebook 03) and closes what it opened, never what it was given."""
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 from azlib.models import Backend, make_backend
@@ -27,8 +28,8 @@ class TeacherBackends(Resource):
                                    timeout=spec.timeout, max_retries=spec.max_retries, **spec.options)
             self._owned.append(backend)
             return backend
-        key = f"{spec.model}+{spec.options['adapter']}" if spec.options.get("adapter") else spec.model
-        if key not in self._shared:  # an adapter makes another model
+        key = engine_key(spec)
+        if key not in self._shared:
             self._shared[key] = make_backend(spec.backend, spec.model, **spec.options)
             self._owned.append(self._shared[key])
         return self._shared[key]
@@ -36,3 +37,9 @@ class TeacherBackends(Resource):
     def close(self) -> None:
         while self._owned:
             self._owned.pop().close()
+
+
+def engine_key(spec: TeacherSpec) -> str:
+    """Local teachers of one model share its engine unless their options make another one: an adapter, a device
+    (`{"device": "cuda:3"}` puts an hf teacher on its own GPU), the memory or batching it is given."""
+    return spec.model if not spec.options else f"{spec.model}+{json.dumps(spec.options, sort_keys=True)}"

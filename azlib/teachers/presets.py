@@ -3,6 +3,8 @@ which backend, with what memory). Data only; azlib.teachers.ensemble runs teache
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers.spec import TeacherSpec
 
@@ -55,6 +57,12 @@ def tier_teachers(tier: str) -> list[TeacherSpec]:
     if tier not in TIERS:
         raise ValueError(f"unknown teacher tier {tier!r}; choose one of {sorted(TIERS)}")
     return [TeacherSpec(tier=tier, **{**_TIER_DEFAULTS[tier], **entry}) for entry in TIERS[tier]]
+
+
+def chosen_teachers(teachers: Sequence[TeacherSpec], tier: str) -> list[TeacherSpec]:
+    """A run's teachers: the explicit specs when there are any (e.g. each behind its own server), else the tier's
+    preset; none for tier 'none'."""
+    return list(teachers) or ([] if tier == "none" else tier_teachers(tier))
 
 
 def loopback_teacher(url: str, model: str = DEFAULT_MODEL, api_key_env: str | None = None) -> TeacherSpec:
