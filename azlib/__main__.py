@@ -3,6 +3,8 @@
 library's defaults and the profile, no notebook read; data-parallel under torchrun),
 `[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training from the library's
 defaults and the profile, DDP under torchrun),
+`[torchrun --nproc_per_node=N -m] azlib experiment --profile P --out DIR [--arms A ...] [--seeds S ...]` (notebook
+05's arms and seeds from the library's defaults and the profile; under torchrun the processes share them out),
 `python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
 `python -m azlib serve [--model M] [--port P] [--dtype D] [--device D] [--max-n N ...]` (a local OpenAI-compatible
 server; `serve --help` lists its limits). Parses, hands over."""
@@ -32,6 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     referee = commands.add_parser("referee", help="notebook 07's arms, headless; under torchrun one DDP process each")
     referee.add_argument("--profile", choices=PROFILES, default="cpu")
     referee.add_argument("--out", type=Path, required=True, help="run folder; writes <out>/referee-07/")
+    experiment = commands.add_parser("experiment", help="notebook 05's arms x seeds, headless, into "
+                                                         "<out>/05-experiment/; under torchrun each process trains "
+                                                         "its share of them")
+    experiment.add_argument("--profile", choices=PROFILES, default="cpu")
+    experiment.add_argument("--out", type=Path, required=True,
+                            help="run folder; `azlib run --only 05 --out` the same folder then draws the results")
+    experiment.add_argument("--arms", nargs="+", help="only these arms (default: the profile's)")
+    experiment.add_argument("--seeds", type=int, nargs="+", help="only these training seeds (default: the profile's)")
     plan = commands.add_parser("plan", help="each notebook's predicted peak GPU memory by part, and its time")
     plan.add_argument("--profile", choices=PROFILES, default="h100")
     plan.add_argument("--gpu-memory", type=float, help="GiB of the GPU (default: an H100 80 GB's 79.65)")
@@ -56,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return _train(args)
     if args.command == "referee":
         return _referee(args)
+    if args.command == "experiment":
+        return _experiment(args)
     from azlib.plan import H100_GIB, PlanError, print_plan
     from azlib.runner import run as run_notebooks
 
@@ -110,6 +122,34 @@ def _train(args) -> int:
               f"last: {log[-1] if log else None}")
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    return 0
+
+
+def _experiment(args) -> int:
+    import os
+
+    from azlib.config import validate
+    from azlib.experiment import EXPERIMENT_FOLDER, Experiment, task_sets
+
+    if (params := _library_params("05_base_vs_trained", args)) is None:
+        return 2
+    if changes := {k: v for k, v in (("arms", args.arms), ("seeds", args.seeds)) if v}:
+        try:
+            params = validate("05_base_vs_trained", {**params.model_dump(), **changes})
+        except ParamsError as err:
+            print(f"azlib: {err}", file=sys.stderr)
+            return 2
+    # Each (arm, seed) is a whole training: the processes share them out and nothing passes between them (no
+    # process group); under torchrun a failed process ends the others.
+    rank, ranks = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    problems, sets, note = task_sets(params)
+    if note and rank == 0:
+        print("NOTE:", note)
+    experiment = Experiment(params, problems, sets, args.out.resolve() / EXPERIMENT_FOLDER)
+    experiment.run(rank=rank, ranks=ranks)
+    print(f"process {rank} of {ranks} trained {', '.join(f'{arm} seed {seed}' for arm, seed in experiment.runs)}")
+    if rank == 0:
+        print(experiment.wait().summary())
     return 0
 
 

@@ -22,6 +22,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
                       ValidationError, field_validator, model_validator)
 
 from azlib.data.arithmetic import STEP_COUNTS
+from azlib.experiment import QUICK_FORK, QUICK_SEARCH, QUICK_TEXT, QUICK_TRAIN
 from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
@@ -286,24 +287,33 @@ class TrainingRunParams(TrainingParams):
 
 
 class BaseVsTrainedParams(TrainingParams):
-    """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base."""
+    """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base.
+    Its defaults are a quick look at the pipeline (azlib.experiment's QUICK_* sections); the cpu profile holds the
+    experiment itself."""
 
+    num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
+    arithmetic_steps: ArithmeticSteps = Field([2], description="step counts of the arithmetic task, within 1..4")
+    search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchConfig fields")
+    text: TrainingTextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
+    fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.mcts.forking.ForkSettings fields")
+    train: Train = Field(QUICK_TRAIN, description="azlib.training.TrainSettings fields (the arms set groups and "
+                                                  "update); train.token_budget ends every arm")
     arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
                        "grpo", "trl"]] = Field(
-        min_length=1, description="arms (azlib.experiment.ARMS): forking tree + imitation, forking tree + TreeRL "
-                                  "GRPO, the tree's allocation without prefixes, the tree with forks written by "
-                                  "the hint teacher (the student reading the reference solution), STaR's "
-                                  "rationalization (the hint teacher's whole answers), the tree with forks written by "
-                                  "the teacher ensemble (teacher_tier), PUCT MCTS, "
-                                  "rejection-sampling fine-tuning, plain GRPO, TRL's GRPOTrainer")
-    seeds: list[int] = Field(min_length=1, description="training seeds: every arm is trained once per seed")
-    calibration_problems: int = Field(ge=0, description="problems per step count in the calibration table (0: none)")
-    calibration_samples: int = Field(ge=1, description="sampled answers per problem for the calibration's pass@k")
-    eval_problems: int = Field(ge=1, description="problems in each held-out set: in-template and transfer "
+        ["tree", "rft"], min_length=1,
+        description="arms (azlib.experiment.ARMS): forking tree + imitation, forking tree + TreeRL GRPO, the tree's "
+                    "allocation without prefixes, the tree with forks written by the hint teacher (the student "
+                    "reading the reference solution), STaR's rationalization (the hint teacher's whole answers), the "
+                    "tree with forks written by the teacher ensemble (teachers or teacher_tier), PUCT MCTS, "
+                    "rejection-sampling fine-tuning, plain GRPO, TRL's GRPOTrainer")
+    seeds: list[int] = Field([0, 1], min_length=1, description="training seeds: every arm is trained once per seed")
+    calibration_problems: int = Field(3, ge=0, description="problems per step count in the calibration table (0: none)")
+    calibration_samples: int = Field(8, ge=1, description="sampled answers per problem for the calibration's pass@k")
+    eval_problems: int = Field(24, ge=1, description="problems in each held-out set: in-template and transfer "
                                                  "(arithmetic), or the first of GSM8K's test split")
-    eval_gsm8k_problems: int = Field(ge=0, description="GSM8K test problems with the fewest steps, also "
+    eval_gsm8k_problems: int = Field(0, ge=0, description="GSM8K test problems with the fewest steps, also "
                                                        "evaluated (0: none)")
-    eval_max_new_tokens: int = Field(ge=1)
+    eval_max_new_tokens: int = Field(96, ge=1)
 
     @model_validator(mode="after")
     def _budget(self) -> BaseVsTrainedParams:

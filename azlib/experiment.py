@@ -5,6 +5,7 @@ set, and compare with statistics that separate methods. No plotting (the noteboo
 from __future__ import annotations
 
 import json
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -16,12 +17,24 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
 from azlib.models.generation import Backend
 from azlib.models.loading import free_memory
 from azlib.prompts import chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
 from azlib.runs import atomic_write_text
+from azlib.training import TRAINING_SEARCH, TrainSettings
+
+# Notebook 05's defaults (azlib.config.BaseVsTrainedParams): a quick look at the pipeline, minutes on 2 CPU cores
+# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself.
+QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=8,
+                            checkpoint_every=5, group_size=4, max_new_tokens=96)  # steps: the budget ends every arm
+QUICK_SEARCH = replace(TRAINING_SEARCH, num_simulations=4, max_depth=8, max_tokens=20000, leaves_per_step=2)
+QUICK_TEXT = TextSearchSettings(student_samples=2)
+# forks only from answers that finished within the cap (README, "Does the tree earn its place?")
+QUICK_FORK = ForkSettings(fork_from="finished")
+EXPERIMENT_FOLDER = "05-experiment"  # its folder in a run folder (notebook 05, `python -m azlib experiment`)
 
 # What each arm searches or samples, and how it updates: a key that names a ForkSettings field sets the fork
 # section, the rest the train section. Every arm but "trl" runs azlib's Trainer.
@@ -136,20 +149,44 @@ class Experiment:
     base: dict[str, list[dict]] = field(default_factory=dict)
     runs: dict[tuple[str, int], ArmResult] = field(default_factory=dict)
 
-    def run(self, progress: bool = True) -> Experiment:
+    @property
+    def jobs(self) -> list[tuple[str, int]]:
+        """Every (arm, seed) the settings ask for, in the order one process trains them."""
+        return [(arm, seed) for seed in self.params.seeds for arm in self.params.arms]
+
+    def run(self, progress: bool = True, rank: int = 0, ranks: int = 1) -> Experiment:
         """Train and evaluate what is not on disk yet: a finished (arm, seed) leaves `result.json` in its own
-        folder, so an interrupted experiment continues where it stopped and loses no finished arm."""
+        folder, so an interrupted experiment continues where it stopped and loses no finished arm. Processes
+        sharing the folder split the work (`torchrun -m azlib experiment`, one GPU each): rank 0 of `ranks`
+        evaluates the base, rank r trains jobs r, r + ranks, ...; each arm is a whole training, so nothing passes
+        between them, and `wait()` then reads what all have finished."""
         from azlib.models import make_backend
+        from azlib.parallel import local_device
 
         p = self.params
         self._same_problems()
-        with make_backend("hf", p.model, dtype=p.dtype, device=p.device) as base:
-            self.base = self._evaluate(base, self.folder / "base")
-        jobs = [(arm, seed) for seed in p.seeds for arm in p.arms]
-        for arm, seed in tqdm(jobs, desc="arms x seeds", unit="run", disable=not progress):
+        if rank == 0:
+            with make_backend("hf", p.model, dtype=p.dtype, device=local_device(p.device)) as base:
+                self.base = self._evaluate(base, self.folder / "base")
+        for arm, seed in tqdm(self.jobs[rank::ranks], desc="arms x seeds", unit="run", disable=not progress):
             self.runs[(arm, seed)] = self._arm(arm, seed)
             free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
         return self
+
+    def wait(self, poll_seconds: float = 10.0, progress: bool = True) -> Experiment:
+        """`load()` once the base and every job are on disk: the other processes' share of a shared run. (Under
+        torchrun a failed rank ends them all, so a job that never comes means a process still working.)"""
+        def finished() -> int:
+            base = all((self.folder / "base" / f"records-{name}.jsonl").exists() for name in self.eval_sets)
+            return base + sum((self.folder / f"seed-{seed}" / arm / "result.json").exists() for arm, seed in self.jobs)
+
+        with tqdm(total=1 + len(self.jobs), desc="waiting for the other processes", unit="run",
+                  disable=not progress) as bar:
+            while (done := finished()) < bar.total:
+                bar.update(done - bar.n)
+                time.sleep(poll_seconds)
+            bar.update(done - bar.n)
+        return self.load()
 
     def load(self) -> Experiment:
         """Only what is on disk, nothing trained: a running or interrupted experiment's finished part."""
@@ -228,6 +265,19 @@ class Experiment:
             rows += [{"model": arm, "seed": seed, "set": name, "accuracy": run.accuracy(name), "tokens": run.tokens,
                       "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in run.records.items()]
         return rows
+
+    def summary(self) -> str:
+        """Accuracy per set and model: the mean over seeds, each seed's, and the tokens each trained on."""
+        rows, lines = self.accuracies(), []
+        for name in self.eval_sets:
+            for model in ["base", *self.params.arms]:
+                runs = [r for r in rows if r["model"] == model and r["set"] == name]
+                if runs:
+                    mean = sum(r["accuracy"] for r in runs) / len(runs)
+                    seeds = " ".join(f"{r['accuracy']:.1%}" for r in runs)
+                    tokens = " ".join(f"{r['tokens']:,}" for r in runs)
+                    lines.append(f"{name:9s} {model:13s} {mean:6.1%}  seeds {seeds}  tokens {tokens}")
+        return "\n".join(lines)
 
     def comparisons(self, pairs: Sequence[tuple[str, str]]) -> list[dict]:
         """Each pair (a, b) on each set: the mean over seeds of b - a with its t-interval, the per-seed exact

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from azlib.config import NOTEBOOKS_DIR, resolve
+from azlib.config import resolve_library
 from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, task_sets
 from azlib.models import make_backend
 from azlib.paths import REPO_ROOT
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"tree-vs-sampling-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
     start = time.perf_counter()
-    params, _ = resolve(NOTEBOOKS_DIR / "05_base_vs_trained.ipynb", "cpu", args.out.resolve())
+    params, _ = resolve_library("05_base_vs_trained", "cpu", args.out.resolve())
     train = params.train.__class__(**{**params.train.__dict__,
                                       "token_budget": int(params.train.token_budget * args.budget_scale)})
     if args.seeds and not args.report:
@@ -99,15 +99,7 @@ def main() -> None:
     experiment = Experiment(params, problems, sets, args.out / "experiment")
     experiment = experiment.load() if args.report else experiment.run()
     print("\naccuracy (mean over seeds; each seed):")
-    rows = experiment.accuracies()
-    for name in sets:
-        for model in ["base", *params.arms]:
-            values = [r["accuracy"] for r in rows if r["model"] == model and r["set"] == name]
-            if not values:
-                continue
-            tokens = [r["tokens"] for r in rows if r["model"] == model and r["set"] == name]
-            print(f"  {name:9s} {model:10s} {sum(values) / len(values):6.1%}  seeds "
-                  f"{' '.join(f'{v:.1%}' for v in values)}  tokens {' '.join(f'{t:,}' for t in tokens)}")
+    print(experiment.summary())
     print("\nmechanism (per 1,000 generated tokens; mean over seeds):")
     mechanism = experiment.mechanism()
     per_arm = {}
@@ -138,7 +130,8 @@ def main() -> None:
     if not args.report:
         minutes = (time.perf_counter() - start) / 60
         print(f"\n{minutes:.1f} min (goal for the main mode: 120; run folder {args.out})")
-        summary = {"minutes": minutes, "accuracies": rows, "mechanism": mechanism, "comparisons": comparisons}
+        summary = {"minutes": minutes, "accuracies": experiment.accuracies(), "mechanism": mechanism,
+                   "comparisons": comparisons}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 

@@ -251,13 +251,13 @@ def test_parameters_cells_say_where_they_differ_from_the_library_defaults(path):
     assert checked, f"{path.stem}: no parameter with a library default read"
 
 
-@pytest.mark.parametrize("notebook", ["04_gsm8k_run", "07_referee_rl"])
+@pytest.mark.parametrize("notebook", ["04_gsm8k_run", "05_base_vs_trained", "07_referee_rl"])
 @pytest.mark.parametrize("profile", config.PROFILES)
 def test_the_command_line_reads_no_notebook_and_trains_what_the_notebook_runs(notebook, profile, monkeypatch,
                                                                               tmp_path):
-    """`python -m azlib train` (04) and `referee` (07) build the parameters from the library's defaults and the
-    profile; under every profile they equal what the runner gives the notebook (its parameters cell, then the
-    profile)."""
+    """`python -m azlib train` (04), `experiment` (05) and `referee` (07) build the parameters from the library's
+    defaults and the profile; under every profile they equal what the runner gives the notebook (its parameters
+    cell, then the profile)."""
     import papermill
 
     expected = config.resolve(config.NOTEBOOKS_DIR / f"{notebook}.ipynb", profile, tmp_path)[0]

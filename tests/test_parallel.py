@@ -139,3 +139,35 @@ def test_azlib_train_under_torchrun_splits_each_step_and_resumes_after_a_rank_is
                           timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert read_log(killed) == reference, "every step once, each as in the uninterrupted run"
+
+
+@pytest.mark.slow  # about a minute: two torchrun processes training two smoke arms each, then one arm alone
+def test_azlib_experiment_under_torchrun_shares_the_arms_and_seeds_and_changes_no_result(tmp_path):
+    """`torchrun --nproc_per_node=2 -m azlib experiment`: process 0 evaluates the base and trains jobs 0 and 2 of
+    (arm, seed) in order, process 1 jobs 1 and 3; process 0 waits for the other's and reports them all. An arm
+    trained by another process, after another arm, equals the same arm trained alone."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    experiment = ["-m", "azlib", "experiment", "--profile", "smoke"]
+    shared = tmp_path / "shared"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
+                           str(free_port()), *experiment, "--arms", "tree", "rft", "--seeds", "0", "1", "--out",
+                           str(shared)], capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "process 0 of 2 trained tree seed 0, tree seed 1" in proc.stdout
+    assert "process 1 of 2 trained rft seed 0, rft seed 1" in proc.stdout
+    summary = [line.split()[:2] for line in proc.stdout.splitlines() if line.startswith(("heldout ", "transfer "))]
+    assert summary == [[name, model] for name in ("heldout", "transfer") for model in ("base", "tree", "rft")]
+
+    alone = tmp_path / "alone"
+    proc = subprocess.run([sys.executable, *experiment, "--arms", "rft", "--seeds", "1", "--out", str(alone)],
+                          capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "process 0 of 1 trained rft seed 1" in proc.stdout
+
+    def result(folder):
+        arm = folder / "05-experiment" / "seed-1" / "rft"
+        saved = json.loads((arm / "result.json").read_text())
+        log = [{k: v for k, v in r.items() if k not in ("seconds", "ram_peak_mb")} for r in saved["log"]]
+        return saved["tokens"], log, [(arm / f"records-{name}.jsonl").read_text() for name in ("heldout", "transfer")]
+
+    assert result(shared) == result(alone)
