@@ -65,7 +65,8 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not model and not slow and not vllm and not verifiers and not registry"
 
 test-main: setup setup-browser
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not vllm and not verifiers"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		-m "not vllm and not verifiers"
 
 test-vllm: setup-vllm
 	$(VLLM_PY) -m pytest -q -m vllm

@@ -126,10 +126,9 @@ def _train(args) -> int:
 
 
 def _experiment(args) -> int:
-    import os
-
     from azlib.config import validate
     from azlib.experiment import EXPERIMENT_FOLDER, Experiment, task_sets
+    from azlib.parallel import independent_process
 
     if (params := _library_params("05_base_vs_trained", args)) is None:
         return 2
@@ -140,14 +139,14 @@ def _experiment(args) -> int:
             print(f"azlib: {err}", file=sys.stderr)
             return 2
     # Each (arm, seed) is a whole training: the processes share them out and nothing passes between them (no
-    # process group); under torchrun a failed process ends the others.
-    rank, ranks = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    # process group; each on its own GPU); under torchrun a failed process ends the others.
+    rank, ranks = independent_process()
     problems, sets, note = task_sets(params)
     if note and rank == 0:
         print("NOTE:", note)
     experiment = Experiment(params, problems, sets, args.out.resolve() / EXPERIMENT_FOLDER)
     experiment.run(rank=rank, ranks=ranks)
-    print(f"process {rank} of {ranks} trained {', '.join(f'{arm} seed {seed}' for arm, seed in experiment.runs)}")
+    print(f"process {rank} of {ranks} finished {', '.join(f'{arm} seed {seed}' for arm, seed in experiment.runs)}")
     if rank == 0:
         print(experiment.wait().summary())
     return 0

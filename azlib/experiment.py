@@ -165,7 +165,9 @@ class Experiment:
 
         p = self.params
         self._same_problems()
-        if rank == 0:
+        if rank == 0 and self._base_done():
+            self.base = self._evaluate(None, self.folder / "base")
+        elif rank == 0:
             with make_backend("hf", p.model, dtype=p.dtype, device=local_device(p.device)) as base:
                 self.base = self._evaluate(base, self.folder / "base")
         for arm, seed in tqdm(self.jobs[rank::ranks], desc="arms x seeds", unit="run", disable=not progress):
@@ -174,31 +176,31 @@ class Experiment:
         return self
 
     def wait(self, poll_seconds: float = 10.0, progress: bool = True) -> Experiment:
-        """`load()` once the base and every job are on disk: the other processes' share of a shared run. (Under
-        torchrun a failed rank ends them all, so a job that never comes means a process still working.)"""
-        def finished() -> int:
-            base = all((self.folder / "base" / f"records-{name}.jsonl").exists() for name in self.eval_sets)
-            return base + sum((self.folder / f"seed-{seed}" / arm / "result.json").exists() for arm, seed in self.jobs)
-
+        """`load()` once the base and every job are on disk: the other processes' share of a shared run. The
+        folder must be one every process sees (one machine, or a shared file system); under torchrun a failed
+        process ends them all, so while this waits the others are still working."""
         with tqdm(total=1 + len(self.jobs), desc="waiting for the other processes", unit="run",
                   disable=not progress) as bar:
-            while (done := finished()) < bar.total:
+            while (done := self._base_done() + sum(self._done(*job) for job in self.jobs)) < bar.total:
                 bar.update(done - bar.n)
                 time.sleep(poll_seconds)
             bar.update(done - bar.n)
         return self.load()
 
     def load(self) -> Experiment:
-        """Only what is on disk, nothing trained: a running or interrupted experiment's finished part."""
+        """Only what is on disk, nothing trained: a running or interrupted experiment's finished part, in the
+        order of `jobs`."""
         self._same_problems()
-        if all((self.folder / "base" / f"records-{name}.jsonl").exists() for name in self.eval_sets):
+        if self._base_done():
             self.base = self._evaluate(None, self.folder / "base")
-        for seed in self.params.seeds:
-            for arm in self.params.arms:
-                if (self.folder / f"seed-{seed}" / arm / "result.json").exists():
-                    self.runs[(arm, seed)] = self._arm(arm, seed)
-            free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
+        self.runs = {job: self._arm(*job) for job in self.jobs if self._done(*job)}
         return self
+
+    def _base_done(self) -> bool:
+        return all((self.folder / "base" / f"records-{name}.jsonl").exists() for name in self.eval_sets)
+
+    def _done(self, arm: str, seed: int) -> bool:
+        return (self.folder / f"seed-{seed}" / arm / "result.json").exists()
 
     def _same_problems(self) -> None:
         """The held-out problems' ids are kept in the folder: answers on disk are only ever compared with

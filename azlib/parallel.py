@@ -29,6 +29,30 @@ def init_from_env() -> None:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
 
+# What torchrun tells each process; accelerate (TRL's trainer) and torch.distributed read them to join a group.
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def independent_process() -> tuple[int, int]:
+    """For work shared out whole (each process its own jobs, nothing exchanged: `azlib experiment`): this process's
+    (rank, number of processes) under torchrun, (0, 1) without; from then on it is a plain single process on its
+    own GPU. The launcher's variables go, so nothing inside (TRL's accelerate) joins a process group the others
+    never join, and CUDA_VISIBLE_DEVICES keeps only the GPU of LOCAL_RANK among those it listed (a vLLM engine
+    takes the first GPU it sees). Call it before anything touches CUDA."""
+    rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if size > 1:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        if visible and local >= len(visible):
+            raise RuntimeError(f"process {rank}: LOCAL_RANK {local}, but CUDA_VISIBLE_DEVICES lists {len(visible)} "
+                               f"GPUs ({','.join(visible)}); start at most one process per GPU")
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible[local] if visible else str(local)
+        for name in LAUNCHER_VARIABLES:
+            os.environ.pop(name, None)
+    return rank, size
+
+
 def local_device(device: str) -> str:
     """This rank's device: 'cuda' becomes 'cuda:<LOCAL_RANK>' (one GPU per torchrun rank; cuda:0 without torchrun)."""
     return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if device == "cuda" else device

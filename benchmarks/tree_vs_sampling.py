@@ -123,7 +123,8 @@ def main() -> None:
                   f"above in every seed: {c['b_above_a_in'] == c['seeds']}; "
                   f"upper bound of tree - RFT: {c['ci_high'] * 100:+.1f} points")
         if c["a"] == "base" and c["set"] in ("transfer", "gsm8k"):
-            print(f"  {c['set']}: {c['b']} >= base + 10 points: {c['difference'] >= 0.10} ({c['difference'] * 100:+.1f})")
+            print(f"  {c['set']}: {c['b']} >= base + 10 points: {c['difference'] >= 0.10} "
+                  f"({c['difference'] * 100:+.1f})")
     if "tree" in per_arm and "rft" in per_arm:
         ratio = per_arm["tree"]["verified_per_1k"] / max(per_arm["rft"]["verified_per_1k"], 1e-9)
         print(f"  verified answers per 1k tokens, tree / RFT: {ratio:.2f}x (goal >= 1.3x)")

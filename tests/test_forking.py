@@ -314,7 +314,8 @@ def test_the_teacher_arm_needs_a_teacher_tier_or_teachers():
     with pytest.raises(ValueError, match="tree_teachers"):
         config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teacher_tier": "none"})
     assert config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teacher_tier": "cpu"})
-    served = {"name": "served", "backend": "openai", "model": "m", "tier": "vllm", "base_url": "http://127.0.0.1:8001/v1"}
+    served = {"name": "served", "backend": "openai", "model": "m", "tier": "vllm",
+              "base_url": "http://127.0.0.1:8001/v1"}
     assert config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"], "teachers": [served]})
     with pytest.raises(ValueError, match="base_url"):  # a spec is checked where the run's parameters are
         config.validate("05_base_vs_trained", {**defaults, "arms": ["tree_teachers"],

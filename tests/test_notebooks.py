@@ -119,7 +119,8 @@ METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_t
                  "07_referee_rl": check_07}
 
 
-FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"], "03": ["03_weights", "03_teacher_speed", "03_similarity"],
+FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"],
+           "03": ["03_weights", "03_teacher_speed", "03_similarity"],
            "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy"],
            "06": ["06_teacher_rewards", "06_students"], "07": ["07_bits_per_char", "07_reward_diagnostics"]}
 TREES = {"02": ["02_tictactoe", "02_text"], "04": ["04_forked"]}
@@ -128,15 +129,17 @@ TREES = {"02": ["02_tictactoe", "02_text"], "04": ["04_forked"]}
 class SmokeRun:
     """One `azlib run --profile smoke --only ...` over the class's notebooks, shared by its tests. The notebooks are
     split over several classes (`make test` runs with --dist loadscope: each class stays on one worker, so both
-    workers share the smoke runs): 05 alone takes about 7 minutes, 06 2.3, 03 1.5, the other four 2.7 together."""
+    workers share the smoke runs). Measured inside a loaded suite run: 05 about 7 minutes, 06 2.3, 03 1.5, the
+    other four 2.7 together."""
 
     prefixes: tuple[str, ...]
 
     @pytest.fixture(scope="class")
     def smoke_run(self, tmp_path_factory):
         out = tmp_path_factory.mktemp("smoke-run")
-        proc = subprocess.run([sys.executable, "-m", "azlib", "run", "--profile", "smoke", "--only", ",".join(self.prefixes),
-                               "--out", str(out)], capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=1800,
+        command = [sys.executable, "-m", "azlib", "run", "--profile", "smoke", "--only", ",".join(self.prefixes),
+                   "--out", str(out)]
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=1800,
                               env={**os.environ, "AZLIB_SMOKE_KEY": SECRET})
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return out, proc.stdout, json.loads((out / "metrics.json").read_text())
@@ -159,6 +162,7 @@ class SmokeRun:
         figures = sorted(p.name for p in (out / "figures").iterdir())
         assert {f"{name}.png" for p in self.prefixes for name in FIGURES.get(p, [])} <= set(figures)
         assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
+
 
 def pytest_generate_tests(metafunc):
     """`notebook`: each notebook of the class's smoke run."""
@@ -202,7 +206,8 @@ class TestSmokeRunOthers(SmokeRun):
             assert tree.root.visits > 0 and tree.history, "the tree keeps its history for the replay"
             svg = (out / "trees" / f"{name}.svg").read_text()
             assert svg.startswith("<svg") and 'class="azlib-legend"' in svg
-            assert svg.count('class="azlib-node"') == len(shown_nodes(tree, top_k=3)), "save_tree's default: top 3 children"
+            assert svg.count('class="azlib-node"') == len(shown_nodes(tree, top_k=3)), \
+                "save_tree's default: top 3 children"
 
 
 def test_the_smoke_runs_cover_every_notebook_once():

@@ -153,8 +153,8 @@ def test_azlib_experiment_under_torchrun_shares_the_arms_and_seeds_and_changes_n
                            str(free_port()), *experiment, "--arms", "tree", "rft", "--seeds", "0", "1", "--out",
                            str(shared)], capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "process 0 of 2 trained tree seed 0, tree seed 1" in proc.stdout
-    assert "process 1 of 2 trained rft seed 0, rft seed 1" in proc.stdout
+    assert "process 0 of 2 finished tree seed 0, tree seed 1" in proc.stdout
+    assert "process 1 of 2 finished rft seed 0, rft seed 1" in proc.stdout
     summary = [line.split()[:2] for line in proc.stdout.splitlines() if line.startswith(("heldout ", "transfer "))]
     assert summary == [[name, model] for name in ("heldout", "transfer") for model in ("base", "tree", "rft")]
 
@@ -162,7 +162,7 @@ def test_azlib_experiment_under_torchrun_shares_the_arms_and_seeds_and_changes_n
     proc = subprocess.run([sys.executable, *experiment, "--arms", "rft", "--seeds", "1", "--out", str(alone)],
                           capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "process 0 of 1 trained rft seed 1" in proc.stdout
+    assert "process 0 of 1 finished rft seed 1" in proc.stdout
 
     def result(folder):
         arm = folder / "05-experiment" / "seed-1" / "rft"
@@ -171,3 +171,25 @@ def test_azlib_experiment_under_torchrun_shares_the_arms_and_seeds_and_changes_n
         return saved["tokens"], log, [(arm / f"records-{name}.jsonl").read_text() for name in ("heldout", "transfer")]
 
     assert result(shared) == result(alone)
+
+
+def test_a_process_given_a_share_of_the_jobs_joins_no_group_and_sees_only_its_gpu(monkeypatch):
+    """independent_process() under torchrun's variables (process 1 of 2, LOCAL_RANK 1): the rank is read, then
+    the launcher's variables go, so TRL's accelerate starts as one process instead of waiting for a group no other
+    process joins, and CUDA_VISIBLE_DEVICES keeps the GPU of LOCAL_RANK among those listed."""
+    launched = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(free_port())}
+    code = ("import os; from azlib.parallel import independent_process; rank, size = independent_process(); "
+            "from accelerate import PartialState; state = PartialState(cpu=True); "
+            "print(rank, size, state.num_processes, os.environ['CUDA_VISIBLE_DEVICES'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **launched, "CUDA_VISIBLE_DEVICES": "3,5"}, cwd=config.REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["1", "2", "1", "5"]
+
+    from azlib.parallel import independent_process
+
+    for name, value in {**launched, "CUDA_VISIBLE_DEVICES": "3"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError, match="LOCAL_RANK 1, but CUDA_VISIBLE_DEVICES lists 1 GPUs"):
+        independent_process()

@@ -238,6 +238,9 @@ def test_local_teachers_share_an_engine_unless_their_options_make_another(tiny_m
         a, b, c, d = (backends.by_name[name] for name in "abcd")
         assert a is b and c is d and a is not c
         assert c.batch_size == 2 != a.batch_size
+        with TeacherBackends([spec("e"), spec("f", batch_size=2)], shared={tiny_model_dir: a}) as given:
+            assert given.by_name["e"] is a, "a teacher without options asks the backend it is given (the student's)"
+            assert given.by_name["f"] is not a
 
 
 def test_bad_teacher_specs_are_refused():

@@ -303,7 +303,8 @@ def test_a_run_asks_the_teachers_it_is_given_behind_their_own_server(tmp_path, t
     server, url = server_factory()
     values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"),
               **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": str(tmp_path), "model": tiny_model_dir,
-              "teachers": [{"name": "served", "backend": "openai", "model": "teacher", "tier": "vllm", "base_url": url}]}
+              "teachers": [{"name": "served", "backend": "openai", "model": "teacher", "tier": "vllm",
+                            "base_url": url}]}
     values["train"] = {**values["train"], "groups": "forked", "update": "sft", "steps": 1}
     values["fork"] = {"writer": "teachers", "fork_from": "any"}
     params = config.validate("04_gsm8k_run", values)

@@ -42,4 +42,4 @@ class TeacherBackends(Resource):
 def engine_key(spec: TeacherSpec) -> str:
     """Local teachers of one model share its engine unless their options make another one: an adapter, a device
     (`{"device": "cuda:3"}` puts an hf teacher on its own GPU), the memory or batching it is given."""
-    return spec.model if not spec.options else f"{spec.model}+{json.dumps(spec.options, sort_keys=True)}"
+    return spec.model if not spec.options else f"{spec.model}+{json.dumps(spec.options, sort_keys=True, default=str)}"
