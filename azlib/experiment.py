@@ -199,8 +199,11 @@ class Experiment:
     def _base_done(self) -> bool:
         return all((self.folder / "base" / f"records-{name}.jsonl").exists() for name in self.eval_sets)
 
+    def _arm_folder(self, arm: str, seed: int) -> Path:
+        return self.folder / f"seed-{seed}" / arm
+
     def _done(self, arm: str, seed: int) -> bool:
-        return (self.folder / f"seed-{seed}" / arm / "result.json").exists()
+        return (self._arm_folder(arm, seed) / "result.json").exists()
 
     def _same_problems(self) -> None:
         """The held-out problems' ids are kept in the folder: answers on disk are only ever compared with
@@ -226,7 +229,7 @@ class Experiment:
         return out
 
     def _arm(self, arm: str, seed: int) -> ArmResult:
-        folder = self.folder / f"seed-{seed}" / arm
+        folder = self._arm_folder(arm, seed)
         done = folder / "result.json"
         if done.exists():
             saved = json.loads(done.read_text())
