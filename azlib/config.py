@@ -447,10 +447,11 @@ def validate(notebook: str, values: dict[str, Any]) -> NotebookParams:
 def from_namespace(notebook: str, namespace: dict[str, Any]) -> NotebookParams:
     """Validate a notebook's parameters from its globals (what the `parameters` cell defined)."""
     fields = params_model(notebook).model_fields
-    values = {k: namespace[k] for k in fields if k in namespace}
-    if values.get("output_dir") == INTERACTIVE_RUNS:
-        values["output_dir"] = str(interactive_run_dir(notebook, resume=values.get("resume") is True))
-    return validate(notebook, values)
+    params = validate(notebook, {k: namespace[k] for k in fields if k in namespace})
+    if params.output_dir != INTERACTIVE_RUNS:
+        return params
+    run_dir = interactive_run_dir(notebook, resume=getattr(params, "resume", False) is True)  # once valid: no
+    return params.model_copy(update={"output_dir": str(run_dir)})  # empty folder is left by a rejected run
 
 
 def interactive_run_dir(notebook: str, resume: bool) -> Path:

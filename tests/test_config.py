@@ -170,11 +170,14 @@ def test_generation_through_a_server_needs_its_url():
     assert config.validate("04_gsm8k_run", {**values, "generation": "server", "generation_url": url}).generation_url == url
 
 
-def test_from_namespace_validates_a_notebooks_globals():
-    namespace = good_bandit_values(num_seeds=3) | {"plt": object(), "__name__": "__main__"}
-    assert config.from_namespace("01_toy_bandit_grpo", namespace).num_seeds == 3
+def test_from_namespace_validates_a_notebooks_globals(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "INTERACTIVE_RUNS", str(tmp_path / "interactive"))
+    namespace = good_bandit_values(num_seeds=3, output_dir=config.INTERACTIVE_RUNS) | {"plt": object()}
+    params = config.from_namespace("01_toy_bandit_grpo", namespace)
+    assert params.num_seeds == 3 and Path(params.output_dir).parent == tmp_path / "interactive"
     with pytest.raises(ParamsError, match="num_seeds"):
-        config.from_namespace("01_toy_bandit_grpo", good_bandit_values(num_seeds=0))
+        config.from_namespace("01_toy_bandit_grpo", namespace | {"num_seeds": 0})
+    assert list((tmp_path / "interactive").iterdir()) == [Path(params.output_dir)], "a rejected run makes no folder"
 
 
 def test_azlib_imports_no_optional_package():
