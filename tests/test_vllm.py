@@ -100,34 +100,6 @@ def test_openai_backend_against_vllm_serve_matches_hf(vllm_server, hf):
     assert remote.generate([partial], max_new_tokens=8)[0][0].text == hf.generate([partial], max_new_tokens=8)[0][0].text
 
 
-def test_a_student_generating_through_vllm_follows_each_optimiser_step(hf):
-    import torch
-
-    from azlib.grpo import GRPO, Example, GRPOSettings
-    from azlib.models.hf import HFBackend
-    from azlib.models.student import LoraSettings, Student
-
-    lora = LoraSettings(r=8, alpha=16)
-    with Student(DEFAULT_MODEL, lora=lora, generation="vllm", vllm_options=CPU_ENGINE) as student:
-        base = student.backend.generate(CHATS, max_new_tokens=16)
-        assert [s[0].token_ids for s in base] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
-        # a GRPO step changes the adapter; the engine must generate with the new weights right after it
-        examples = [Example(student.backend.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
-                    for i, s in enumerate(student.backend.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0,
-                                                                   seed=0)[0])]
-        GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0)).step(examples)
-        assert student.backend.adapters_loaded == 2, "one sync at start, one after the optimiser step"
-        after = student.backend.generate(CHATS, max_new_tokens=16)
-        assert [s[0].token_ids for s in after] != [s[0].token_ids for s in base], "the step changed the outputs"
-        as_trained = HFBackend.wrapping(student.model, student.tokenizer)
-        scores = as_trained.score(CHATS, [s[0].token_ids for s in after])
-        for (sample,), score in zip(after, scores):
-            assert max(abs(a - b) for a, b in zip(sample.logprobs, score)) < 1e-3
-        with torch.no_grad():
-            assert [s[0].token_ids for s in as_trained.generate(CHATS, max_new_tokens=16)] == \
-                   [s[0].token_ids for s in after]
-
-
 def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vllm_server, hf):
     """generation 'server': the student's adapter is loaded into a running `vllm serve` after each step under
     a new name; the server's answers change with each step, its sampled ids are the ids it returns, and its
@@ -166,11 +138,15 @@ def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vll
     assert served == {"smollm2"}, "a closed student leaves the server as it found it"
 
 
-def test_students_trained_one_after_another_give_their_engines_back():
-    """Notebook 05 with vLLM generation: a student per arm, one after another in one process. Closing one
-    must end its engine's processes and give their memory back before the next starts."""
+def test_students_on_vllm_engines_follow_each_optimiser_step_and_give_their_engines_back(hf):
+    """Notebook 05 with vLLM generation: a student per arm, one after another in one process. Each engine must
+    generate with the adapter of the newest optimiser step, and closing a student must end its engine's
+    processes and give their memory back before the next starts."""
     import psutil
+    import torch
 
+    from azlib.grpo import GRPO, Example, GRPOSettings
+    from azlib.models.hf import HFBackend
     from azlib.models.student import LoraSettings, Student
 
     me = psutil.Process()
@@ -180,6 +156,25 @@ def test_students_trained_one_after_another_give_their_engines_back():
 
     def rss_mb() -> float:  # this process and its children (the engine's processes)
         return sum(p.memory_info().rss for p in [me, *processes().values()]) / 2**20
+
+    def follows_a_step(student: Student) -> None:
+        base = student.backend.generate(CHATS, max_new_tokens=16)
+        assert [s[0].token_ids for s in base] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
+        # a GRPO step changes the adapter; the engine must generate with the new weights right after it
+        examples = [Example(student.backend.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
+                    for i, s in enumerate(student.backend.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0,
+                                                                   seed=0)[0])]
+        GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0)).step(examples)
+        assert student.backend.adapters_loaded == 2, "one sync at start, one after the optimiser step"
+        after = student.backend.generate(CHATS, max_new_tokens=16)
+        assert [s[0].token_ids for s in after] != [s[0].token_ids for s in base], "the step changed the outputs"
+        as_trained = HFBackend.wrapping(student.model, student.tokenizer)
+        scores = as_trained.score(CHATS, [s[0].token_ids for s in after])
+        for (sample,), score in zip(after, scores):
+            assert max(abs(a - b) for a, b in zip(sample.logprobs, score)) < 1e-3
+        with torch.no_grad():
+            assert [s[0].token_ids for s in as_trained.generate(CHATS, max_new_tokens=16)] == \
+                   [s[0].token_ids for s in after]
 
     before, kept = rss_mb(), set(processes())  # the module's engine fixture may be running
     levels = []
@@ -192,6 +187,8 @@ def test_students_trained_one_after_another_give_their_engines_back():
             core, = [p for pid, p in processes().items() if pid not in kept and "EngineCore" in p.name()]
             engine = [core, *core.children(recursive=True)]  # its workers (multiprocessing's helper stays)
             folder = student.sync_folder
+            if arm == 0:
+                follows_a_step(student)
         assert not any(p.is_running() for p in engine), f"arm {arm}'s engine processes have exited (and been reaped)"
         assert not folder.exists()
         levels.append((running, rss_mb()))
