@@ -4,7 +4,8 @@ library's defaults and the profile, no notebook read; data-parallel under torchr
 `[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training from the library's
 defaults and the profile, DDP under torchrun),
 `[torchrun --nproc_per_node=N -m] azlib experiment --profile P --out DIR [--arms A ...] [--seeds S ...]` (notebook
-05's arms and seeds from the library's defaults and the profile; under torchrun the processes share them out),
+05's arms and seeds from the library's defaults and the profile; under torchrun the processes share them out);
+train, referee and experiment take `--set NAME=VALUE ...` over the profile (train.steps=3, model=/path),
 `python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
 `python -m azlib serve [--model M] [--port P] [--dtype D] [--device D] [--max-n N ...]` (a local OpenAI-compatible
 server; `serve --help` lists its limits). Parses, hands over."""
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
                             help="run folder; `azlib run --only 05 --out` the same folder then draws the results")
     experiment.add_argument("--arms", nargs="+", help="only these arms (default: the profile's)")
     experiment.add_argument("--seeds", type=int, nargs="+", help="only these training seeds (default: the profile's)")
+    for command in (train, referee, experiment):
+        command.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE", dest="assignments",
+                             help="parameters over the profile's, e.g. train.steps=3 model=/path/to/model "
+                                  "seeds='[0, 1]' (each value read as YAML)")
     plan = commands.add_parser("plan", help="each notebook's predicted peak GPU memory by part, and its time")
     plan.add_argument("--profile", choices=PROFILES, default="h100")
     plan.add_argument("--gpu-memory", type=float, help="GiB of the GPU (default: an H100 80 GB's 79.65)")
@@ -81,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _library_params(notebook: str, args):
-    """A notebook's parameters from the library's defaults under --profile (env overrides applied; no notebook
-    read: a test keeps them equal to the notebook's), or None after saying why not."""
+    """A notebook's parameters from the library's defaults under --profile, env overrides and --set applied (no
+    notebook read: a test keeps the defaults equal to the notebook's), or None after saying why not."""
     from azlib.config import resolve_library
 
     try:
-        return resolve_library(notebook, args.profile, args.out.resolve())[0]
+        return resolve_library(notebook, args.profile, args.out.resolve(), args.assignments)[0]
     except ParamsError as err:
         print(f"azlib: {err}", file=sys.stderr)
         return None

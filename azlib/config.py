@@ -13,6 +13,7 @@ import itertools
 import math
 import os
 import typing
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -533,14 +534,30 @@ def library_defaults(notebook: str) -> dict[str, Any]:
     return out
 
 
-def resolve_library(notebook: str, profile: str, output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
-    """Library defaults < profile YAML < env overrides, validated: the command line's parameters, no notebook
-    read (a field with no library default must be in the profile)."""
-    return _layered(notebook, library_defaults(notebook), profile, output_dir)
+def resolve_library(notebook: str, profile: str, output_dir: Path,
+                    assignments: Sequence[str] = ()) -> tuple[NotebookParams, dict[str, int]]:
+    """Library defaults < profile YAML < env overrides < `assignments` (the command line's --set), validated:
+    the command line's parameters, no notebook read (a field with no library default must be in the profile)."""
+    return _layered(notebook, library_defaults(notebook), profile, output_dir, parse_assignments(assignments))
 
 
-def _layered(notebook: str, defaults: dict[str, Any], profile: str | None,
-             output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
+def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
+    """["train.steps=3", "model=/path", "seeds=[0, 1]"] as {"train.steps": 3, ...}: each value read as YAML (a
+    number, a list, true/false, else the text), a dotted name a section's field."""
+    out = {}
+    for item in assignments:
+        name, sep, raw = item.partition("=")
+        if not sep or not name or name.count(".") > 1:
+            raise ParamsError(f"--set {item!r}: write NAME=VALUE or SECTION.FIELD=VALUE, e.g. train.steps=3")
+        try:
+            out[name] = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            out[name] = raw
+    return out
+
+
+def _layered(notebook: str, defaults: dict[str, Any], profile: str | None, output_dir: Path,
+             assigned: dict[str, Any] | None = None) -> tuple[NotebookParams, dict[str, int]]:
     schema = set(params_model(notebook).model_fields)
     profile_values = load_profile(profile, notebook) if profile is not None else {}
     unknown = sorted(set(profile_values) - schema)
@@ -557,5 +574,14 @@ def _layered(notebook: str, defaults: dict[str, Any], profile: str | None,
     for key, value in overrides.items():
         section_name, name = key.split(".")
         values[section_name] = {**values[section_name], name: value}
+    for key, value in (assigned or {}).items():
+        section_name, _, name = key.rpartition(".")
+        if not section_name:
+            values[key] = value
+        elif isinstance(values.get(section_name), dict):
+            values[section_name] = {**values[section_name], name: value}
+        else:
+            raise ParamsError(f"--set {key}: notebook {notebook} has no section {section_name!r}; sections: "
+                              f"{sorted(k for k, v in values.items() if isinstance(v, dict))}")
     return validate(notebook, values), overrides
 

@@ -270,3 +270,18 @@ def test_the_command_line_reads_no_notebook_and_trains_what_the_notebook_runs(no
 
     monkeypatch.setattr(papermill, "inspect_notebook", no_notebook)
     assert config.resolve_library(notebook, profile, tmp_path)[0] == expected
+
+
+def test_the_command_lines_set_overrides_the_profile_field_by_field(tmp_path):
+    """`azlib train --profile smoke --set train.steps=2 model=/m seeds='[0, 1]'`: each value read as YAML, a
+    dotted name changes one field of its section and leaves the profile's others; a wrong name is named."""
+    profile = config.resolve_library("04_gsm8k_run", "smoke", tmp_path)[0]
+    params = config.resolve_library("04_gsm8k_run", "smoke", tmp_path, ["train.steps=2", "model=/m", "lora.r=8"])[0]
+    assert (params.train.steps, params.model, params.lora.r) == (2, "/m", 8)
+    assert params.train.problems_per_step == profile.train.problems_per_step and params.lora.alpha == profile.lora.alpha
+    assert config.resolve_library("05_base_vs_trained", "smoke", tmp_path, ["seeds=[3, 4]"])[0].seeds == [3, 4]
+    for wrong, named in [("train.stepz=2", r"unknown field\(s\) \['stepz'\] of TrainSettings"),
+                         ("trian.steps=2", "no section 'trian'"), ("train.steps=many", "steps: Input should be"),
+                         ("steps", "write NAME=VALUE")]:
+        with pytest.raises(ParamsError, match=named):
+            config.resolve_library("04_gsm8k_run", "smoke", tmp_path, [wrong])

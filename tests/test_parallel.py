@@ -141,13 +141,14 @@ def test_azlib_train_under_torchrun_splits_each_step_and_resumes_after_a_rank_is
     assert read_log(killed) == reference, "every step once, each as in the uninterrupted run"
 
 
-@pytest.mark.slow  # about a minute: two torchrun processes training two smoke arms each, then one arm alone
-def test_azlib_experiment_under_torchrun_shares_the_arms_and_seeds_and_changes_no_result(tmp_path):
+@pytest.mark.slow  # two torchrun processes training two smoke arms each, then one arm alone
+def test_azlib_experiment_under_torchrun_shares_the_arms_and_seeds_and_changes_no_result(tmp_path, tiny_model_dir):
     """`torchrun --nproc_per_node=2 -m azlib experiment`: process 0 evaluates the base and trains jobs 0 and 2 of
     (arm, seed) in order, process 1 jobs 1 and 3; process 0 waits for the other's and reports them all. An arm
-    trained by another process, after another arm, equals the same arm trained alone."""
+    trained by another process, after another arm, equals the same arm trained alone. The student is a tiny
+    random model (--set model=...): what is shared out and compared does not depend on what it answers."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    experiment = ["-m", "azlib", "experiment", "--profile", "smoke"]
+    experiment = ["-m", "azlib", "experiment", "--profile", "smoke", "--set", f"model={tiny_model_dir}"]
     shared = tmp_path / "shared"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
                            str(free_port()), *experiment, "--arms", "tree", "rft", "--seeds", "0", "1", "--out",
