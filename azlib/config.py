@@ -451,8 +451,9 @@ def from_namespace(notebook: str, namespace: dict[str, Any]) -> NotebookParams:
     params = validate(notebook, {k: namespace[k] for k in fields if k in namespace})
     if params.output_dir != INTERACTIVE_RUNS:
         return params
-    run_dir = interactive_run_dir(notebook, resume=getattr(params, "resume", False) is True)  # once valid: no
-    return params.model_copy(update={"output_dir": str(run_dir)})  # empty folder is left by a rejected run
+    # the run's folder only once the parameters are valid: a rejected run leaves no empty folder behind
+    run_dir = interactive_run_dir(notebook, resume=getattr(params, "resume", False) is True)
+    return params.model_copy(update={"output_dir": str(run_dir)})
 
 
 def interactive_run_dir(notebook: str, resume: bool) -> Path:
@@ -571,10 +572,7 @@ def _layered(notebook: str, defaults: dict[str, Any], profile: str | None, outpu
     for name, value in profile_values.items():  # a section in a profile changes only the fields it names
         both_dicts = isinstance(value, dict) and isinstance(values.get(name), dict)
         values[name] = {**values[name], **value} if both_dicts else value
-    for key, value in overrides.items():
-        section_name, name = key.split(".")
-        values[section_name] = {**values[section_name], name: value}
-    for key, value in (assigned or {}).items():
+    for key, value in {**overrides, **(assigned or {})}.items():  # env overrides, then the command line's --set
         section_name, _, name = key.rpartition(".")
         if not section_name:
             values[key] = value
