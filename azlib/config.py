@@ -228,6 +228,12 @@ class TeacherEnsembleParams(StudentParams, SearchParams, GSM8KParams):
     use_checker: bool = Field(description="ask the student model whether undecided leaves are complete")
 
 
+# The student scores the text its teachers write (their prior and perplexity under the student), and a server
+# gives log-probs only of what it generates itself (azlib.models.openai: score() is a BackendError).
+SERVER_CANNOT_SCORE = ("generation 'server' cannot score the teachers' text with the student (a server returns "
+                       "log-probs only of what it generates); with teachers, generate with 'hf' or 'vllm'")
+
+
 class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student. The sections
     search, text, grpo, lora and train are azlib.training.TrainingConfig's, consumed as they are."""
@@ -276,6 +282,9 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
         if self.generation == "server" and not self.generation_url.startswith(("http://", "https://")):
             raise ValueError("generation 'server' needs generation_url, the vLLM server's base URL "
                              f"(http://host:port/v1), got {self.generation_url!r}")
+        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and (
+                self.train.groups == "answers" or self.fork.writer == "teachers"):
+            raise ValueError(SERVER_CANNOT_SCORE)
         return self
 
 
@@ -325,6 +334,9 @@ class BaseVsTrainedParams(TrainingParams):
         if "tree_teachers" in self.arms and self.teacher_tier == "none" and not self.teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
                              "(cpu, vllm, ...) or teachers, not neither")
+        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and (
+                {"mcts", "tree_teachers"} & set(self.arms)):
+            raise ValueError(f"arms mcts and tree_teachers: {SERVER_CANNOT_SCORE}")
         return self
 
 

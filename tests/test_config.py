@@ -170,6 +170,25 @@ def test_generation_through_a_server_needs_its_url():
     assert config.validate("04_gsm8k_run", {**values, "generation": "server", "generation_url": url}).generation_url == url
 
 
+def test_generation_through_a_server_is_refused_where_the_student_must_score_its_teachers_text():
+    """The search's and the teacher-written forks' teachers are scored by the student (a server cannot: its
+    score() is a BackendError), so those settings stop before anything starts; teachers left unused do not."""
+    served = {"generation": "server", "generation_url": "http://127.0.0.1:8000/v1", "output_dir": "x"}
+    values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"), **served, "teacher_tier": "cpu"}
+    for change in ({"train": {**values["train"], "groups": "answers"}},
+                   {"train": {**values["train"], "groups": "forked"}, "fork": {**values["fork"], "writer": "teachers"}}):
+        with pytest.raises(ParamsError, match="generation 'server' cannot score the teachers' text"):
+            config.validate("04_gsm8k_run", {**values, **change})
+    sampling = {"train": {**values["train"], "groups": "sampling"}}
+    assert config.validate("04_gsm8k_run", {**values, **sampling}).teacher_tier == "cpu"
+    assert config.validate("04_gsm8k_run", {**values, "teacher_tier": "none"}).generation == "server"
+    five = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "05_base_vs_trained.ipynb"), **served,
+            "teacher_tier": "cpu"}
+    with pytest.raises(ParamsError, match="arms mcts and tree_teachers: generation 'server' cannot"):
+        config.validate("05_base_vs_trained", {**five, "arms": ["tree", "mcts"]})
+    assert config.validate("05_base_vs_trained", {**five, "arms": ["tree", "rft"]}).arms == ["tree", "rft"]
+
+
 def test_from_namespace_validates_a_notebooks_globals(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "INTERACTIVE_RUNS", str(tmp_path / "interactive"))
     namespace = good_bandit_values(num_seeds=3, output_dir=config.INTERACTIVE_RUNS) | {"plt": object()}
