@@ -23,7 +23,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
                       ValidationError, field_validator, model_validator)
 
 from azlib.data.arithmetic import STEP_COUNTS
-from azlib.experiment import QUICK_FORK, QUICK_SEARCH, QUICK_TEXT, QUICK_TRAIN
+from azlib.experiment import QUICK_FORK, QUICK_SEARCH, QUICK_TEXT, QUICK_TRAIN, arm_asks_teachers
 from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
@@ -36,7 +36,7 @@ from azlib.referee.objective import RefereeRLConfig
 from azlib.referee.train import TrainConfig
 from azlib.rlt import RLTSettings
 from azlib.teachers.spec import TeacherSpec
-from azlib.training import TRAINING_SEARCH, TrainSettings
+from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
@@ -282,8 +282,8 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
         if self.generation == "server" and not self.generation_url.startswith(("http://", "https://")):
             raise ValueError("generation 'server' needs generation_url, the vLLM server's base URL "
                              f"(http://host:port/v1), got {self.generation_url!r}")
-        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and (
-                self.train.groups == "answers" or self.fork.writer == "teachers"):
+        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and \
+                asks_teachers(self.train.groups, self.fork.writer):
             raise ValueError(SERVER_CANNOT_SCORE)
         return self
 
@@ -334,9 +334,9 @@ class BaseVsTrainedParams(TrainingParams):
         if "tree_teachers" in self.arms and self.teacher_tier == "none" and not self.teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
                              "(cpu, vllm, ...) or teachers, not neither")
-        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and (
-                {"mcts", "tree_teachers"} & set(self.arms)):
-            raise ValueError(f"arms mcts and tree_teachers: {SERVER_CANNOT_SCORE}")
+        asking = [arm for arm in self.arms if arm_asks_teachers(arm, self.fork, self.train.groups)]
+        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and asking:
+            raise ValueError(f"arms {', '.join(asking)}: {SERVER_CANNOT_SCORE}")
         return self
 
 

@@ -24,7 +24,7 @@ from azlib.models.loading import free_memory
 from azlib.prompts import chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
 from azlib.runs import atomic_write_text
-from azlib.training import TRAINING_SEARCH, TrainSettings
+from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
 
 # Notebook 05's defaults (azlib.config.BaseVsTrainedParams): a quick look at the pipeline, minutes on 2 CPU cores
 # and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself.
@@ -61,6 +61,12 @@ def arm_settings(arm: str, fork: ForkSettings) -> tuple[ForkSettings, dict]:
     spec = dict(ARMS[arm])
     named = {f.name: spec.pop(f.name) for f in fields(ForkSettings) if f.name in spec}
     return replace(fork, **named), spec
+
+
+def arm_asks_teachers(arm: str, fork: ForkSettings, groups: str) -> bool:
+    """Whether the arm asks the run's teachers, given the run's fork section and train.groups."""
+    arm_fork, train = arm_settings(arm, fork)
+    return asks_teachers(train.get("groups", groups), arm_fork.writer)
 
 
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
@@ -250,8 +256,8 @@ class Experiment:
 
                 fork, train = arm_settings(arm, p.fork)
                 # only the arms that ask teachers start their engines (the run's teachers are theirs)
-                asks_teachers = fork.writer == "teachers" or train.get("groups", p.train.groups) == "answers"
-                arm_params = p.model_copy(update={"seed": seed, "fork": fork} if asks_teachers else
+                arm_params = p.model_copy(update={"seed": seed, "fork": fork}
+                                          if arm_asks_teachers(arm, p.fork, p.train.groups) else
                                           {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
                 trainer = owned.enter_context(trainer_from_params(arm_params, folder / "train", self.problems,
                                                                   steps=10**6, **train))

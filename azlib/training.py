@@ -409,6 +409,12 @@ def training_problems(params) -> tuple[list[Row], str]:
                          fallback=params.gsm8k_fallback, steps=tuple(params.arithmetic_steps))
 
 
+def asks_teachers(groups: str, writer: str) -> bool:
+    """Whether a run with these signals asks its teachers: the search (groups "answers") and forks written by
+    teachers do, and the student then scores the text they write (its prior and perplexity of it)."""
+    return groups == "answers" or writer == "teachers"
+
+
 def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **train_changes) -> Trainer:
     """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
     `train_changes` replace fields of its `train` section (05's equal-budget arms). The caller closes the
