@@ -1,11 +1,11 @@
-"""Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]`,
+"""Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]` (the notebooks),
 `[torchrun --nproc_per_node=N -m] azlib train --profile P --out DIR [--resume]` (notebook 04's training from the
 library's defaults and the profile, no notebook read; data-parallel under torchrun),
 `[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training from the library's
 defaults and the profile, DDP under torchrun),
 `[torchrun --nproc_per_node=N -m] azlib experiment --profile P --out DIR [--arms A ...] [--seeds S ...]` (notebook
 05's arms and seeds from the library's defaults and the profile; under torchrun the processes share them out);
-train, referee and experiment take `--set NAME=VALUE ...` over the profile (train.steps=3, model=/path),
+run, train, referee and experiment take `--set NAME=VALUE ...` over the profile (train.steps=3, model=/path),
 `python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
 `python -m azlib serve [--model M] [--port P] [--dtype D] [--device D] [--max-n N ...]` (a local OpenAI-compatible
 server; `serve --help` lists its limits). Parses, hands over."""
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                             help="run folder; `azlib run --only 05 --out` the same folder then draws the results")
     experiment.add_argument("--arms", nargs="+", help="only these arms (default: the profile's)")
     experiment.add_argument("--seeds", type=int, nargs="+", help="only these training seeds (default: the profile's)")
-    for command in (train, referee, experiment):
+    for command in (run, train, referee, experiment):
         command.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE", dest="assignments",
                              help="parameters over the profile's, e.g. train.steps=3 model=/path/to/model "
                                   "seeds='[0, 1]' (each value read as YAML)")
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "plan":
             return print_plan(args.profile, args.gpu_memory or H100_GIB)
-        return run_notebooks(args.profile, only=args.only, out=args.out)
+        return run_notebooks(args.profile, only=args.only, out=args.out, assignments=args.assignments)
     except (ParamsError, PlanError) as err:
         print(f"azlib: {err}", file=sys.stderr)
         return 2

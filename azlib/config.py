@@ -522,9 +522,11 @@ def env_overrides(schema: set[str]) -> dict[str, int]:
     return out
 
 
-def resolve(notebook_path: Path, profile: str | None, output_dir: Path) -> tuple[NotebookParams, dict[str, int]]:
-    """Notebook defaults < profile YAML < env overrides, validated. Returns params and the overrides used.
-    Profile None: the parameters cell's own defaults (what a learner's Run All gets), only output_dir set."""
+def resolve(notebook_path: Path, profile: str | None, output_dir: Path,
+            assignments: Sequence[str] = ()) -> tuple[NotebookParams, dict[str, int]]:
+    """Notebook defaults < profile YAML < env overrides < `assignments` (`azlib run --set`), validated. Returns
+    params and the env overrides used. Profile None: the parameters cell's own defaults (what a learner's Run All
+    gets), only output_dir set."""
     notebook = notebook_path.stem
     defaults = notebook_defaults(notebook_path)
     schema = set(params_model(notebook).model_fields)
@@ -533,7 +535,7 @@ def resolve(notebook_path: Path, profile: str | None, output_dir: Path) -> tuple
             f"notebook {notebook}: parameters cell and schema disagree: "
             f"cell only {sorted(set(defaults) - schema)}, schema only {sorted(schema - set(defaults))}"
         )
-    return _layered(notebook, defaults, profile, output_dir)
+    return _layered(notebook, defaults, profile, output_dir, parse_assignments(assignments))
 
 
 def library_defaults(notebook: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +25,7 @@ from traitlets import Type
 
 from azlib import config
 from azlib.config import REPO_ROOT, NotebookParams, resolve
+from azlib.paths import repo_path
 from azlib.plan import check, gpu_memory, notebook_plan
 from azlib.runs import RunFolder, write_json
 
@@ -66,21 +68,24 @@ def default_run_dir(profile: str) -> Path:
     return REPO_ROOT / "outputs" / f"{stamp}-{profile}"
 
 
-def run(profile: str | None, only: list[str] | None = None, out: Path | None = None) -> int:
+def run(profile: str | None, only: list[str] | None = None, out: Path | None = None,
+        assignments: Sequence[str] = ()) -> int:
     """Execute the notebooks; return a process exit code (0 = all succeeded). Profile None runs each
-    notebook with its parameters cell's defaults (benchmarks/notebook_minutes.py)."""
+    notebook with its parameters cell's defaults (benchmarks/notebook_minutes.py). assignments: NAME=VALUE over
+    the profile, for every notebook of the run (`--set`; a name one of them lacks is an error)."""
     label = profile or "defaults"
-    run_dir = RunFolder(out or default_run_dir(label))
+    path = repo_path(out or default_run_dir(label))
     notebooks = list_notebooks(only)
 
     # Validate everything first: a typo in notebook 05's params must not cost a 04 run.
     resolved: dict[str, tuple[NotebookParams, dict[str, int]]] = {
-        nb.stem: resolve(nb, profile, run_dir.path) for nb in notebooks
+        nb.stem: resolve(nb, profile, path, assignments) for nb in notebooks
     }
     # The memory plan too, when a GPU is here: a notebook that cannot fit stops the run before any starts.
     if (gpu := gpu_memory()) is not None:
         free, total = gpu
         check([notebook_plan(stem, params) for stem, (params, _) in resolved.items()], total, free)
+    run_dir = RunFolder(path)  # made only now: a rejected run leaves no empty folder behind
     config = {
         "profile": profile,
         "run_dir": str(run_dir.path),

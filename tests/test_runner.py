@@ -74,6 +74,18 @@ def test_no_profile_runs_the_parameters_cells_defaults(fake_kit):
     assert metrics["01_ok"] == {"max_tokens": 16}, "the cell's value, not the smoke profile's 32"
 
 
+def test_set_on_the_command_line_beats_the_profile_and_the_environment(fake_kit, monkeypatch, capsys):
+    """`azlib run --set search.max_tokens=64`: the notebook receives it over the profile's 32 and MAX_TOKENS; a name
+    no notebook of the run has stops the run before anything executes."""
+    monkeypatch.setenv("MAX_TOKENS", "48")
+    out = fake_kit / "run"
+    assert main(["run", "--profile", "smoke", "--only", "01", "--out", str(out), "--set", "search.max_tokens=64"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["01_ok"] == {"max_tokens": 64}
+    assert main(["run", "--profile", "smoke", "--only", "01", "--out", str(fake_kit / "run2"),
+                 "--set", "modle=/m"]) == 2
+    assert "modle: unknown parameter" in capsys.readouterr().err and not (fake_kit / "run2").exists()
+
+
 def test_invalid_params_stop_everything_before_execution(fake_kit, capsys):
     (config.PARAMS_DIR / "smoke" / "03_never.yaml").write_text("search: {max_tokens: '32'}\n")
     out = fake_kit / "run"
