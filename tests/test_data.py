@@ -39,28 +39,39 @@ def test_corrupt_jsonl_names_the_line(tmp_path):
         load_gsm8k(str(tmp_path), "test")
 
 
-def test_unreachable_hub_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", "/nonexistent-azlib-test-cache")
+@pytest.fixture
+def hub_offline(monkeypatch, tmp_path):
+    """The hub unreachable and its caches empty, whatever the machine's network: set where huggingface_hub and
+    datasets read them. Both read the environment once, at their first import (transformers' in an earlier test,
+    often), so the variables alone came too late: each load then waited out the hub client's retries (23 s
+    here, with no network) and would have downloaded GSM8K where a network is."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    for module, name, value in [(huggingface_hub.constants, "HF_HUB_OFFLINE", True),
+                                (huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub")),
+                                (datasets.config, "HF_HUB_OFFLINE", True),
+                                (datasets.config, "HF_DATASETS_OFFLINE", True),
+                                (datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")]:
+        monkeypatch.setattr(module, name, value)
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # and for whatever imports them later
+        monkeypatch.setenv(var, "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+
+
+def test_unreachable_hub_is_a_clear_error(hub_offline):
     with pytest.raises(DataUnavailable, match=r"could not be loaded from the hub \(openai/gsm8k, main\)"):
         load_gsm8k("hub", "test")
 
 
-def test_auto_prefers_the_local_copy_then_the_hub(monkeypatch, tmp_path, gsm8k_dir):
+def test_auto_prefers_the_local_copy_then_the_hub(monkeypatch, tmp_path, gsm8k_dir, hub_offline):
     assert load_gsm8k("auto", "test", limit=1)[0]["info"]["id"] == "gsm8k-test-0"
     monkeypatch.setattr(gsm8k, "LOCAL_DEFAULT", tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", "/nonexistent-azlib-test-cache")
     with pytest.raises(DataUnavailable, match="no local copy at .* and GSM8K could not be loaded from the hub"):
         load_gsm8k("auto", "test")
 
 
-def test_an_unreachable_gsm8k_becomes_arithmetic_only_where_the_fallback_is_allowed(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", "/nonexistent-azlib-test-cache")
+def test_an_unreachable_gsm8k_becomes_arithmetic_only_where_the_fallback_is_allowed(tmp_path, hub_offline):
     with pytest.raises(DataUnavailable, match=r"the hub \(openai/gsm8k, main\).*gsm8k_fallback is off"):
         task_problems("gsm8k", "hub", "train", 4, seed=0, fallback=False)
     with pytest.raises(DataUnavailable, match=r"not found: .*missing/train.jsonl does not exist.*gsm8k_fallback is off"):
