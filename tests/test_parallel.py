@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 from azlib import config
 from azlib.grpo import GRPO, Example, GRPOSettings
 from azlib.models.student import LoraSettings, Student
+from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test loads a model
 
@@ -106,37 +107,41 @@ def worker_pid(agent: int, rank: int) -> int | None:
     return None
 
 
-def test_azlib_train_under_torchrun_splits_each_step_and_resumes_after_a_rank_is_killed(tmp_path):
-    """`torchrun --nproc_per_node=2 -m azlib train`: each rank searches one of a step's 2 problems, and the step's
-    log (written by rank 0 alone) counts both searches' answers. Rank 1 killed (SIGKILL) mid-run, torchrun stops
-    rank 0; a resume under torchrun ends with the uninterrupted run's log, metric for metric."""
+def test_azlib_train_under_torchrun_splits_each_step_and_resumes_after_a_rank_is_killed(tmp_path, tiny_model_dir):
+    """`torchrun --nproc_per_node=2 -m azlib train` (a tiny student, 20 GRPO steps that each change its weights):
+    each rank searches one of a step's 2 problems, and the step's log (written by rank 0 alone) counts both
+    searches' answers. Rank 1 killed (SIGKILL) mid-run, torchrun stops rank 0; a resume under torchrun ends with
+    the uninterrupted run's log, metric for metric."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    tiny = tiny_grpo(tiny_model_dir, steps=20)
     whole = tmp_path / "whole"
-    proc = subprocess.run(torchrun_train(whole), capture_output=True, text=True, cwd=config.REPO_ROOT, timeout=900, env=env)
+    proc = subprocess.run(torchrun_train(whole, *tiny), capture_output=True, text=True, cwd=config.REPO_ROOT,
+                          timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("2 process(es)") == 1, "rank 0 alone reports"
     reference = read_log(whole)
-    params, _ = config.resolve_library("04_gsm8k_run", "smoke", whole)
+    params, _ = config.resolve_library("04_gsm8k_run", "smoke", whole, tiny[1:])
     train = params.train
     assert [r["step"] for r in reference] == list(range(1, train.steps + 1)), "each step logged once"
     assert all(r["answers"] == train.problems_per_step for r in reference), "both ranks' searches reached the log"
+    assert all(r["grad_norm"] > 0 for r in reference), "every step changes the weights"
 
     killed = tmp_path / "killed"
-    agent = subprocess.Popen(torchrun_train(killed), cwd=config.REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+    agent = subprocess.Popen(torchrun_train(killed, *tiny), cwd=config.REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     first = killed / "train-04" / "checkpoints" / "step-000001"
     deadline = time.monotonic() + 600
     while not first.exists() and agent.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.01)
     rank1 = worker_pid(agent.pid, 1)
     assert agent.poll() is None and rank1, "the run ended before a rank could be killed"
-    time.sleep(random.Random(7).uniform(0.0, 1.0))  # seeded: somewhere in step 2
+    time.sleep(random.Random(7).uniform(0.0, 1.0))  # seeded: somewhere in the next steps
     os.kill(rank1, signal.SIGKILL)
     assert agent.wait(timeout=300) != 0, "torchrun reports the lost rank"
     assert [r["step"] for r in read_log(killed)][-1] < train.steps, "killed before the end"
 
-    proc = subprocess.run(torchrun_train(killed, "--resume"), capture_output=True, text=True, cwd=config.REPO_ROOT,
-                          timeout=900, env=env)
+    proc = subprocess.run(torchrun_train(killed, *tiny, "--resume"), capture_output=True, text=True,
+                          cwd=config.REPO_ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert read_log(killed) == reference, "every step once, each as in the uninterrupted run"
 

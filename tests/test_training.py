@@ -25,6 +25,7 @@ from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings, trainer_from_params
+from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
 
@@ -40,30 +41,37 @@ def read_log(out):
     return [{k: v for k, v in json.loads(x).items() if k not in TIMING} for x in lines]
 
 
-@pytest.mark.slow  # about 1 min: three training subprocesses
-def test_kill_minus_9_and_resume_ends_like_an_uninterrupted_run(tmp_path):
+@pytest.mark.slow  # about half a minute: three training subprocesses
+def test_kill_minus_9_and_resume_ends_like_an_uninterrupted_run(tmp_path, tiny_model_dir):
+    """On a tiny student, 20 GRPO steps of about 0.3 s: the kill lands in one of the first few, and the resumed
+    run must restore the adapter, the optimiser and the random state to reproduce the rest."""
+    steps = 20
     whole = tmp_path / "whole"
-    subprocess.run(train_cli(whole), check=True, cwd=config.REPO_ROOT, capture_output=True, timeout=900)
+    subprocess.run(train_cli(whole, *tiny_grpo(tiny_model_dir, steps)), check=True, cwd=config.REPO_ROOT,
+                   capture_output=True, timeout=900)
     reference = read_log(whole)
-    assert [r["step"] for r in reference] == [1, 2, 3]
+    assert [r["step"] for r in reference] == list(range(1, steps + 1))
+    assert all(r["grad_norm"] > 0 for r in reference), "every step changes the weights"
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(train_cli(killed), cwd=config.REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(train_cli(killed, *tiny_grpo(tiny_model_dir, steps)), cwd=config.REPO_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = killed / "train-04" / "checkpoints" / "step-000001"
     deadline = time.monotonic() + 600
     while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed; the test needs a longer smoke run"
-    delay = random.Random(7).uniform(0.0, 2.0)  # seeded: a failure is reproduced by the same moment
-    time.sleep(delay)  # somewhere in step 2: searching, updating, or writing its checkpoint
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed; the test needs a longer run"
+    delay = random.Random(7).uniform(0.0, 1.0)  # seeded: a failure is reproduced by the same moment
+    time.sleep(delay)  # somewhere in the next steps: searching, updating, or writing a checkpoint
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done = [r["step"] for r in read_log(killed)]
-    assert done and done[-1] < 3, "killed before the end"
+    assert done and done[-1] < steps, "killed before the end"
 
-    subprocess.run(train_cli(killed, "--resume"), check=True, cwd=config.REPO_ROOT, capture_output=True, timeout=900)
+    subprocess.run(train_cli(killed, *tiny_grpo(tiny_model_dir, steps), "--resume"), check=True, cwd=config.REPO_ROOT,
+                   capture_output=True, timeout=900)
     resumed = read_log(killed)
-    assert [r["step"] for r in resumed] == [1, 2, 3], "every step once: none lost, none twice"
+    assert [r["step"] for r in resumed] == list(range(1, steps + 1)), "every step once: none lost, none twice"
     assert resumed == reference, "a resumed seeded run equals the uninterrupted one, metric for metric"
 
 
@@ -268,17 +276,17 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
 
 
-@pytest.mark.slow  # about 1.5 min: two runs with teachers
-def test_a_resumed_run_with_teachers_asks_and_weighs_them_as_the_uninterrupted_one(student, tmp_path):
+def test_a_resumed_run_with_teachers_asks_and_weighs_them_as_the_uninterrupted_one(tmp_path, tiny_model_dir):
     """The teachers' weight rule is learned state, and which teachers a node asks is random: both must come
-    back on resume, or a resumed run with teachers is another run."""
+    back on resume, or a resumed run with teachers is another run. (A tiny student, its own teachers.)"""
+    student = Student(tiny_model_dir, lora=LoraSettings(r=4))
     start = tmp_path / "start-adapter"
     student.save_adapter(start)
 
     def run(folder, steps, resume=False):
-        student.load_adapter(start)  # the module's student: every run starts from the same weights
-        teachers = TeacherEnsemble([TeacherSpec(name=n, backend="hf", model=DEFAULT_MODEL, tier="cpu", persona=n)
-                                    for n in ("tutor", "terse")], shared={DEFAULT_MODEL: student.backend},
+        student.load_adapter(start)  # every run starts from the same weights
+        teachers = TeacherEnsemble([TeacherSpec(name=n, backend="hf", model=tiny_model_dir, tier="cpu", persona=n)
+                                    for n in ("tutor", "terse")], shared={tiny_model_dir: student.backend},
                                    per_node=1, seed=0)
         trainer = small_trainer(student, folder, teachers=teachers, steps=steps)
         log = trainer.run(resume=resume, progress=False)
