@@ -121,7 +121,7 @@ def test_student_logprobs_match_generation(student):
                                                  entropy=True)
     assert torch.allclose(logp[0], torch.tensor(sample.logprobs), atol=1e-4)
     assert mask.sum() == len(sample.token_ids) and (entropy >= 0).all()
-    # At temperature T the loss reads log softmax(logits / T), as TRL does (cause 5 of the failed run).
+    # At temperature T the loss reads log softmax(logits / T), the distribution sampled from, as TRL does.
     ids = student.backend.encode_prompt(CHAT) + list(sample.token_ids)
     with torch.no_grad():
         logits = student.model(input_ids=torch.tensor([ids])).logits[0, -len(sample.token_ids) - 1 : -1].float()

@@ -118,9 +118,9 @@ def test_groups_from_trees_and_from_samples(student):
 
 
 def test_finished_answers_reach_the_groups_under_the_trainings_own_search(student):
-    """Cause 1 of the failed run: terminal children were created solved with zero visits, skip_solved
-    never entered them, and Tree.leaves() returned visited nodes only, so no finished answer (and no
-    correct one) reached a GRPO group. Under the training's own config they must."""
+    """A finished child (a terminal beside open siblings) is entered once, so it is a visited leaf and its answer
+    reaches the groups, under the training's own search settings (skip_solved, which never enters a solved
+    node: were finished children created solved and unvisited, no finished answer would ever be trained on)."""
     params = config.validate("04_gsm8k_run", {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"),
                                               **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": "x"})
     training = TrainingConfig(train=replace(params.train, reward="original"),

@@ -138,68 +138,6 @@ def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vll
     assert served == {"smollm2"}, "a closed student leaves the server as it found it"
 
 
-def test_students_on_vllm_engines_follow_each_optimiser_step_and_give_their_engines_back(hf):
-    """Notebook 05 with vLLM generation: a student per arm, one after another in one process. Each engine must
-    generate with the adapter of the newest optimiser step, and closing a student must end its engine's
-    processes and give their memory back before the next starts."""
-    import psutil
-    import torch
-
-    from azlib.grpo import GRPO, Example, GRPOSettings
-    from azlib.models.hf import HFBackend
-    from azlib.models.student import LoraSettings, Student
-
-    me = psutil.Process()
-
-    def processes() -> dict[int, psutil.Process]:
-        return {p.pid: p for p in me.children(recursive=True)}
-
-    def rss_mb() -> float:  # this process and its children (the engine's processes)
-        return sum(p.memory_info().rss for p in [me, *processes().values()]) / 2**20
-
-    def follows_a_step(student: Student) -> None:
-        base = student.backend.generate(CHATS, max_new_tokens=16)
-        assert [s[0].token_ids for s in base] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
-        # a GRPO step changes the adapter; the engine must generate with the new weights right after it
-        examples = [Example(student.backend.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
-                    for i, s in enumerate(student.backend.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0,
-                                                                   seed=0)[0])]
-        GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0)).step(examples)
-        assert student.backend.adapters_loaded == 2, "one sync at start, one after the optimiser step"
-        after = student.backend.generate(CHATS, max_new_tokens=16)
-        assert [s[0].token_ids for s in after] != [s[0].token_ids for s in base], "the step changed the outputs"
-        as_trained = HFBackend.wrapping(student.model, student.tokenizer)
-        scores = as_trained.score(CHATS, [s[0].token_ids for s in after])
-        for (sample,), score in zip(after, scores):
-            assert max(abs(a - b) for a, b in zip(sample.logprobs, score)) < 1e-3
-        with torch.no_grad():
-            assert [s[0].token_ids for s in as_trained.generate(CHATS, max_new_tokens=16)] == \
-                   [s[0].token_ids for s in after]
-
-    before, kept = rss_mb(), set(processes())  # the module's engine fixture may be running
-    levels = []
-    for arm in range(2):
-        with Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16), generation="vllm",
-                     vllm_options=CPU_ENGINE) as student:
-            (sample,), = student.backend.generate(CHATS[:1], max_new_tokens=8)
-            assert sample.token_ids, f"arm {arm}'s engine generates"
-            running = rss_mb()
-            core, = [p for pid, p in processes().items() if pid not in kept and "EngineCore" in p.name()]
-            engine = [core, *core.children(recursive=True)]  # its workers (multiprocessing's helper stays)
-            folder = student.sync_folder
-            if arm == 0:
-                follows_a_step(student)
-        assert not any(p.is_running() for p in engine), f"arm {arm}'s engine processes have exited (and been reaped)"
-        assert not folder.exists()
-        levels.append((running, rss_mb()))
-    (up_first, after_first), (up_second, after_second) = levels
-    engine_mb = up_first - before
-    assert engine_mb > 1000, "an engine with its KV cache takes over a GB (0.2 of RAM)"
-    assert after_first - before < 0.25 * engine_mb, f"memory back after the first close: {levels}, from {before:.0f}"
-    assert up_second - after_first < 1.2 * engine_mb, "the second engine is alone, not beside the first"
-    assert after_second - after_first < 0.1 * engine_mb, f"no memory kept per arm: {levels}"
-
-
 def test_an_engine_failure_is_a_backend_error_and_a_bad_request_is_not():
     """The engine's own failures (vLLM's server errors: its core died) become BackendError, which benches a
     teacher; anything else, a bad request or a bug, stays what it is."""
