@@ -59,7 +59,10 @@ setup-browser:
 run: setup
 	$(PY) -m azlib run --profile $(PROFILE)
 
-test: test-main test-vllm test-verifiers
+# The main suite first (it keeps both cores busy), the two other environments built one after the other, then the
+# vLLM and verifiers suites side by side (theirs wait on engine and server starts), each one's output printed whole.
+test: test-main setup-vllm setup-verifiers
+	$(MAKE) --no-print-directory -j2 -O test-vllm test-verifiers
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not model and not slow and not vllm and not verifiers and not registry"

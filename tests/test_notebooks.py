@@ -129,8 +129,8 @@ TREES = {"02": ["02_tictactoe", "02_text"], "04": ["04_forked"]}
 class SmokeRun:
     """One `azlib run --profile smoke --only ...` over the class's notebooks, shared by its tests. The notebooks are
     split over several classes (`make test` runs with --dist loadscope: each class stays on one worker, so both
-    workers share the smoke runs). Measured inside a loaded suite run: 05 about 7 minutes, 06 2.3, 03 1.5, the
-    other four 2.7 together."""
+    workers share the smoke runs). Measured inside a loaded suite run: 05 1.5 minutes, 06 1.8, 03 1.5, the other
+    four 1.8 together."""
 
     prefixes: tuple[str, ...]
 
@@ -183,8 +183,8 @@ class TestSmokeRun05(SmokeRun):
     """The student is a tiny random Llama with the embedded tokenizer (its teachers stay the embedded model).
     Notebook 05's checks are structural: every arm over both seeds spends its budget, the statistics and the
     verdict are whole. At the smoke budget (60 tokens an arm, 16 per answer) the embedded student verified no
-    answer in any arm but rationalize's and scored 0 on every set, so it showed nothing more, in 7 minutes against
-    under 2 on the tiny one (quiet cores); the embedded model runs the notebook in the cpu profile."""
+    answer in any arm but rationalize's and scored 0 on every set, so it showed nothing more, in 7.1 minutes of a
+    loaded suite run against 1.5 on the tiny one; the embedded model runs the notebook in the cpu profile."""
 
     prefixes = ("05",)
 
