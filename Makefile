@@ -1,7 +1,7 @@
 # One command to set up and run the main job, one to set up and run the tests.
 #   make run    all notebooks, cpu profile, into outputs/<run-id>/
 #   make test   the whole test suite (CI runs exactly this through .ci/run)
-#   make test-fast   the tests that load no model and run no notebook (contributors: under a minute)
+#   make test-fast   the tests that load no model and run no notebook (contributors: under 3 minutes)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
