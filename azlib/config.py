@@ -277,13 +277,17 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     train: Train = Field(
         TrainSettings(), description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
 
+    @property
+    def has_teachers(self) -> bool:
+        """A tier of them or a list of served ones (whether a run asks them is azlib.training.asks_teachers)."""
+        return self.teacher_tier != "none" or bool(self.teachers)
+
     @model_validator(mode="after")
     def _server(self) -> TrainingParams:
         if self.generation == "server" and not self.generation_url.startswith(("http://", "https://")):
             raise ValueError("generation 'server' needs generation_url, the vLLM server's base URL "
                              f"(http://host:port/v1), got {self.generation_url!r}")
-        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and \
-                asks_teachers(self.train.groups, self.fork.writer):
+        if self.generation == "server" and self.has_teachers and asks_teachers(self.train.groups, self.fork.writer):
             raise ValueError(SERVER_CANNOT_SCORE)
         return self
 
@@ -331,11 +335,11 @@ class BaseVsTrainedParams(TrainingParams):
             raise ValueError("train.token_budget: every arm trains to one budget of generated tokens; set it")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds: each training seed once")
-        if "tree_teachers" in self.arms and self.teacher_tier == "none" and not self.teachers:
+        if "tree_teachers" in self.arms and not self.has_teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
                              "(cpu, vllm, ...) or teachers, not neither")
         asking = [arm for arm in self.arms if arm_asks_teachers(arm, self.fork, self.train.groups)]
-        if self.generation == "server" and (self.teacher_tier != "none" or self.teachers) and asking:
+        if self.generation == "server" and self.has_teachers and asking:
             raise ValueError(f"arms {', '.join(asking)}: {SERVER_CANNOT_SCORE}")
         return self
 

@@ -257,7 +257,7 @@ class Experiment:
                 fork, train = arm_settings(arm, p.fork)
                 # only the arms that ask teachers start their engines (the run's teachers are theirs)
                 arm_params = p.model_copy(update={"seed": seed, "fork": fork}
-                                          if arm_asks_teachers(arm, p.fork, p.train.groups) else
+                                          if asks_teachers(train.get("groups", p.train.groups), fork.writer) else
                                           {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
                 trainer = owned.enter_context(trainer_from_params(arm_params, folder / "train", self.problems,
                                                                   steps=10**6, **train))
