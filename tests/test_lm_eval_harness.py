@@ -26,8 +26,8 @@ def harness_samples(gsm8k_dir: Path, tmp_path: Path) -> list[dict]:
     task |= {"task": "gsm8k_local", "dataset_path": "json", "dataset_name": None,
              "dataset_kwargs": {"data_files": {s: str(gsm8k_dir / f"{s}.jsonl") for s in ("train", "test")},
                                 "cache_dir": str(tmp_path / "datasets")}}
-    (tmp_path / "gsm8k_local.yaml").write_text(yaml.safe_dump(task))  # self-contained: the harness's own task
-    # folders need not be indexed (about a tenth of the harness's time here)
+    # The task file is self-contained, so the harness need not index its own task folders (a tenth of its time).
+    (tmp_path / "gsm8k_local.yaml").write_text(yaml.safe_dump(task))
     out = lm_eval.simple_evaluate(
         model="hf", model_args={"pretrained": resolve_model_path(DEFAULT_MODEL), "dtype": "float32", "device": "cpu"},
         tasks=["gsm8k_local"], limit=PROBLEMS, log_samples=True, batch_size=1,
