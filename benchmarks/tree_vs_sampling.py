@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
-import yaml
 
-from azlib.config import resolve_library
+from azlib.config import ParamsError, resolve_library
 from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, task_sets
 from azlib.models import make_backend
 from azlib.paths import REPO_ROOT
@@ -32,7 +31,8 @@ from azlib.paths import REPO_ROOT
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("main", "all"), default="main",
-                        help="main: base, tree and RFT; all: every arm of azlib.experiment.ARMS")
+                        help="main: base, tree and RFT; all: every arm of azlib.experiment.ARMS, tree and RFT first (so an "
+                             "interrupted run has the main comparison), with the embedded teacher ensemble for tree_teachers")
     parser.add_argument("--steps", type=int, default=None, help="arithmetic steps per problem (default: the profile's)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the profile's token budget")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
@@ -51,33 +51,30 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"tree-vs-sampling-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
     start = time.perf_counter()
+    # every change is a --set assignment over the profile, validated as `azlib experiment --set` validates it
     params, _ = resolve_library("05_base_vs_trained", "cpu", args.out.resolve())
-    train = params.train.__class__(**{**params.train.__dict__,
-                                      "token_budget": int(params.train.token_budget * args.budget_scale)})
+    arms = ["tree", "rft"] if args.mode == "main" else ["tree", "rft"] + [a for a in ARMS if a not in ("tree", "rft")]
+    assignments = [f"arms={json.dumps(arms)}", f"train.token_budget={int(params.train.token_budget * args.budget_scale)}"]
+    if args.mode == "all" and not params.has_teachers:  # tree_teachers: the embedded teacher ensemble writes its forks
+        assignments.append("teacher_tier=cpu")
     if args.seeds and not args.report:
         unknown = sorted(set(args.seeds) - set(params.seeds))
         if unknown:
             parser.error(f"--seeds {unknown} are not among the profile's seeds {params.seeds}")
-        params = params.model_copy(update={"seeds": args.seeds})
-    if args.fork:
-        pairs = [item.partition("=") for item in args.fork]
-        if any(not sep for _, sep, _ in pairs):
-            parser.error(f"--fork takes FIELD=VALUE, got {args.fork}")
-        try:
-            fork = replace(params.fork, **{k: yaml.safe_load(v) for k, _, v in pairs})
-        except (TypeError, ValueError) as err:
-            parser.error(f"--fork: {err}")
-        params = params.model_copy(update={"fork": fork})
+        assignments.append(f"seeds={json.dumps(args.seeds)}")
+    if any("=" not in item for item in args.fork):
+        parser.error(f"--fork takes FIELD=VALUE, got {args.fork}")
+    assignments += [f"fork.{item}" for item in args.fork]
+    if args.steps:
+        assignments.append(f"arithmetic_steps=[{args.steps}]")
     if args.eval_problems is not None:
-        if args.eval_problems < 1:  # model_copy does not validate: 0 would evaluate on empty sets
-            parser.error(f"--eval-problems must be at least 1, got {args.eval_problems}")
-        params = params.model_copy(update={"eval_problems": args.eval_problems})
+        assignments.append(f"eval_problems={args.eval_problems}")
     if args.eval_gsm8k is not None:
-        if args.eval_gsm8k < 0:
-            parser.error(f"--eval-gsm8k must be at least 0, got {args.eval_gsm8k}")
-        params = params.model_copy(update={"eval_gsm8k_problems": args.eval_gsm8k})
-    params = params.model_copy(update={"arms": ["tree", "rft"] if args.mode == "main" else list(ARMS), "train": train,
-                                       "arithmetic_steps": [args.steps] if args.steps else params.arithmetic_steps})
+        assignments.append(f"eval_gsm8k_problems={args.eval_gsm8k}")
+    try:
+        params, _ = resolve_library("05_base_vs_trained", "cpu", args.out.resolve(), assignments)
+    except ParamsError as err:
+        parser.error(str(err))
     problems, sets, note = task_sets(params)
     print(f"{args.mode} mode: arms {params.arms}, seeds {params.seeds}, {params.train.token_budget:,} tokens per arm and "
           f"seed, fork {asdict(params.fork)}, {params.arithmetic_steps}-step problems, held-out sets { {k: len(v) for k, v in sets.items()} } {note}")
