@@ -47,11 +47,13 @@ def embedded():
 
 
 @pytest.fixture(scope="module")
-def hf():
-    """The embedded model on the hf backend, default batching (one per test module)."""
+def hf(request):
+    """The embedded model on the hf backend, one per test module: default batching, or the module's
+    `HF_BATCH_SIZE` rows per batch where its tests need batches of other widths."""
     from azlib.models import make_backend
 
-    return make_backend("hf")
+    batch_size = getattr(request.module, "HF_BATCH_SIZE", None)
+    return make_backend("hf", **({"batch_size": batch_size} if batch_size else {}))
 
 
 def save_tiny_llama(seed: int = 0) -> str:

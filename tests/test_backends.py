@@ -10,9 +10,7 @@ QUESTIONS = ["What is 12 + 7?", "What is the capital of France?", "Say hi.",
 CHATS = [[{"role": "user", "content": q}] for q in QUESTIONS]
 
 
-@pytest.fixture(scope="module")
-def hf():
-    return make_backend("hf", batch_size=3)  # 3: the four prompts span two batches of different widths
+HF_BATCH_SIZE = 3  # the four prompts span two batches of different widths (the conftest `hf` fixture reads it)
 
 
 def test_batching_gives_the_same_greedy_text_as_one_at_a_time(hf):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import TopPLogitsWarper
 
-from azlib.models import decoding, make_backend
+from azlib.models import decoding
 from azlib.models.decoding import decode, top_p_filter
 from azlib.models.hf_internals import grouped_attention, sdpa_attention_forward
 
@@ -16,9 +16,6 @@ SHOTS = "Question: What is 1 + 1?\nAnswer: 1 + 1 = 2\n#### 2\n\n" * 4
 FEWSHOT = [f"{SHOTS}Question: What is {a} + {b}?\nAnswer:" for a, b in [(2, 3), (10, 7), (4, 40)]]
 
 
-@pytest.fixture(scope="module")
-def hf():
-    return make_backend("hf", batch_size=8)
 
 
 def _decode(hf, prompts, **kwargs):

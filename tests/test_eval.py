@@ -11,13 +11,10 @@ from scipy import stats
 
 from azlib import evaluation as ev
 from azlib.data import arithmetic_problems, load_gsm8k
-from azlib.models import make_backend
 from azlib.rewards import correctness_reward, perplexity_reward, perplexity_reward_under
 
 
-@pytest.fixture(scope="module")
-def hf():
-    return make_backend("hf", batch_size=8)
+HF_BATCH_SIZE = 8  # the 12 problems span two batches of different widths (the conftest `hf` fixture reads it)
 
 
 def test_chat_evaluation_end_to_end(hf, tmp_path):
