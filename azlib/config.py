@@ -2,7 +2,7 @@
 Defaults live in each notebook's `parameters` cell; this module only checks and resolves values.
 
 A parameter that configures one library component is a *section*: a dict of that component's settings
-(`search` = SearchConfig's fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
+(`search` = SearchSettings' fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
 Profiles and env overrides change single fields of a section; the rest keep the notebook's values."""
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from azlib.experiment import QUICK_FORK, QUICK_SEARCH, QUICK_TEXT, QUICK_TRAIN, 
 from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
-from azlib.mcts.search import SearchConfig
+from azlib.mcts.search import SearchSettings
 from azlib.models import DEFAULT_MODEL
 from azlib.models.student import LoraSettings
 from azlib.paths import REPO_ROOT, repo_path
-from azlib.referee.gpt import GPTConfig
-from azlib.referee.objective import RefereeRLConfig
-from azlib.referee.train import TrainConfig
+from azlib.referee.gpt import GPTSettings
+from azlib.referee.objective import RefereeRLSettings
+from azlib.referee.train import RefereeTrainSettings
 from azlib.rlt import RLTSettings
 from azlib.teachers.spec import TeacherSpec
 from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
@@ -101,12 +101,12 @@ def section(settings: type, fixed: tuple[str, ...] = ()) -> Any:
     return Annotated[settings, PlainValidator(build), PlainSerializer(dump)]
 
 
-Search = section(SearchConfig)
+Search = section(SearchSettings)
 # Notebooks 02 and 03 end an answer at depth x chunk tokens (so MAX_TREE_DEPTH moves both): not a field to set.
 TextSearch = section(TextSearchSettings, fixed=("max_answer_tokens",))
 Lora = section(LoraSettings, fixed=("target_modules",))
 # In a training run the `train` section's temperature, reward and answer length hold for the whole run
-# (azlib.training.TrainingConfig writes them into the search and the update), so those sections omit them.
+# (azlib.training.TrainerSettings writes them into the search and the update), so those sections omit them.
 TrainingTextSearch = section(TextSearchSettings, fixed=("temperature", "top_p", "reward", "max_answer_tokens"))
 TrainingGRPO = section(GRPOSettings, fixed=("temperature", "max_completion_length"))
 Train = section(TrainSettings, fixed=("seed",))
@@ -185,7 +185,7 @@ class StudentParams(NotebookParams):
 class SearchParams(NotebookParams):
     """The text search's budget and selection rule, in every notebook that searches (02, 03, 04, 05)."""
 
-    search: Search = Field(SearchConfig(), description="azlib.mcts.SearchConfig fields; env NUM_MCTS_ITERATIONS, "
+    search: Search = Field(SearchSettings(), description="azlib.mcts.SearchSettings fields; env NUM_MCTS_ITERATIONS, "
                                                        "MAX_TREE_DEPTH and MAX_TOKENS override num_simulations, "
                                                        "max_depth, max_tokens")
 
@@ -236,7 +236,7 @@ SERVER_CANNOT_SCORE = ("generation 'server' cannot score the teachers' text with
 
 class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student. The sections
-    search, text, grpo, lora and train are azlib.training.TrainingConfig's, consumed as they are."""
+    search, text, grpo, lora and train are azlib.training.TrainerSettings', consumed as they are."""
 
     generation: Literal["hf", "vllm", "server"] = Field(
         "hf", description="the student generates with azlib's hf decode loop, through a vLLM engine in this "
@@ -262,7 +262,7 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
                                                         "(options: {device: cuda:N})")
     teachers_per_node: int = Field(2, ge=1)
     resume: bool = Field(False, description="continue from the latest checkpoint in the run folder")
-    search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchConfig fields (a training run's defaults: "
+    search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchSettings fields (a training run's defaults: "
                                                         "skip_solved, parent_value); env NUM_MCTS_ITERATIONS, "
                                                         "MAX_TREE_DEPTH and MAX_TOKENS override")
     text: TrainingTextSearch = Field(TextSearchSettings(), description="TextSearchSettings fields but temperature, "
@@ -307,7 +307,7 @@ class BaseVsTrainedParams(TrainingParams):
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([2], description="step counts of the arithmetic task, within 1..4")
-    search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchConfig fields")
+    search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchSettings fields")
     text: TrainingTextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
     fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.mcts.forking.ForkSettings fields")
     train: Train = Field(QUICK_TRAIN, description="azlib.training.TrainSettings fields (the arms set groups and "
@@ -346,47 +346,47 @@ class BaseVsTrainedParams(TrainingParams):
 
 class RefereeRLParams(GSM8KParams):
     """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee).
-    Defaults: the referee package's own (GPTConfig, RefereeRLConfig, TrainConfig), the rest here."""
+    Defaults: the referee package's own (GPTSettings, RefereeRLSettings, RefereeTrainSettings), the rest here."""
 
     gsm8k: DataSource = Field("auto", description="corpus: GSM8K train text (auto, hub or a folder); arithmetic "
                                                   "text if absent and gsm8k_fallback")
     max_chars: int = Field(0, ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
     device: Literal["cpu", "cuda"] = "cpu"
     n_layer: int = Field(
-        GPTConfig.n_layer, ge=1, description="main models (RL arms and the CE baseline/referee): transformer blocks")
-    n_head: int = Field(GPTConfig.n_head, ge=1)
-    n_embd: int = Field(GPTConfig.n_embd, ge=8, description="width; a multiple of n_head")
-    block_size: int = Field(GPTConfig.block_size, ge=8, description="context length in characters")
+        GPTSettings.n_layer, ge=1, description="main models (RL arms and the CE baseline/referee): transformer blocks")
+    n_head: int = Field(GPTSettings.n_head, ge=1)
+    n_embd: int = Field(GPTSettings.n_embd, ge=8, description="width; a multiple of n_head")
+    block_size: int = Field(GPTSettings.block_size, ge=8, description="context length in characters")
     referee_n_layer: int = Field(2, ge=1, description="the small referee of the ablation")
     referee_n_head: int = Field(2, ge=1)
     referee_n_embd: int = Field(64, ge=8)
     steps: int = Field(
-        TrainConfig.steps, ge=1, description="optimiser steps, the same for every arm (so the same tokens)")
+        RefereeTrainSettings.steps, ge=1, description="optimiser steps, the same for every arm (so the same tokens)")
     batch_size: int = Field(
-        TrainConfig.batch_size, ge=1, description="global sequences per step, split over torchrun's processes")
+        RefereeTrainSettings.batch_size, ge=1, description="global sequences per step, split over torchrun's processes")
     learning_rate: float = Field(
-        TrainConfig.learning_rate, gt=0, description="AdamW peak; linear warmup then cosine to 10%")
-    warmup_steps: int = Field(TrainConfig.warmup_steps, ge=0)
-    weight_decay: float = Field(TrainConfig.weight_decay, ge=0)
-    grad_clip: float = Field(TrainConfig.grad_clip, gt=0, description="global gradient-norm clip of every arm")
-    eval_every: int = Field(TrainConfig.eval_every, ge=1, description="steps between validation evaluations")
+        RefereeTrainSettings.learning_rate, gt=0, description="AdamW peak; linear warmup then cosine to 10%")
+    warmup_steps: int = Field(RefereeTrainSettings.warmup_steps, ge=0)
+    weight_decay: float = Field(RefereeTrainSettings.weight_decay, ge=0)
+    grad_clip: float = Field(RefereeTrainSettings.grad_clip, gt=0, description="global gradient-norm clip of every arm")
+    eval_every: int = Field(RefereeTrainSettings.eval_every, ge=1, description="steps between validation evaluations")
     eval_batches: int = Field(
-        TrainConfig.eval_batches, ge=1, description="fixed held-out windows per evaluation, in batches")
-    eval_batch_size: int = Field(TrainConfig.eval_batch_size, ge=1)
+        RefereeTrainSettings.eval_batches, ge=1, description="fixed held-out windows per evaluation, in batches")
+    eval_batch_size: int = Field(RefereeTrainSettings.eval_batch_size, ge=1)
     top_k: int = Field(
-        RefereeRLConfig.top_k, ge=1, description="candidates from the student and from the referee at each position")
+        RefereeRLSettings.top_k, ge=1, description="candidates from the student and from the referee at each position")
     reality_weight: float = Field(
-        RefereeRLConfig.reality_weight, ge=0, description="alpha, exponent of reality in the reward (avataRL 0.7)")
+        RefereeRLSettings.reality_weight, ge=0, description="alpha, exponent of reality in the reward (avataRL 0.7)")
     referee_weight: float = Field(
-        RefereeRLConfig.referee_weight, ge=0, description="beta, exponent of the referee's probability (avataRL 0.3)")
+        RefereeRLSettings.referee_weight, ge=0, description="beta, exponent of the referee's probability (avataRL 0.3)")
     smoothing: float = Field(
-        RefereeRLConfig.smoothing, gt=0, lt=1, description="reality gives 1 - smoothing to the ground truth")
+        RefereeRLSettings.smoothing, gt=0, lt=1, description="reality gives 1 - smoothing to the ground truth")
     reward_scale: float = Field(
-        RefereeRLConfig.reward_scale, gt=0, description="r = scale * share before the clamp (avataRL 100)")
+        RefereeRLSettings.reward_scale, gt=0, description="r = scale * share before the clamp (avataRL 100)")
     reward_clamp: float = Field(
-        RefereeRLConfig.reward_clamp, gt=0, description="largest reward at a position (avataRL 1.5)")
+        RefereeRLSettings.reward_clamp, gt=0, description="largest reward at a position (avataRL 1.5)")
     advantage: Literal["reward", "group"] = Field(
-        RefereeRLConfig.advantage,
+        RefereeRLSettings.advantage,
         description="reward: A = r (avataRL); group: A = r minus its mean over the candidates")
     ablations: list[Literal["rl_gt_only", "rl_small_referee"]] = Field(
         ["rl_gt_only", "rl_small_referee"],

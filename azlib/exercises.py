@@ -126,7 +126,7 @@ def check_group_advantages(fn: Callable[[list[float]], Sequence[float]], seed: i
 
 def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade:
     """fn(q, prior, parent_visits, child_visits, c) -> the PUCT score azlib's search maximises."""
-    from azlib.mcts.search import SearchConfig, _score
+    from azlib.mcts.search import SearchSettings, _score
     from azlib.mcts.tree import Node
 
     rng = random.Random(seed)
@@ -136,7 +136,8 @@ def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade
         kwargs = {"q": rng.uniform(-1, 1), "prior": rng.uniform(0.01, 1), "parent_visits": parent,
                   "child_visits": rng.randint(0, parent - 1), "c": rng.uniform(0.5, 3)}
         child = Node(state=None, parent=0, action=None, prior=kwargs["prior"], depth=1, visits=kwargs["child_visits"])
-        expected = _score(child, kwargs["q"], SearchConfig(rule="puct", c=kwargs["c"]), math.sqrt(parent), math.log(parent))
+        settings = SearchSettings(rule="puct", c=kwargs["c"])
+        expected = _score(child, kwargs["q"], settings, math.sqrt(parent), math.log(parent))
         cases.append(((), kwargs, [expected]))
     return _grade("PUCT score", fn, cases,
                   "exploitation (Q) plus an exploration bonus. The bonus is larger for moves the network likes, grows "
@@ -326,7 +327,7 @@ def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None
     cfg.referee_weight is 0)."""
     import torch
 
-    from azlib.referee import RefereeRLConfig, referee_rewards
+    from azlib.referee import RefereeRLSettings, referee_rewards
 
     rng = random.Random(seed)
     cases = []
@@ -334,7 +335,7 @@ def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None
         vocab = rng.randint(8, 40)
         ids = rng.sample(range(vocab), rng.randint(3, min(12, vocab)))
         target = rng.choice(ids)
-        cfg = RefereeRLConfig(reality_weight=round(rng.uniform(0.3, 1.0), 2),
+        cfg = RefereeRLSettings(reality_weight=round(rng.uniform(0.3, 1.0), 2),
                               referee_weight=0.0 if k % 4 == 0 else round(rng.uniform(0.1, 0.8), 2),
                               smoothing=round(rng.uniform(0.02, 0.3), 2),
                               reward_scale=rng.choice([100.0, round(rng.uniform(0.5, 5), 2)]),

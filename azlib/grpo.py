@@ -158,8 +158,9 @@ def make_optimizer(params, settings: GRPOSettings) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
 
 
-class GRPO:
-    """step(examples) -> stats: advantages, reference and old log-probs, num_iterations policy
+class PolicyUpdate:
+    """A policy's (the student's, or an RLT teacher's) update, by GRPO or by imitation, on its trainable weights.
+    step(examples) -> stats: GRPO's advantages, reference and old log-probs, num_iterations policy
     updates over micro-batches (accumulated), grad-norm clip, one optimiser step per update.
     sft_step(examples) -> stats: one optimiser step of imitation (expert iteration).
     Under torchrun every rank is given the whole step's examples, trains on its share (azlib.parallel.shard)

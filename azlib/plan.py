@@ -18,7 +18,7 @@ from azlib.models.hf import BATCH_SIZE
 from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
 from azlib.teachers import chosen_teachers
-from azlib.training import GENERATION_MAX_MODEL_LEN, TrainingConfig
+from azlib.training import GENERATION_MAX_MODEL_LEN, TrainerSettings
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
@@ -324,7 +324,7 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
     """Notebooks 04 and 05: the LoRA student, its vLLM engine (generation "vllm"), teachers, GRPO micro-batches;
     04's demo cell scores the whole search of two problems in one no-gradient forward."""
     shape, models = _student(params)
-    config = TrainingConfig(train=params.train, search=params.search, text=params.text, grpo=params.grpo)
+    config = TrainerSettings(train=params.train, search=params.search, text=params.text, grpo=params.grpo)
     length, mb = config.grpo.max_completion_length, params.grpo.micro_batch_size
     resident = (_weights("student", shape, params.dtype),
                 _adapter(shape, params.lora, params.grpo.optimizer, params.reference == "snapshot"),

@@ -26,12 +26,12 @@ import torch
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
-from azlib.grpo import GRPO, GRPOSettings
+from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.groups import (GROUP_KINDS, SCORABLE_GROUPS, Completion, GroupKind, best_verified, forked_groups,
                           tree_groups, verified, with_rewards)
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.mcts.forking import ForkingSearch, ForkSettings
-from azlib.mcts.search import SearchConfig, search
+from azlib.mcts.search import SearchSettings, search
 from azlib.models.generation import Resource
 from azlib.models.student import LoraSettings, Student
 from azlib.parallel import barrier, gather, local_device, shard, world
@@ -90,18 +90,18 @@ class TrainSettings:
 
 
 # A training run's search: a solved subtree is not entered again, and an unvisited child is valued at its parent
-# (SearchConfig's own defaults, raw Q and no skipping, are the game searches').
-TRAINING_SEARCH = SearchConfig(skip_solved=True, q_transform="parent_value")
+# (SearchSettings' own defaults, raw Q and no skipping, are the game searches').
+TRAINING_SEARCH = SearchSettings(skip_solved=True, q_transform="parent_value")
 
 
 @dataclass(frozen=True)
-class TrainingConfig:
+class TrainerSettings:
     """Every setting of a training run, one section per component. The run samples and scores answers one
     way: `train`'s temperature, reward and answer length are written into `text` and `grpo` (GRPO's
     log-probs must be those of the temperature the answers were sampled at, without top-p)."""
 
     train: TrainSettings = TrainSettings()
-    search: SearchConfig = TRAINING_SEARCH
+    search: SearchSettings = TRAINING_SEARCH
     text: TextSearchSettings = TextSearchSettings()
     fork: ForkSettings = ForkSettings()  # groups "forked" and "treerl" ("sampling": the same with no forks)
     grpo: GRPOSettings = GRPOSettings()
@@ -154,13 +154,13 @@ class Trainer(Resource):
     a student still needed elsewhere is simply not closed."""
 
     def __init__(self, student: Student, problems: Sequence[Row], folder: str | Path,
-                 config: TrainingConfig = TrainingConfig(), *, teachers=None, checker=None,
+                 config: TrainerSettings = TrainerSettings(), *, teachers=None, checker=None,
                  weights: RewardWeights = RewardWeights()):
         self.student, self.problems, self.config = student, list(problems), config
         self.folder = Path(folder)
         self.checkpoints = self.folder / "checkpoints"
         self.log_path = self.folder / "train_log.jsonl"
-        self.grpo = GRPO(student, config.grpo)
+        self.policy_update = PolicyUpdate(student, config.grpo)
         self.teachers, self.weights = teachers, weights
         self.env = TextEnv(student.backend, self.problems, config.text, teachers=teachers, weights=weights,
                            checker=checker)
@@ -226,9 +226,9 @@ class Trainer(Resource):
         good = best_verified(completions) if self.reward_functions else verified(completions)
         if s.update == "sft":
             self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
-            stats = self.grpo.sft_step(self.replay)
+            stats = self.policy_update.sft_step(self.replay)
         else:
-            stats = self.grpo.step([c for c in completions if c.text])  # an empty answer has nothing to train
+            stats = self.policy_update.step([c for c in completions if c.text])  # an empty answer has nothing to train
         self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
             self.student.refresh_reference()
@@ -323,9 +323,9 @@ class Trainer(Resource):
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         self.student.save_adapter(staging / "adapter")
-        torch.save(self.grpo.optimizer.state_dict(), staging / "optimizer.pt")
+        torch.save(self.policy_update.optimizer.state_dict(), staging / "optimizer.pt")
         state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.config.train.seed,
-                 "updates": self.grpo.updates, "replay": [asdict(c) for c in self.replay],
+                 "updates": self.policy_update.updates, "replay": [asdict(c) for c in self.replay],
                  "model": self.student.name, "problems": self._problems_digest(), "config": self._settings(),
                  "teachers": self.teachers.rule.state() if self.teachers is not None else {}}
         (staging / "state.json").write_text(json.dumps(state, indent=1))
@@ -394,9 +394,9 @@ class Trainer(Resource):
             raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its replay buffer has no token "
                                   f"ids: {err}); resume it with that version or start a new run") from None
         self.student.load_adapter(latest / "adapter")
-        self.grpo.optimizer.load_state_dict(optimizer)
+        self.policy_update.optimizer.load_state_dict(optimizer)
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
-        self.grpo.updates, self.replay = state["updates"], replay
+        self.policy_update.updates, self.replay = state["updates"], replay
         if self.teachers is not None:
             self.teachers.rule.load_state(saved_teachers)
 
@@ -424,7 +424,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
     specs = chosen_teachers(params.teachers, params.teacher_tier)
     if params.fork.writer == "teachers" and not specs:
         raise ValueError("fork.writer 'teachers' needs teachers: set teacher_tier (cpu, vllm, ...) or teachers")
-    config = TrainingConfig(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
+    config = TrainerSettings(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
                             text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
     torch.manual_seed(params.seed)  # the LoRA initialisation
     student = Student(params.model, lora=config.lora, reference=params.reference, dtype=params.dtype,

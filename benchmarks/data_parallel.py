@@ -28,7 +28,7 @@ from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
 from azlib.models import DEFAULT_MODEL
 from azlib.models.student import LoraSettings, Student
-from azlib.training import Trainer, TrainingConfig, TrainSettings
+from azlib.training import Trainer, TrainerSettings, TrainSettings
 
 
 def timed(function, clock: dict):
@@ -59,7 +59,7 @@ def run(rank: int, world: int, port: int, args, out: str) -> None:
     torch.manual_seed(0)
     student = Student(DEFAULT_MODEL, lora=LoraSettings(r=16, dropout=0.0), device=device)
     rows = arithmetic_problems(args.problems * (args.steps + 1), seed=0, steps=(1, 2))
-    config = TrainingConfig(train=TrainSettings(groups="sampling", update="grpo", steps=args.steps + 1,
+    config = TrainerSettings(train=TrainSettings(groups="sampling", update="grpo", steps=args.steps + 1,
                                                 problems_per_step=args.problems, group_size=args.group,
                                                 max_new_tokens=args.tokens),
                             grpo=GRPOSettings(micro_batch_size=8))

@@ -135,10 +135,10 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
     from azlib.evaluation import evaluate
     from azlib.grpo import GRPOSettings, make_optimizer
     from azlib.mcts.envs.text import TextSearchSettings
-    from azlib.mcts.search import SearchConfig
+    from azlib.mcts.search import SearchSettings
     from azlib.models.student import LoraSettings, Student
     from azlib.plan import activations, model_shape, scoring_logits, training_logits
-    from azlib.training import Trainer, TrainingConfig, TrainSettings
+    from azlib.training import Trainer, TrainerSettings, TrainSettings
 
     size = SIZES[args.shape]
 
@@ -170,12 +170,12 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
 
     problems = arithmetic_problems(16, seed=0, steps=(1,))
 
-    def settings(update: str, steps: int) -> TrainingConfig:
-        return TrainingConfig(
+    def settings(update: str, steps: int) -> TrainerSettings:
+        return TrainerSettings(
             train=TrainSettings(update=update, steps=steps, problems_per_step=2, checkpoint_every=1,
                                 max_new_tokens=length, temperature=1.0),
             grpo=GRPOSettings(optimizer=OPTIMIZER, micro_batch_size=size["micro_batch"]),
-            search=SearchConfig(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=8 * length,
+            search=SearchSettings(num_simulations=4, max_depth=4, leaves_per_step=2, max_tokens=8 * length,
                                 skip_solved=True, q_transform="parent_value"),
             text=TextSearchSettings(student_samples=2))
 
@@ -188,14 +188,14 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
     with report.phase("train_grpo_step") as entry:
         trainer = Trainer(first, problems, work / "run", settings("grpo", 1))
         log = trainer.run(progress=False)
-        entry |= {"optimizer": type(trainer.grpo.optimizer).__name__, "steps": len(log),
+        entry |= {"optimizer": type(trainer.policy_update.optimizer).__name__, "steps": len(log),
                   "loss": round(log[0].get("loss", 0.0), 5), "tokens": log[0]["tokens"], **planned}
     with report.phase("resume") as entry:
         del trainer, first
         again = Trainer(student(), problems, work / "run", settings("grpo", 1))
         again.restore_latest()
-        entry |= {"resumed_at_step": again.step, "optimizer_state_restored": bool(again.grpo.optimizer.state)}
-        assert again.step == 1 and again.grpo.updates == 1, "resume did not restore the step"
+        entry |= {"resumed_at_step": again.step, "optimizer_state_restored": bool(again.policy_update.optimizer.state)}
+        assert again.step == 1 and again.policy_update.updates == 1, "resume did not restore the step"
     with report.phase("evaluate_64") as entry:
         result = evaluate(again.student.backend, arithmetic_problems(64, seed=1, steps=(1,)), max_new_tokens=32)
         entry |= {"accuracy": result.accuracy, "tokens": result.tokens_generated}
@@ -277,7 +277,7 @@ def vllm_phases(report: Report, args, model_dir: str, work: Path) -> None:
         return
     from azlib.config import NOTEBOOKS_DIR, resolve
     from azlib.data import arithmetic_problems
-    from azlib.grpo import GRPO, Example, GRPOSettings
+    from azlib.grpo import PolicyUpdate, Example, GRPOSettings
     from azlib.models.student import LoraSettings
     from azlib.teachers import TeacherEnsemble, tier_teachers
     from azlib.training import trainer_from_params
@@ -309,7 +309,7 @@ def vllm_phases(report: Report, args, model_dir: str, work: Path) -> None:
             # the outputs far enough that a sync the engine ignored would show
             examples = [Example(engine.encode_prompt(chat), s[0].token_ids, 1.0, i)
                         for i, (chat, s) in enumerate(zip(CHATS, base))]
-            GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0)).sft_step(examples)
+            PolicyUpdate(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0)).sft_step(examples)
             after = engine.generate(CHATS[:4], max_new_tokens=16)
             with torch.no_grad():  # the trained student's own log-probs of what the engine generated
                 own, _, _ = student.token_logprobs([engine.encode_prompt(c) for c in CHATS[:4]],

@@ -24,14 +24,15 @@ def run_azlib(args) -> dict:
     import torch
 
     from azlib.data import arithmetic_problems
-    from azlib.grpo import GRPO, GRPOSettings
+    from azlib.grpo import PolicyUpdate, GRPOSettings
     from azlib.groups import sampled_groups
     from azlib.models.student import LoraSettings, Student
 
     torch.manual_seed(0)
     student = Student(MODEL, lora=LoraSettings(r=16, alpha=32), gradient_checkpointing=True)  # TRL's default too
-    trainer = GRPO(student, GRPOSettings(loss_type="dapo", beta=0.04, learning_rate=1e-5, temperature=args.temperature,
-                                         micro_batch_size=args.group_size * args.prompts))
+    settings = GRPOSettings(loss_type="dapo", beta=0.04, learning_rate=1e-5, temperature=args.temperature,
+                            micro_batch_size=args.group_size * args.prompts)
+    trainer = PolicyUpdate(student, settings)
     rows = arithmetic_problems(args.prompts * (args.steps + 1), seed=0, steps=(1,))
     times = []
     for step in range(args.steps + 1):  # step 0 warms up

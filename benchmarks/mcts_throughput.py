@@ -13,7 +13,7 @@ import time
 
 from azlib.data import arithmetic_problems
 from azlib.prompts import continuation_prompt
-from azlib.mcts import SearchConfig, search
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import make_backend
 
@@ -50,7 +50,7 @@ def main() -> None:
     settings = TextSearchSettings(expansion="chunk", student_samples=4, chunk_tokens=16, max_answer_tokens=128)
     timed = Timed(backend)
     env = TextEnv(timed, rows, settings)
-    config = SearchConfig(num_simulations=args.simulations, max_depth=8, leaves_per_step=args.leaves_per_step,
+    config = SearchSettings(num_simulations=args.simulations, max_depth=8, leaves_per_step=args.leaves_per_step,
                           skip_solved=True)
     start = time.perf_counter()
     results = search(env, [env.root(i) for i in range(len(rows))], config, random.Random(0))

@@ -10,7 +10,7 @@ import argparse
 import random
 import time
 
-from azlib.mcts import SearchConfig, search
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs import tictactoe as ttt
 
 
@@ -20,13 +20,13 @@ def main() -> None:
     args = parser.parse_args()
     env = ttt.TicTacToe()
 
-    config = SearchConfig(num_simulations=20_000, max_depth=9, temperature=0)
+    config = SearchSettings(num_simulations=20_000, max_depth=9, temperature=0)
     start = time.perf_counter()
     (result,) = search(env, [ttt.EMPTY], config, random.Random(0))
     rate = result.simulations / (time.perf_counter() - start)
     print(f"from the empty board: {rate:,.0f} simulations/s (goal >= 10,000), {len(result.tree.nodes):,} nodes")
 
-    config = SearchConfig(num_simulations=args.simulations, max_depth=9, temperature=0, c=1.0)
+    config = SearchSettings(num_simulations=args.simulations, max_depth=9, temperature=0, c=1.0)
     positions = [b for b in ttt.reachable_positions() if ttt.legal_moves(b) and ttt.minimax(b) >= 0]
     start, losing = time.perf_counter(), []
     for board in positions:

@@ -13,9 +13,9 @@ from pydantic import TypeAdapter
 
 from azlib import config
 from azlib.config import ParamsError
-from azlib.mcts import SearchConfig
+from azlib.mcts import SearchSettings
 from azlib.mcts.envs.text import TextSearchSettings
-from azlib.training import TrainingConfig, TrainSettings
+from azlib.training import TrainerSettings, TrainSettings
 
 NB01 = config.NOTEBOOKS_DIR / "01_toy_bandit_grpo.ipynb"
 
@@ -115,7 +115,7 @@ def test_a_profile_or_env_var_changes_one_field_of_a_section(tmp_path, monkeypat
     monkeypatch.setattr(config, "PARAMS_DIR", tmp_path)
     monkeypatch.setenv("MAX_TREE_DEPTH", "5")
     params, overrides = config.resolve(nb, "smoke", tmp_path / "run")
-    assert isinstance(params.search, SearchConfig) and overrides == {"search.max_depth": 5}
+    assert isinstance(params.search, SearchSettings) and overrides == {"search.max_depth": 5}
     assert (params.search.num_simulations, params.search.max_depth) == (7, 5)
     assert params.search.max_tokens == cell["max_tokens"] and params.search.q_transform == cell["q_transform"]
     assert params.grpo.epsilon_low == 0.1, "a GRPOSettings field the original system's params could not reach"
@@ -123,20 +123,21 @@ def test_a_profile_or_env_var_changes_one_field_of_a_section(tmp_path, monkeypat
 
 
 def test_a_training_run_samples_and_scores_one_way():
-    """TrainingConfig writes the train section's temperature, reward and answer length into the search and
+    """TrainerSettings writes the train section's temperature, reward and answer length into the search and
     the update: GRPO's log-probs are those of the distribution the answers were sampled from."""
-    c = TrainingConfig(train=TrainSettings(temperature=0.3, reward="original", max_new_tokens=40),
+    c = TrainerSettings(train=TrainSettings(temperature=0.3, reward="original", max_new_tokens=40),
                        text=TextSearchSettings(temperature=0.9, top_p=0.5))
     assert (c.text.temperature, c.text.top_p, c.text.reward, c.text.max_answer_tokens) == (0.3, 1.0, "original", 40)
     assert (c.grpo.temperature, c.grpo.max_completion_length) == (0.3, 40)
-    chunked = TrainingConfig(text=TextSearchSettings(expansion="chunk", chunk_tokens=10), search=SearchConfig(max_depth=6))
+    chunked = TrainerSettings(text=TextSearchSettings(expansion="chunk", chunk_tokens=10),
+                              search=SearchSettings(max_depth=6))
     assert chunked.text.max_answer_tokens == 60 and chunked.grpo.max_completion_length == 128, "depth x chunk"
 
 
 @pytest.mark.parametrize(
     "section, value, message",
     [
-        ("search", {"num_simulation": 3}, "search: Value error, unknown field(s) ['num_simulation'] of SearchConfig"),
+        ("search", {"num_simulation": 3}, "search: Value error, unknown field(s) ['num_simulation'] of SearchSettings"),
         ("search", {"num_simulations": "3"}, "search: Value error, num_simulations: Input should be a valid integer"),
         ("search", {"num_simulations": 0}, "num_simulations, max_depth and leaves_per_step must be >= 1"),
         ("search", {"c": float("nan")}, "search: Value error, c: must be finite"),

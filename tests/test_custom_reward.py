@@ -12,7 +12,7 @@ from azlib import training
 from azlib.grpo import group_advantages
 from azlib.groups import Completion, best_verified, with_rewards
 from azlib.rewards import call_reward, correctness_reward
-from azlib.training import Trainer, TrainingConfig, TrainSettings
+from azlib.training import Trainer, TrainerSettings, TrainSettings
 
 ROWS = [{"prompt": "What is 2 + 3?", "answer": "5", "info": {"id": "a"}},
         {"prompt": "What is 4 * 2?", "answer": "8", "info": {"id": "b"}}]
@@ -99,10 +99,10 @@ class FakeUpdate:
 
 def trainer_with_answers(tmp_path, monkeypatch, update):
     trainer = Trainer(FakeStudent(), ROWS, tmp_path / "run",
-                      TrainingConfig(train=TrainSettings(groups="sampling", update=update, problems_per_step=2)))
+                      TrainerSettings(train=TrainSettings(groups="sampling", update=update, problems_per_step=2)))
     monkeypatch.setattr(trainer.forking, "grow", lambda indices, size, seed: [SimpleNamespace(tokens=8, prefill=4, independent_answers=list)])
     monkeypatch.setattr(training, "forked_groups", lambda trees, backend, kind: answers())
-    trainer.grpo = FakeUpdate()
+    trainer.policy_update = FakeUpdate()
     return trainer
 
 
@@ -112,7 +112,7 @@ def test_the_trainer_adds_the_function_to_what_grpo_and_imitation_train_on(tmp_p
     bonus = Recorder()
     trainer.add_reward(bonus)
     record = trainer.train_step()
-    before, after = trainer.grpo.handed
+    before, after = trainer.policy_update.handed
     assert [e.reward for e in before] == [1.0, 1.0, 0.0, 1.0] and [e.reward for e in after] == [1.0, 1.5, 0.5, 1.5]
     advantages = group_advantages(torch.tensor([e.reward for e in after]), torch.tensor([e.group for e in after]))
     assert advantages[1] > 0 > advantages[0], "within problem 0 the brief correct answer is now preferred"
@@ -124,7 +124,7 @@ def test_the_trainer_adds_the_function_to_what_grpo_and_imitation_train_on(tmp_p
     imitation = trainer_with_answers(tmp_path / "sft", monkeypatch, "sft")
     imitation.add_reward(Recorder())
     imitation.train_step()
-    assert [e.text for e in imitation.grpo.handed[0]] == [ANSWERS[1][1], ANSWERS[3][1]]
+    assert [e.text for e in imitation.policy_update.handed[0]] == [ANSWERS[1][1], ANSWERS[3][1]]
 
 
 def test_the_trainer_refuses_what_it_cannot_use_and_names_a_bad_return(tmp_path, monkeypatch):
@@ -144,7 +144,7 @@ def test_the_trainer_refuses_what_it_cannot_use_and_names_a_bad_return(tmp_path,
         trainer.add_reward(hre)
     with pytest.raises(ValueError, match="train.groups must be one of"):
         Trainer(FakeStudent(), ROWS, tmp_path / "siblings",
-                TrainingConfig(train=TrainSettings(groups="siblings"))).add_reward(Recorder())
+                TrainerSettings(train=TrainSettings(groups="siblings"))).add_reward(Recorder())
     trainer.add_reward(Recorder([1.0]))
     with pytest.raises(ValueError, match="'brief_bonus' returned 1 rewards for 4 completions"):
         trainer.train_step()

@@ -12,7 +12,7 @@ import torch
 from azlib import config
 from azlib.data import arithmetic_problems
 from azlib.experiment import ARMS, arm_settings
-from azlib.grpo import GRPO, GRPOSettings
+from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.groups import Completion, forked_groups, sampled_groups, verified
 from azlib.mcts import tree_after
 from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
@@ -21,7 +21,7 @@ from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import Trainer, TrainingConfig, TrainSettings
+from azlib.training import Trainer, TrainerSettings, TrainSettings
 
 
 def answer(reward: float, ids=(9,)) -> Answer:
@@ -144,10 +144,10 @@ def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
     assert sum(t.tokens for t in trees) == sum(s.completion_tokens for s in samples)
 
     def first_step(groups, **fork):
-        trainer = Trainer(student, rows, "/nonexistent", TrainingConfig(
+        trainer = Trainer(student, rows, "/nonexistent", TrainerSettings(
             train=TrainSettings(groups=groups, update="sft", problems_per_step=3, group_size=2, max_new_tokens=24,
                                 temperature=0.7, seed=3), **fork))
-        trainer.grpo.sft_step = lambda examples: {}  # the answers, not the update, are compared
+        trainer.policy_update.sft_step = lambda examples: {}  # the answers, not the update, are compared
         trainer.train_step()
         return trainer.replay, trainer.forking.grow([0, 1, 2], 2, seed=9)
 
@@ -195,7 +195,7 @@ def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(stud
         """The step's parameter change, flattened (the student is put back after)."""
         torch.manual_seed(0)
         start = [p.detach().clone() for p in student.trainable_parameters()]
-        GRPO(student, settings).step(examples)
+        PolicyUpdate(student, settings).step(examples)
         delta = torch.cat([(p.detach() - s).flatten() for p, s in zip(student.trainable_parameters(), start)])
         with torch.no_grad():
             for p, s in zip(student.trainable_parameters(), start):
@@ -325,11 +325,11 @@ def test_the_teacher_arm_needs_a_teacher_tier_or_teachers():
 @pytest.mark.model
 def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question(student):
     rows = arithmetic_problems(3, seed=20000, steps=(2,))
-    trainer = Trainer(student, rows, "/nonexistent", TrainingConfig(
+    trainer = Trainer(student, rows, "/nonexistent", TrainerSettings(
         train=TrainSettings(groups="forked", update="sft", problems_per_step=3, group_size=3, max_new_tokens=40,
                             temperature=0.7, seed=1),
         fork=ForkSettings(rounds=1, points=2, branches=2, where="root", writer="hint")))
-    trainer.grpo.sft_step = lambda examples: {}  # the answers, not the update, are looked at
+    trainer.policy_update.sft_step = lambda examples: {}  # the answers, not the update, are looked at
     grown, grow = [], trainer.forking.grow
     trainer.forking.grow = lambda *args: grown.extend(grow(*args)) or grown
     record = trainer.train_step()

@@ -6,7 +6,8 @@ import tempfile
 import pytest
 import torch
 
-from azlib.grpo import GRPO, Example, GRPOSettings, aggregate, equal_reward_groups, group_advantages, grpo_loss, token_losses
+from azlib.grpo import (Example, GRPOSettings, PolicyUpdate, aggregate, equal_reward_groups, group_advantages, grpo_loss,
+                         token_losses)
 
 B, T = 6, 7
 
@@ -135,7 +136,7 @@ def test_grpo_steps_move_probability_toward_the_rewarded_answer(student):
     good, bad = (student.backend.encode_continuation(t) for t in ("2 + 3 = 5\n#### 5", "2 + 3 = 6\n#### 6"))
     measure = lambda **kw: student.token_logprobs([prompt, prompt], [good, bad], **kw)[0].sum(-1).detach()
     before = measure()
-    trainer = GRPO(student, GRPOSettings(learning_rate=2e-4, beta=0.04))
+    trainer = PolicyUpdate(student, GRPOSettings(learning_rate=2e-4, beta=0.04))
     for _ in range(3):
         stats = trainer.step([Example(prompt, good, 1.0, 0), Example(prompt, bad, 0.0, 0)])
     after = measure()
@@ -150,7 +151,7 @@ def test_grpo_steps_move_probability_toward_the_rewarded_answer(student):
 def test_all_equal_groups_can_be_dropped(student):
     prompt = student.backend.encode_prompt(CHAT)
     answer = student.backend.encode_continuation("5")
-    stats = GRPO(student, GRPOSettings(drop_equal_groups=True)).step([Example(prompt, answer, 1.0, 0)] * 2)
+    stats = PolicyUpdate(student, GRPOSettings(drop_equal_groups=True)).step([Example(prompt, answer, 1.0, 0)] * 2)
     assert stats["sequences"] == 0 and stats["dropped_sequences"] == 2 and stats["loss"] == 0.0
 
 
@@ -191,8 +192,8 @@ def test_every_tensor_of_a_step_lives_on_the_students_device(loss_type):
     examples = [Example([1, 2], [3] * (1 + i % 3), float(i % 2), i // 2) for i in range(6)]
     settings = GRPOSettings(loss_type=loss_type, beta=0.1, num_iterations=2, micro_batch_size=4)
     with _MetaScalars():
-        stats = GRPO(_MetaStudent(), settings).step(examples)  # raises "... on the same device" if one is not
-        sft = GRPO(_MetaStudent(), settings).sft_step(examples)
+        stats = PolicyUpdate(_MetaStudent(), settings).step(examples)  # raises "... on the same device" if one is not
+        sft = PolicyUpdate(_MetaStudent(), settings).sft_step(examples)
     assert stats["sequences"] == 6 and sft["sequences"] == 6
 
 
@@ -204,4 +205,4 @@ def test_per_token_advantages_come_with_every_example_or_none():
     plain = Example([1], [2], 0.0, 0)
     for bad in ([with_advantages, plain], [Example([1], [2, 3], 1.0, 0, advantages=[0.5])]):
         with pytest.raises(ValueError, match="one per completion token"):
-            GRPO(student).step(bad)  # never a silent fall back to group advantages
+            PolicyUpdate(student).step(bad)  # never a silent fall back to group advantages

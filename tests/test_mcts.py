@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from azlib.mcts import Child, Expansion, SearchConfig, Tree, search, selection_terms, tree_after, visit_weights
+from azlib.mcts import Child, Expansion, SearchSettings, Tree, search, selection_terms, tree_after, visit_weights
 from azlib.mcts.envs import tictactoe as ttt
 from azlib.mcts.search import (_q_values, _score, q_by_parent_and_siblings, q_by_parent_value, q_completed_by_mix_value,
                                 q_raw, sequence_of_considered_visits)
@@ -23,7 +23,7 @@ def test_selection_scores_by_hand():
     tree.root.visits = 10
     a = tree.nodes[tree.add_child(0, "a", 0, 0.6, visits=4, value_sum=2.0)]
     b = tree.nodes[tree.add_child(0, "b", 1, 0.4, visits=0)]
-    puct, uct = SearchConfig(rule="puct", c=1.5), SearchConfig(rule="uct", c=1.5)
+    puct, uct = SearchSettings(rule="puct", c=1.5), SearchSettings(rule="uct", c=1.5)
     sqrt_n, log_n = 10**0.5, __import__("math").log(10)
     assert _score(a, a.q, puct, sqrt_n, log_n) == pytest.approx(0.5 + 1.5 * 0.6 * sqrt_n / 5)
     assert _score(b, b.q, puct, sqrt_n, log_n) == pytest.approx(1.5 * 0.4 * sqrt_n)
@@ -40,8 +40,8 @@ def test_q_transforms_by_hand():
     tree.root.visits, tree.root.value_sum = 10, 5.0  # parent Q 0.5
     kids = [tree.nodes[tree.add_child(0, k, k, 0.3, visits=v, value_sum=w)]
             for k, (v, w) in enumerate([(2, 1.8), (5, 1.0), (0, 0.0)])]  # Q 0.9, 0.2, unvisited
-    assert _q_values(tree.root, kids, SearchConfig()) == pytest.approx([0.9, 0.2, 0.0])
-    parent_value, mctx = SearchConfig(q_transform="parent_value"), SearchConfig(q_transform="mctx")
+    assert _q_values(tree.root, kids, SearchSettings()) == pytest.approx([0.9, 0.2, 0.0])
+    parent_value, mctx = SearchSettings(q_transform="parent_value"), SearchSettings(q_transform="mctx")
     assert _q_values(tree.root, kids, parent_value) == pytest.approx([1.0, 0.0, 0.4286], abs=1e-4)
     assert _q_values(tree.root, kids, mctx) == pytest.approx([1.0, 0.0, 0.0])
 
@@ -113,7 +113,7 @@ def test_gumbel_visits_each_considered_action_once_then_picks_argmax_by_hand():
     test_completed_q_by_mix_value_by_hand). g + log P + sigma = [2.186, 4.273, 2.435, .]: action 1, which
     is neither the prior's and noise's favourite (0) nor the best valued (2). action_weights: the improved
     policy P e^sigma / sum = [0.4, 3.842, 32.80, 0.714] / 37.76."""
-    config = SearchConfig(rule="gumbel", num_simulations=4, max_considered_actions=3)
+    config = SearchSettings(rule="gumbel", num_simulations=4, max_considered_actions=3)
     (result,) = search(FourArms(), ["root"], config, random.Random(2))
     children = [result.tree.nodes[i] for i in result.tree.root.children]
     assert [c.info["gumbel"] for c in children] == pytest.approx([3.1019, 2.9265, -1.0552, -0.9028], abs=1e-4)
@@ -134,7 +134,7 @@ def test_gumbel_wins_and_blocks_on_tictactoe():
         return [1 / len(moves)] * len(moves), float(ttt.minimax(board))
 
     must = {"XX.OO....": 2, "XX..O....": 2, "X.O.X....": 8}  # X wins at 2; O blocks at 2; O blocks at 8
-    config = SearchConfig(rule="gumbel", num_simulations=32, max_depth=9, gumbel_scale=0.0)
+    config = SearchSettings(rule="gumbel", num_simulations=32, max_depth=9, gumbel_scale=0.0)
     for board, move in must.items():
         for seed in range(3):
             (result,) = search(ttt.TicTacToe(exact), [board], config, random.Random(seed))
@@ -146,7 +146,7 @@ def test_gumbel_wins_and_blocks_on_tictactoe():
             (result,) = search(ttt.TicTacToe(), [board], config, random.Random(seed))
             assert result.action in wins
     # With the default noise (gumbel_scale 1) the move is a sample that favours the improved policy.
-    noisy = SearchConfig(rule="gumbel", num_simulations=32, max_depth=9)
+    noisy = SearchSettings(rule="gumbel", num_simulations=32, max_depth=9)
     picks = [search(ttt.TicTacToe(exact), ["XX..O...."], noisy, random.Random(seed))[0].action for seed in range(20)]
     assert picks.count(2) >= 16
 
@@ -157,8 +157,8 @@ def test_search_config_rejects_bad_values():
            dict(rule="gumbel", leaves_per_step=2), dict(rule="gumbel", dirichlet_fraction=0.25)]
     for fields in bad:
         with pytest.raises(ValueError):
-            SearchConfig(**fields)
-    SearchConfig(rule="gumbel", max_considered_actions=1, gumbel_scale=0.0)  # the edge cases are fine
+            SearchSettings(**fields)
+    SearchSettings(rule="gumbel", max_considered_actions=1, gumbel_scale=0.0)  # the edge cases are fine
 
 
 class Bandit:
@@ -192,7 +192,7 @@ class Bandit:
 def test_search_with_rollout_values_beats_the_policys_greedy_answer():
     """AlphaZero's point on a toy: the search's answer is right more often than the policy's own greedy one,
     because rollouts' values pull the visits to the line that leads to correct answers."""
-    config = SearchConfig(num_simulations=12, max_depth=50, q_transform="parent_value", c=1.0)
+    config = SearchSettings(num_simulations=12, max_depth=50, q_transform="parent_value", c=1.0)
     greedy = Bandit.p_correct[max(range(3), key=Bandit.priors.__getitem__)]
     picks = [search(Bandit(), ["root"], config, random.Random(seed))[0] for seed in range(200)]
     search_accuracy = sum(Bandit.p_correct[max(range(3), key=lambda k: r.action_weights[k])] for r in picks) / len(picks)
@@ -202,7 +202,7 @@ def test_search_with_rollout_values_beats_the_policys_greedy_answer():
 def test_gumbel_with_rollout_evaluations():
     """Text-style expansion: children arrive with rollouts already backed up. Sequential halving counts the
     simulations it sends through each root child (not the rollouts), so the budget is spent as on games."""
-    config = SearchConfig(rule="gumbel", num_simulations=12, max_depth=50)
+    config = SearchSettings(rule="gumbel", num_simulations=12, max_depth=50)
     picks = [search(Bandit(), ["root"], config, random.Random(seed))[0] for seed in range(100)]
     for r in picks:
         children = [r.tree.nodes[i] for i in r.tree.root.children]
@@ -228,7 +228,8 @@ def test_terminal_children_are_entered_once_then_skipped():
         def terminal_value(self, state):
             return 1.0
 
-    result = search(OneStep(), ["root"], SearchConfig(num_simulations=6, max_depth=5, skip_solved=True), random.Random(0))
+    settings = SearchSettings(num_simulations=6, max_depth=5, skip_solved=True)
+    result = search(OneStep(), ["root"], settings, random.Random(0))
     tree = result[0].tree
     done = next(n for n in tree.nodes if n.state == "done")
     assert done.visits == 1 and done.value_sum == 1.0, "entered exactly once: its value is backed up"
@@ -256,7 +257,7 @@ def test_mcts_keeps_a_draw_or_win_against_perfect_play():
     benchmarks/tictactoe.py checks all 3,888."""
     # Random playouts mislead early (600 simulations lose 4 of 3,888 positions, all with 1-3 marks);
     # 4,000 lose none. That is what "enough simulations" means for plain UCT-style MCTS here.
-    env, config = ttt.TicTacToe(), SearchConfig(num_simulations=4000, max_depth=9, temperature=0, c=1.0)
+    env, config = ttt.TicTacToe(), SearchSettings(num_simulations=4000, max_depth=9, temperature=0, c=1.0)
     drawn_or_won = [b for b in ttt.reachable_positions() if ttt.legal_moves(b) and ttt.minimax(b) >= 0]
     early = [b for b in drawn_or_won if 1 <= 9 - b.count(".") <= 3]
     for board in random.Random(0).sample(early, 20) + random.Random(1).sample(drawn_or_won, 20):
@@ -266,7 +267,7 @@ def test_mcts_keeps_a_draw_or_win_against_perfect_play():
 
 
 def test_search_result_shape_and_budget():
-    (result,) = search(ttt.TicTacToe(), ["X...O...."], SearchConfig(num_simulations=50, temperature=1.0),
+    (result,) = search(ttt.TicTacToe(), ["X...O...."], SearchSettings(num_simulations=50, temperature=1.0),
                        random.Random(0))
     assert result.simulations == 50 and result.tree.root.visits == 50
     assert sorted(result.actions) == [1, 2, 3, 5, 6, 7, 8]
@@ -277,7 +278,8 @@ def test_search_result_shape_and_budget():
 
 def golden_search():
     env = ttt.TicTacToe()
-    config = SearchConfig(num_simulations=40, max_depth=9, dirichlet_fraction=0.25, temperature=1.0, leaves_per_step=2)
+    config = SearchSettings(num_simulations=40, max_depth=9, dirichlet_fraction=0.25, temperature=1.0,
+                            leaves_per_step=2)
     return search(env, ["X...O....", "XO..X...."], config, random.Random(1234))
 
 
@@ -309,7 +311,7 @@ def assert_same_tree(replayed: Tree, fresh: Tree):
 @pytest.mark.parametrize("simulations", [1, 2, 7, 60, 199])
 def test_replay_at_step_k_is_the_search_run_for_k_simulations(simulations):
     """tree_after(tree, k) of a 200-simulation search equals the tree of the same seeded search stopped after k."""
-    config = SearchConfig(num_simulations=200, max_depth=9, dirichlet_fraction=0.25, temperature=0)
+    config = SearchSettings(num_simulations=200, max_depth=9, dirichlet_fraction=0.25, temperature=0)
     (long,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(7))
     (short,) = search(ttt.TicTacToe(), ["X...O...."], replace(config, num_simulations=simulations), random.Random(7))
     assert len(long.tree.history) == 200 and len(short.tree.history) == simulations
@@ -318,7 +320,7 @@ def test_replay_at_step_k_is_the_search_run_for_k_simulations(simulations):
 
 def test_replay_of_rollout_evaluations_and_the_whole_history():
     """Text-style expansions back up several rollouts in one simulation; replaying all of it gives the final tree."""
-    config = SearchConfig(num_simulations=12, max_depth=50, q_transform="parent_value", c=1.0)
+    config = SearchSettings(num_simulations=12, max_depth=50, q_transform="parent_value", c=1.0)
     (long,) = search(Bandit(), ["root"], config, random.Random(3))
     (short,) = search(Bandit(), ["root"], replace(config, num_simulations=4), random.Random(3))
     assert_same_tree(tree_after(long.tree, 4), short.tree)
@@ -328,7 +330,7 @@ def test_replay_of_rollout_evaluations_and_the_whole_history():
 
 def test_selection_terms_rank_children_as_the_search_does():
     """The scores the viewer shows are the ones the search picks by: the next simulation enters the argmax."""
-    config = SearchConfig(num_simulations=30, max_depth=9, q_transform="mctx", temperature=0)
+    config = SearchSettings(num_simulations=30, max_depth=9, q_transform="mctx", temperature=0)
     (result,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(0))
     for k in range(1, 29):
         then, next_path = tree_after(result.tree, k), result.tree.history[k][0].path
@@ -350,7 +352,7 @@ class CountingEnv(ttt.TicTacToe):
 
 def test_many_roots_and_leaves_share_one_expand_call_per_step():
     env = CountingEnv()
-    config = SearchConfig(num_simulations=24, leaves_per_step=4)
+    config = SearchSettings(num_simulations=24, leaves_per_step=4)
     results = search(env, [ttt.EMPTY, "X........", "X...O...."], config, random.Random(0))
     assert all(r.simulations == 24 for r in results)
     assert max(env.batches) > 3, "leaves of several trees must go out together"
@@ -359,7 +361,7 @@ def test_many_roots_and_leaves_share_one_expand_call_per_step():
 
 def test_gumbel_searches_many_roots_in_lock_step():
     env = CountingEnv()
-    config = SearchConfig(rule="gumbel", num_simulations=16, max_depth=9)
+    config = SearchSettings(rule="gumbel", num_simulations=16, max_depth=9)
     results = search(env, [ttt.EMPTY, "X........", "X...O...."], config, random.Random(0))
     assert all(r.simulations == 16 for r in results) and max(env.batches) == 3, "one leaf per tree, all trees per call"
     for r in results:
@@ -381,7 +383,7 @@ class DeadEndEnv:
 
 
 def test_solved_subtrees_are_skipped_and_search_stops_when_everything_is_solved():
-    config = SearchConfig(num_simulations=100, max_depth=5, skip_solved=True)
+    config = SearchSettings(num_simulations=100, max_depth=5, skip_solved=True)
     (result,) = search(DeadEndEnv(), [""], config, random.Random(0))
     assert result.tree.root.solved and result.simulations < 100
     by_state = {n.state: n for n in result.tree.nodes}

@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 
 from azlib import config
-from azlib.grpo import GRPO, Example, GRPOSettings
+from azlib.grpo import PolicyUpdate, Example, GRPOSettings
 from azlib.models.student import LoraSettings, Student
 from conftest import tiny_grpo
 
@@ -39,7 +39,7 @@ def two_updates(model_dir: str, update: str) -> dict[str, torch.Tensor]:
     """Two optimiser steps of `update` from the same LoRA start; the trained parameters."""
     torch.manual_seed(0)  # the LoRA initialisation: equal on every rank
     student = Student(model_dir, lora=LORA)
-    grpo = GRPO(student, GRPOSettings(learning_rate=1e-2, micro_batch_size=2, num_iterations=2, beta=0.04))
+    grpo = PolicyUpdate(student, GRPOSettings(learning_rate=1e-2, micro_batch_size=2, num_iterations=2, beta=0.04))
     batch = examples(len(student.tokenizer))
     for _ in range(2):
         grpo.sft_step(batch) if update == "sft" else grpo.step(batch)

@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from azlib import config
-from azlib.referee import GPT, GPTConfig, RefereeRLConfig, ce_loss, referee_rewards, referee_rl_loss
+from azlib.referee import GPT, GPTSettings, RefereeRLSettings, ce_loss, referee_rewards, referee_rl_loss
 from azlib.referee.objective import candidates
 
 
@@ -28,7 +28,7 @@ def test_rewards_by_hand():
     student = torch.tensor([[3.0, 2.0, 0.0, -1.0, -2.0, -3.0]])
     referee = torch.tensor([[-1.0, -1.0, 2.0, 2.5, -2.0, -3.0]])
     y = torch.tensor([2])
-    cfg = RefereeRLConfig(top_k=2)
+    cfg = RefereeRLSettings(top_k=2)
     ids, mask = candidates(student, referee, y, cfg.top_k)
     r = referee_rewards(ids, mask, y, referee, cfg)
     p = torch.softmax(referee[0], 0).tolist()
@@ -47,7 +47,7 @@ def test_only_a_referee_extremely_sure_against_the_truth_moves_the_reward():
     referee = torch.full((1, 8), -20.0)
     referee[0, 5] = 20.0
     y = torch.tensor([1])
-    cfg = RefereeRLConfig(top_k=2)
+    cfg = RefereeRLSettings(top_k=2)
     ids, mask = candidates(student, referee, y, cfg.top_k)
     r = referee_rewards(ids, mask, y, referee, cfg)
     rewarded = {int(a) for a, v in zip(ids[0], r[0]) if v > 0}
@@ -69,7 +69,7 @@ def test_ground_truth_only_gradient_is_cross_entropy_weighted_by_clamp_over_acti
     """beta = 0: only y is above the mean share, so r_y = clamp and L_RL = mean_t (1.5/|A_t|) CE_t exactly:
     the gradient is CE's, position by position, times 1.5/|A_t|."""
     logits, y = _toy_batch()
-    cfg = RefereeRLConfig(top_k=2, referee_weight=0.0)
+    cfg = RefereeRLSettings(top_k=2, referee_weight=0.0)
     z = logits.clone().requires_grad_()
     loss, diag = referee_rl_loss(z, None, y, cfg)
     loss.backward()
@@ -86,7 +86,7 @@ def test_ground_truth_only_gradient_is_cross_entropy_weighted_by_clamp_over_acti
 def test_ground_truth_only_with_every_token_a_candidate_is_cross_entropy_times_clamp_over_vocab():
     logits, y = _toy_batch(seed=1)
     z = logits.clone().requires_grad_()
-    loss, _ = referee_rl_loss(z, None, y, RefereeRLConfig(top_k=7, referee_weight=0.0))
+    loss, _ = referee_rl_loss(z, None, y, RefereeRLSettings(top_k=7, referee_weight=0.0))
     loss.backward()
     z2 = logits.clone().requires_grad_()
     ce_loss(z2, y).backward()
@@ -98,7 +98,7 @@ def test_group_advantage_gradient_does_not_depend_on_the_model_probabilities():
     """sum_a (r_a - mean r) log p_a = sum_a (r_a - mean r) z_a: d loss / d z_a = -(r_a - mean r) / (|A| N) on A, 0 off it."""
     logits, y = _toy_batch(seed=2)
     referee, _ = _toy_batch(seed=3)
-    cfg = RefereeRLConfig(top_k=2, advantage="group")
+    cfg = RefereeRLSettings(top_k=2, advantage="group")
     z = logits.clone().requires_grad_()
     referee_rl_loss(z, referee, y, cfg)[0].backward()
     N, V = y.numel(), 7
@@ -112,7 +112,7 @@ def test_group_advantage_gradient_does_not_depend_on_the_model_probabilities():
 
 def test_ce_loss_and_gpt_are_causal():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
+    model = GPT(GPTSettings(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
     x = torch.randint(11, (1, 8))
     x2 = x.clone()
     x2[0, 5:] = (x2[0, 5:] + 1) % 11
@@ -153,5 +153,5 @@ def test_ddp_on_two_cpu_processes_equals_one_process_on_the_same_global_batch(tm
     assert set(one) == set(two) == {"ce", "rl", "rl_gt_only", "referee_small", "rl_small_referee"}
     worst = max((one[arm][k] - two[arm][k]).abs().max().item() for arm in one for k in one[arm])
     assert worst < 1e-5, worst
-    start = GPT(GPTConfig(vocab_size=one["ce"]["wte.weight"].shape[0], block_size=32, n_layer=2, n_head=2, n_embd=32))
+    start = GPT(GPTSettings(vocab_size=one["ce"]["wte.weight"].shape[0], block_size=32, n_layer=2, n_head=2, n_embd=32))
     assert not math.isclose(one["rl"]["wte.weight"].sum().item(), start.wte.weight.sum().item()), "it trained"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from azlib.data import arithmetic_problems
-from azlib.grpo import GRPO, GRPOSettings
+from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.models.hf import HFBackend
 from azlib.models.student import LoraSettings, Student
 from azlib.rlt import (RLTSettings, TeacherTrainer, kl_reward, score_explanations, sft_examples, sft_to_budget,
@@ -71,7 +71,7 @@ def test_teacher_step_moves_the_teacher_adapter_only(models):
                 p.normal_(0, 0.1)
     before_t = {n: p.detach().clone() for n, p in teacher.model.named_parameters()}
     before_s = {n: p.detach().clone() for n, p in student.model.named_parameters()}
-    grpo = GRPO(teacher, GRPOSettings(learning_rate=1e-2, warmup_steps=0, beta=0.04, micro_batch_size=4))
+    grpo = PolicyUpdate(teacher, GRPOSettings(learning_rate=1e-2, warmup_steps=0, beta=0.04, micro_batch_size=4))
     trainer = TeacherTrainer(teacher, student.backend, arithmetic_problems(4, seed=1), 
                              RLTSettings(group_size=3, problems_per_step=2, max_explanation_tokens=6), grpo)
     row = trainer.step()
@@ -87,7 +87,7 @@ def test_sft_trains_to_the_exact_token_budget(models):
     rows = arithmetic_problems(3, seed=2)
     examples = sft_examples(student.backend, rows)
     assert all(e.completion_ids[-1] == student.tokenizer.eos_token_id for e in examples)
-    grpo = GRPO(student, GRPOSettings(learning_rate=1e-3, warmup_steps=0))
+    grpo = PolicyUpdate(student, GRPOSettings(learning_rate=1e-3, warmup_steps=0))
     log = sft_to_budget(grpo, examples, token_budget=sum(len(e.completion_ids) for e in examples) * 2 + 5, batch_size=2)
     assert log[-1]["tokens"] == sum(len(e.completion_ids) for e in examples) * 2 + 5
 

@@ -9,7 +9,7 @@ import pytest
 
 from azlib.teachers import TeacherSpec
 from azlib.data import arithmetic_problems
-from azlib.mcts import SearchConfig, search
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.models import DEFAULT_MODEL, Backend, BackendError, Sample, make_backend
 from azlib.models.openai import OpenAIBackend
@@ -187,7 +187,7 @@ def test_search_with_an_ensemble_credits_the_teachers(student):
                                per_node=2)
     env = TextEnv(student, rows, TextSearchSettings(student_samples=2, chunk_tokens=8, max_answer_tokens=32),
                   teachers=ensemble)
-    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=4, max_depth=4),
+    results = search(env, [env.root(i) for i in range(2)], SearchSettings(num_simulations=4, max_depth=4),
                      random.Random(0))
     nodes = results[0].tree.nodes
     proposed = {p.split(":")[0] for n in nodes for p in n.info.get("proposers", []) if ":" in p}

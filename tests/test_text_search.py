@@ -6,7 +6,7 @@ import random
 import pytest
 
 from azlib.data import arithmetic_problems
-from azlib.mcts import SearchConfig, search
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs.text import (
     TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
 )
@@ -49,7 +49,7 @@ def run_search(student, teacher=None, seed=0):
         spec = TeacherSpec(name="tutor", backend="hf", model=DEFAULT_MODEL, tier="cpu")
         teachers = TeacherEnsemble([spec], shared={DEFAULT_MODEL: teacher})
     env = TextEnv(student, rows, settings, teachers=teachers)
-    config = SearchConfig(num_simulations=6, max_depth=6, leaves_per_step=2, skip_solved=True)
+    config = SearchSettings(num_simulations=6, max_depth=6, leaves_per_step=2, skip_solved=True)
     return env, search(env, [env.root(i) for i in range(2)], config, random.Random(seed))
 
 

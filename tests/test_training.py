@@ -17,14 +17,14 @@ from azlib import config
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
 from azlib.groups import sampled_groups, tree_groups
-from azlib.mcts import SearchConfig, search
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings
 from azlib.models import DEFAULT_MODEL, ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import CheckpointError, Trainer, TrainingConfig, TrainSettings, trainer_from_params
+from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params
 from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
@@ -82,9 +82,9 @@ def student():
 
 def small_trainer(student, folder, teachers=None, **settings):
     rows = arithmetic_problems(4, seed=0, steps=(1,))
-    return Trainer(student, rows, folder, teachers=teachers, config=TrainingConfig(
+    return Trainer(student, rows, folder, teachers=teachers, config=TrainerSettings(
         train=TrainSettings(**{"update": "grpo", "problems_per_step": 2, "max_new_tokens": 12, **settings}),
-        grpo=GRPOSettings(micro_batch_size=4), search=SearchConfig(num_simulations=3, max_depth=2, skip_solved=True),
+        grpo=GRPOSettings(micro_batch_size=4), search=SearchSettings(num_simulations=3, max_depth=2, skip_solved=True),
         text=TextSearchSettings(student_samples=2, chunk_tokens=6)))
 
 
@@ -92,7 +92,7 @@ def test_groups_from_trees_and_from_samples(student):
     rows = arithmetic_problems(2, seed=1, steps=(1,))
     env = TextEnv(student.backend, rows, TextSearchSettings(expansion="chunk", reward="original", student_samples=2,
                                                             chunk_tokens=6, max_answer_tokens=18))
-    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=4, max_depth=3),
+    results = search(env, [env.root(i) for i in range(2)], SearchSettings(num_simulations=4, max_depth=3),
                      random.Random(0))
     paths = tree_groups(results, env, "paths")
     assert {c.group for c in paths} == {0, 1} and {c.problem for c in paths} == {0, 1}, "one group per problem"
@@ -123,7 +123,7 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
     node: were finished children created solved and unvisited, no finished answer would ever be trained on)."""
     params = config.validate("04_gsm8k_run", {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"),
                                               **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": "x"})
-    training = TrainingConfig(train=replace(params.train, reward="original"),
+    training = TrainerSettings(train=replace(params.train, reward="original"),
                               search=replace(params.search, num_simulations=8, max_depth=3),
                               text=replace(params.text, expansion="chunk", student_samples=3, chunk_tokens=40))
     trainer = Trainer(student, arithmetic_problems(2, seed=3, steps=(1,)), "/nonexistent", training)
@@ -138,8 +138,8 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
 def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
     rows = arithmetic_problems(2, seed=4, steps=(1,))
     env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=64))
-    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=3, max_depth=6, skip_solved=True,
-                                                                        q_transform="parent_value"), random.Random(0))
+    settings = SearchSettings(num_simulations=3, max_depth=6, skip_solved=True, q_transform="parent_value")
+    results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
     answers = tree_groups(results, env, "answers")
     assert len(answers) >= 6 and {c.group for c in answers} == {0, 1}
     assert all(c.reward == float(c.correct) for c in answers), "correctness: 1 for a finished correct answer, else 0"
@@ -172,8 +172,8 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
 
     monkeypatch.setattr(student.backend, "generate", recording)
     env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=48))
-    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=2, max_depth=3, skip_solved=True),
-                     random.Random(0))
+    settings = SearchSettings(num_simulations=2, max_depth=3, skip_solved=True)
+    results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
 
     def no_re_encoding(*args, **kwargs):
         raise AssertionError("a searched answer was re-encoded")
@@ -210,8 +210,8 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
     text_env._answer_reward.cache_clear()
     rows = arithmetic_problems(2, seed=4, steps=(1,))
     env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=48))
-    results = search(env, [env.root(i) for i in range(2)], SearchConfig(num_simulations=4, max_depth=3, skip_solved=True),
-                     random.Random(0))
+    settings = SearchSettings(num_simulations=4, max_depth=3, skip_solved=True)
+    results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
     during_search = len(computed)
     answers = tree_groups(results, env, "answers")
     graded = [search_answer(r, env) for r in results]
@@ -221,7 +221,7 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
 
 
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
-    from azlib.grpo import GRPO
+    from azlib.grpo import PolicyUpdate
     from azlib.groups import completion, verified
 
     rows = arithmetic_problems(1, seed=5, steps=(1,))
@@ -236,7 +236,7 @@ def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
     examples = [good]
     before = student.token_logprobs([examples[0].prompt_ids], [examples[0].completion_ids])[0].sum().item()
     saved = [p.detach().clone() for p in student.trainable_parameters()]
-    trainer = GRPO(student, GRPOSettings(learning_rate=1e-3, warmup_steps=0))
+    trainer = PolicyUpdate(student, GRPOSettings(learning_rate=1e-3, warmup_steps=0))
     try:
         for _ in range(3):
             stats = trainer.sft_step(examples)

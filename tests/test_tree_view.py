@@ -6,12 +6,12 @@ import re
 from dataclasses import replace
 import xml.etree.ElementTree as ET
 
-from azlib.mcts import SearchConfig, search
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs import tictactoe
 from azlib.viz import TreeWidget, describe_board_node, save_tree, shown_nodes, tree_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
-CONFIG = SearchConfig(num_simulations=120, max_depth=9, temperature=0)
+CONFIG = SearchSettings(num_simulations=120, max_depth=9, temperature=0)
 
 
 def ttt_search(simulations: int):

@@ -106,7 +106,7 @@ def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vll
     log-probs are the trained model's."""
     import torch
 
-    from azlib.grpo import GRPO, Example, GRPOSettings
+    from azlib.grpo import PolicyUpdate, Example, GRPOSettings
     from azlib.models.hf import HFBackend
     from azlib.models.student import LoraSettings, Student
 
@@ -115,7 +115,7 @@ def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vll
         server = student.backend
         before = server.generate(CHATS, max_new_tokens=16)
         assert [s[0].token_ids for s in before] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
-        grpo = GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0))
+        grpo = PolicyUpdate(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0))
         as_trained = HFBackend.wrapping(student.model, student.tokenizer)
         for step in (1, 2):
             group = server.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0, seed=step)[0]

@@ -18,7 +18,7 @@ def test_students_on_vllm_engines_follow_each_optimiser_step_and_give_their_engi
     import psutil
     import torch
 
-    from azlib.grpo import GRPO, Example, GRPOSettings
+    from azlib.grpo import PolicyUpdate, Example, GRPOSettings
     from azlib.models.hf import HFBackend
     from azlib.models.student import LoraSettings, Student
 
@@ -37,7 +37,7 @@ def test_students_on_vllm_engines_follow_each_optimiser_step_and_give_their_engi
         examples = [Example(student.backend.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
                     for i, s in enumerate(student.backend.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0,
                                                                    seed=0)[0])]
-        GRPO(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0)).step(examples)
+        PolicyUpdate(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0)).step(examples)
         assert student.backend.adapters_loaded == 2, "one sync at start, one after the optimiser step"
         after = student.backend.generate(CHATS, max_new_tokens=16)
         assert [s[0].token_ids for s in after] != [s[0].token_ids for s in base], "the step changed the outputs"

@@ -18,7 +18,7 @@ import papermill
 import pytest
 
 from azlib import config
-from azlib.mcts import SearchConfig, search
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs import tictactoe
 
 pytestmark = pytest.mark.slow
@@ -127,7 +127,7 @@ def check_game_replay_and_pruning(page, game_tree, params) -> None:
     """Slider to step k: the root's most visited child shows the N that the notebook's search stopped after k
     simulations gives it (run here, independently of the widget). Then "top 1" draws fewer nodes than "visited"."""
     step = 9
-    short_config = SearchConfig(num_simulations=step, max_depth=9, rule=params.search.rule, c=params.search.c,
+    short_config = SearchSettings(num_simulations=step, max_depth=9, rule=params.search.rule, c=params.search.c,
                                 temperature=0)  # the notebook's game search, stopped after `step` simulations
     (short,) = search(tictactoe.TicTacToe(), [params.ttt_position], short_config, random.Random(params.seed))
     child = max(short.tree.root.children, key=lambda c: short.tree.nodes[c].visits)

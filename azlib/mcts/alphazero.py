@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.mcts.search import Child, Expansion, SearchConfig, SearchResult, search, visit_weights
+from azlib.mcts.search import Child, Expansion, SearchSettings, SearchResult, search, visit_weights
 
 
 class PolicyValueNet(nn.Module):
@@ -109,8 +109,8 @@ class AlphaZeroSettings:
             raise ValueError(f"random_opening must be in 0..8 (a move must be left to play), got {self.random_opening}")
 
 
-def _search_config(settings: AlphaZeroSettings, temperature: float, noise: bool) -> SearchConfig:
-    return SearchConfig(num_simulations=settings.simulations, max_depth=9, c=settings.c, temperature=temperature,
+def _search_config(settings: AlphaZeroSettings, temperature: float, noise: bool) -> SearchSettings:
+    return SearchSettings(num_simulations=settings.simulations, max_depth=9, c=settings.c, temperature=temperature,
                         dirichlet_alpha=settings.dirichlet_alpha,
                         dirichlet_fraction=settings.dirichlet_fraction if noise else 0.0)
 
@@ -204,9 +204,9 @@ def train(net: PolicyValueNet, data, settings: AlphaZeroSettings, optimizer, rng
 POSITIONS = [b for b in ttt.reachable_positions() if ttt.legal_moves(b)]  # 4,520, either side to move
 
 
-def greedy_config(simulations: int, c: float = 1.414) -> SearchConfig:
+def greedy_config(simulations: int, c: float = 1.414) -> SearchSettings:
     """The search that is graded and that plays people: the most visited move, no noise (deterministic)."""
-    return SearchConfig(num_simulations=simulations, max_depth=9, c=c, temperature=0.0)
+    return SearchSettings(num_simulations=simulations, max_depth=9, c=c, temperature=0.0)
 
 
 def search_moves(net: PolicyValueNet, simulations: int, c: float = 1.414) -> dict[str, int]:

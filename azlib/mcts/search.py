@@ -18,7 +18,7 @@ from azlib.mcts.tree import Backup, Node, Tree
 
 
 @dataclass(frozen=True)
-class SearchConfig:
+class SearchSettings:
     """Budgets and the selection rule. Defaults follow the original system (60 iterations, depth 12,
     c = 1.414); `NUM_MCTS_ITERATIONS`, `MAX_TREE_DEPTH`, `MAX_TOKENS` reach these through azlib.config."""
 
@@ -158,13 +158,13 @@ def _node_value(node: Node, two_player: bool) -> float:
     return -node.q if two_player else node.q
 
 
-def _q_values(node: Node, children: Sequence[Node], config: SearchConfig, two_player: bool = False) -> list[float]:
-    """Each child's Q as puct and uct read it (SearchConfig.q_transform)."""
+def _q_values(node: Node, children: Sequence[Node], config: SearchSettings, two_player: bool = False) -> list[float]:
+    """Each child's Q as puct and uct read it (SearchSettings.q_transform)."""
     transform = Q_TRANSFORMS[config.q_transform]
     return transform([c.q for c in children], [c.visits for c in children], _node_value(node, two_player))
 
 
-def _score(child, q: float, config: SearchConfig, sqrt_n: float, log_n: float) -> float:
+def _score(child, q: float, config: SearchSettings, sqrt_n: float, log_n: float) -> float:
     if config.rule == "puct":  # AlphaZero: Q + c * P * sqrt(N_parent) / (1 + N_child)
         return q + config.c * child.prior * sqrt_n / (1 + child.visits)
     if child.visits == 0:  # UCT (the original system): Q + c * sqrt(ln N_parent / N_child)
@@ -224,12 +224,12 @@ def sequence_of_considered_visits(max_num_considered_actions: int, num_simulatio
     return tuple(sequence[:num_simulations])
 
 
-def _sigma(node: Node, children: Sequence[Node], config: SearchConfig) -> list[float]:
+def _sigma(node: Node, children: Sequence[Node], config: SearchSettings) -> list[float]:
     return q_completed_by_mix_value([c.q for c in children], [c.visits for c in children], [c.prior for c in children],
                                     node.info["raw_value"], config.value_scale, config.maxvisit_init)
 
 
-def _gumbel_scores(root: Node, children: Sequence[Node], config: SearchConfig) -> list[float]:
+def _gumbel_scores(root: Node, children: Sequence[Node], config: SearchSettings) -> list[float]:
     """g + logits + sigma(completed Q) per root child, mctx's seq_halving.score_considered before its
     visit-count mask (logits shifted by their max, the sum floored at LOW_LOGIT)."""
     logits = _logits([c.prior for c in children])
@@ -238,7 +238,7 @@ def _gumbel_scores(root: Node, children: Sequence[Node], config: SearchConfig) -
             for c, lg, s in zip(children, logits, _sigma(root, children, config))]
 
 
-def _gumbel_root(root: Node, children: Sequence[Node], config: SearchConfig) -> int:
+def _gumbel_root(root: Node, children: Sequence[Node], config: SearchSettings) -> int:
     """mctx's action_selection.gumbel_muzero_root_action_selection: among the considered actions whose
     count equals the one sequential halving asks for now, the highest g + logits + sigma(completed Q).
     The count is of the simulations sent through the child (info["simulations"]): on games that is its
@@ -253,7 +253,7 @@ def _gumbel_root(root: Node, children: Sequence[Node], config: SearchConfig) -> 
     return max(eligible, key=scores.__getitem__)
 
 
-def _gumbel_interior(node: Node, children: Sequence[Node], candidates: Sequence[int], config: SearchConfig) -> int:
+def _gumbel_interior(node: Node, children: Sequence[Node], candidates: Sequence[int], config: SearchSettings) -> int:
     """mctx's action_selection.gumbel_muzero_interior_action_selection (the paper, Sec. 5): argmax of
     pi'(a) - N(a) / (1 + sum_b N(b)), pi' = softmax(logits + sigma(completed Q)), so that the visits
     follow the improved policy pi' deterministically."""
@@ -262,7 +262,7 @@ def _gumbel_interior(node: Node, children: Sequence[Node], candidates: Sequence[
     return max(candidates, key=lambda k: improved[k] - children[k].visits / (1 + total))
 
 
-def _root_gumbel(tree: Tree, config: SearchConfig, rng: random.Random) -> None:
+def _root_gumbel(tree: Tree, config: SearchSettings, rng: random.Random) -> None:
     """Once per search, at the root's expansion: Gumbel noise g(a) for every root action, and the top
     max_considered_actions by g + logits considered (sampling without replacement, the Gumbel-top-k trick)."""
     children = [tree.nodes[i] for i in tree.root.children]
@@ -275,7 +275,7 @@ def _root_gumbel(tree: Tree, config: SearchConfig, rng: random.Random) -> None:
         children[k].info["considered"] = True
 
 
-def _gumbel_decision(root: Node, children: Sequence[Node], config: SearchConfig) -> tuple[int, list[float]]:
+def _gumbel_decision(root: Node, children: Sequence[Node], config: SearchSettings) -> tuple[int, list[float]]:
     """mctx's gumbel_muzero_policy once the search is done: among the considered actions sent the most
     simulations (the survivors of sequential halving), the highest g + logits + sigma(completed Q); and
     the improved policy softmax(logits + sigma(completed Q)) as the action weights."""
@@ -287,7 +287,7 @@ def _gumbel_decision(root: Node, children: Sequence[Node], config: SearchConfig)
     return best, improved
 
 
-def _select(tree: Tree, config: SearchConfig, two_player: bool = False) -> list[int]:
+def _select(tree: Tree, config: SearchSettings, two_player: bool = False) -> list[int]:
     """Root-to-leaf path: descend by the rule until an unexpanded or terminal node."""
     path = [0]
     node = tree.nodes[0]
@@ -307,7 +307,7 @@ def _select(tree: Tree, config: SearchConfig, two_player: bool = False) -> list[
     return path
 
 
-def _selection_terms(node: Node, children: Sequence[Node], config: SearchConfig,
+def _selection_terms(node: Node, children: Sequence[Node], config: SearchSettings,
                      two_player: bool) -> list[tuple[float, float]]:
     """(Q as the rule reads it, the whole score) per child, for puct and uct: what the node ranks its children by."""
     sqrt_n, log_n = math.sqrt(max(node.visits, 1)), math.log(max(node.visits, 1))
@@ -322,7 +322,7 @@ def selection_terms(tree: Tree, parent: int) -> list[tuple[float, float]] | None
         return None
     node = tree.nodes[parent]
     children = [tree.nodes[i] for i in node.children]
-    return _selection_terms(node, children, SearchConfig(**tree.config), tree.two_player)
+    return _selection_terms(node, children, SearchSettings(**tree.config), tree.two_player)
 
 
 def _apply(tree: Tree, path: list[int], visits: int, value: float, two_player: bool) -> None:
@@ -344,7 +344,7 @@ def _mark_solved(tree: Tree, path: list[int]) -> None:
             break
 
 
-def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment, config: SearchConfig) -> list[int]:
+def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment, config: SearchSettings) -> list[int]:
     node = tree.nodes[leaf]
     node.expanded, node.expanded_at = True, len(tree.history)  # this simulation's index, once it is recorded
     added = []
@@ -394,7 +394,7 @@ def tree_after(tree: Tree, simulations: int) -> Tree:
     return then
 
 
-def _root_noise(tree: Tree, config: SearchConfig, rng: random.Random) -> None:
+def _root_noise(tree: Tree, config: SearchSettings, rng: random.Random) -> None:
     children = [tree.nodes[i] for i in tree.root.children]
     if config.dirichlet_fraction <= 0 or len(children) < 2:
         return
@@ -416,7 +416,7 @@ def visit_weights(visits: Sequence[int], temperature: float) -> list[float]:
     return [p / total for p in powered] if total else [1 / len(visits)] * len(visits)
 
 
-def search(env: Environment, roots: Sequence[Any], config: SearchConfig, rng: random.Random) -> list[SearchResult]:
+def search(env: Environment, roots: Sequence[Any], config: SearchSettings, rng: random.Random) -> list[SearchResult]:
     """Search every root for `config.num_simulations` leaf evaluations (or until a budget runs out)."""
     trees = [Tree.with_root(state, two_player=env.two_player, config=asdict(config)) for state in roots]
     tokens = [0] * len(trees)  # a tree's simulations so far: len(tree.history), one entry per backed-up simulation

@@ -45,7 +45,7 @@ class Backup(NamedTuple):
 class Tree:
     nodes: list[Node]
     two_player: bool = False  # Q alternates perspective by depth (each node's Q is for the player who moved into it)
-    config: dict[str, Any] = field(default_factory=dict)  # the SearchConfig that grew it, as a dict; {}: not a search
+    config: dict[str, Any] = field(default_factory=dict)  # the SearchSettings that grew it, as a dict; {}: not a search
     history: list[list[Backup]] = field(default_factory=list)  # per simulation, in order: its backups (a replay)
 
     @classmethod

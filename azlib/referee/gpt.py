@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTSettings:
     vocab_size: int
     block_size: int = 128  # context length in tokens (characters here)
     n_layer: int = 4
@@ -22,7 +22,7 @@ class GPTConfig:
 
 
 class Block(nn.Module):
-    def __init__(self, c: GPTConfig):
+    def __init__(self, c: GPTSettings):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(c.n_embd), nn.LayerNorm(c.n_embd)
         # no qkv bias: the key bias has an exactly zero gradient (softmax ignores a shift shared by a row), and
@@ -43,7 +43,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """logits = GPT(idx): (B, T) token ids -> (B, T, vocab) next-token logits."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTSettings):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)

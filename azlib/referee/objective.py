@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 
 @dataclass(frozen=True)
-class RefereeRLConfig:
+class RefereeRLSettings:
     """Knobs of the referee reward, avataRL's defaults (compute_avatarl_loss)."""
 
     top_k: int = 16  # candidates from the student and as many from the referee, plus the ground truth
@@ -49,7 +49,7 @@ def candidates(student_logits: torch.Tensor, referee_logits: torch.Tensor | None
 
 
 def referee_rewards(ids: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor,
-                    referee_logits: torch.Tensor | None, cfg: RefereeRLConfig) -> torch.Tensor:
+                    referee_logits: torch.Tensor | None, cfg: RefereeRLSettings) -> torch.Tensor:
     """r_a for each candidate a in A (0 for repeated ids):
 
         reality_a = 1 - eps if a = y else eps / (|A| - 1)
@@ -74,7 +74,7 @@ def referee_rewards(ids: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor
 
 
 def referee_rl_loss(student_logits: torch.Tensor, referee_logits: torch.Tensor | None, targets: torch.Tensor,
-                    cfg: RefereeRLConfig) -> tuple[torch.Tensor, dict[str, float]]:
+                    cfg: RefereeRLSettings) -> tuple[torch.Tensor, dict[str, float]]:
     """Policy gradient over the candidates, per position, then the mean over positions:
 
         loss = -mean_positions (1/|A|) sum_{a in A} A_a log p_student(a)

@@ -12,8 +12,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from azlib.parallel import local_device, world
 from azlib.referee.data import CharCorpus
-from azlib.referee.gpt import GPT, GPTConfig
-from azlib.referee.objective import RefereeRLConfig, bits_per_token, ce_loss, referee_rl_loss
+from azlib.referee.gpt import GPT, GPTSettings
+from azlib.referee.objective import RefereeRLSettings, bits_per_token, ce_loss, referee_rl_loss
 
 
 @dataclass(frozen=True)
@@ -23,14 +23,14 @@ class ArmSpec:
 
     name: str
     kind: str  # "ce" | "rl"
-    model: GPTConfig
+    model: GPTSettings
     referee: str | None = None
-    rl: RefereeRLConfig = field(default_factory=RefereeRLConfig)
+    rl: RefereeRLSettings = field(default_factory=RefereeRLSettings)
     init_seed: int = 0
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class RefereeTrainSettings:
     """The loop, every arm alike. Defaults: notebook 07's quick run (about 3 minutes on 2 CPU cores)."""
 
     steps: int = 150
@@ -45,7 +45,7 @@ class TrainConfig:
     seed: int = 0
 
 
-def learning_rate(step: int, cfg: TrainConfig) -> float:
+def learning_rate(step: int, cfg: RefereeTrainSettings) -> float:
     """Linear warmup, then cosine decay to 10% (nanoGPT's schedule)."""
     if step < cfg.warmup_steps:
         return cfg.learning_rate * (step + 1) / cfg.warmup_steps
@@ -54,7 +54,7 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
 
 
 @torch.no_grad()
-def validation_bits(model: torch.nn.Module, corpus: CharCorpus, cfg: TrainConfig, device: str) -> float:
+def validation_bits(model: torch.nn.Module, corpus: CharCorpus, cfg: RefereeTrainSettings, device: str) -> float:
     """Bits per character on the fixed held-out windows (every model sees the same ones)."""
     model.eval()
     losses = [ce_loss(model(x.to(device)), y.to(device)).item()
@@ -66,7 +66,7 @@ def validation_bits(model: torch.nn.Module, corpus: CharCorpus, cfg: TrainConfig
 class Arms:
     """The models of one run, their optimisers and their logs; `step()` trains every arm on one global batch."""
 
-    def __init__(self, specs: list[ArmSpec], corpus: CharCorpus, cfg: TrainConfig, device: str = "cpu"):
+    def __init__(self, specs: list[ArmSpec], corpus: CharCorpus, cfg: RefereeTrainSettings, device: str = "cpu"):
         names = [s.name for s in specs]
         for s in specs:
             if s.kind == "rl" and s.referee is not None and (s.referee not in names or
@@ -160,7 +160,8 @@ class Arms:
         return out
 
 
-def arm_specs(main: GPTConfig, small: GPTConfig, rl: RefereeRLConfig, ablations: list[str], seed: int) -> list[ArmSpec]:
+def arm_specs(main: GPTSettings, small: GPTSettings, rl: RefereeRLSettings, ablations: list[str],
+              seed: int) -> list[ArmSpec]:
     """Notebook 07's arms. Always: "ce" (the cross-entropy baseline, which is also the referee: a referee the
     same size as the model it trains, trained alongside on the same batches) and "rl" (referee RL against it).
     Ablations: "rl_gt_only" (referee weight 0: the reward sees the ground truth only) and "rl_small_referee"
@@ -179,12 +180,12 @@ def arm_specs(main: GPTConfig, small: GPTConfig, rl: RefereeRLConfig, ablations:
 def arms_from_params(params, corpus: CharCorpus) -> Arms:
     """Notebook 07's run from its parameters (any object with RefereeRLParams' fields; nothing here imports
     the schema): the arms, their shapes and the loop settings."""
-    main = GPTConfig(corpus.vocab_size, params.block_size, params.n_layer, params.n_head, params.n_embd)
-    small = GPTConfig(corpus.vocab_size, params.block_size, params.referee_n_layer, params.referee_n_head,
+    main = GPTSettings(corpus.vocab_size, params.block_size, params.n_layer, params.n_head, params.n_embd)
+    small = GPTSettings(corpus.vocab_size, params.block_size, params.referee_n_layer, params.referee_n_head,
                       params.referee_n_embd)
-    rl = RefereeRLConfig(params.top_k, params.reality_weight, params.referee_weight, params.smoothing,
+    rl = RefereeRLSettings(params.top_k, params.reality_weight, params.referee_weight, params.smoothing,
                          params.reward_scale, params.reward_clamp, params.advantage)
-    cfg = TrainConfig(params.steps, params.batch_size, params.learning_rate, params.warmup_steps,
+    cfg = RefereeTrainSettings(params.steps, params.batch_size, params.learning_rate, params.warmup_steps,
                       params.weight_decay, params.grad_clip, params.eval_every, params.eval_batches,
                       params.eval_batch_size, params.seed)
     device = local_device(params.device)

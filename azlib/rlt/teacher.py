@@ -1,7 +1,7 @@
 """Training an RLT teacher with azlib's GRPO (Cetin et al. 2025, sec. 3): the teacher (a LoRA `Student`)
 sees a question and its reference solution and writes an explanation; its reward is `rewards.py`'s
 r = r_SS - lambda r_KL under a frozen student. Then students are fine-tuned (SFT) on the explanations.
-Not the student's own RL (that is azlib.training) and not a new GRPO: the teacher's step is GRPO.step.
+Not the student's own RL (that is azlib.training) and not a new GRPO: the teacher's step is PolicyUpdate.step.
 
 The student reads  chat(q) -> assistant: "<explanation t>\n<solution s>"  (the paper's think/solution
 format, in the kit's chat prompt), both when scoring explanations and when it is fine-tuned on them;
@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from azlib.data.rows import Row
 from azlib.evaluation import mean_difference
 from azlib.prompts import chat_prompt
-from azlib.grpo import GRPO, Example
+from azlib.grpo import PolicyUpdate, Example
 from azlib.models.generation import Backend
 from azlib.rlt.rewards import ALPHA, LAMBDA, ExplanationScores, score_explanations
 
@@ -104,7 +104,7 @@ class TeacherTrainer:
     r = r_SS - lambda r_KL by the frozen student, then one GRPO step on the teacher's adapter with the
     question's G explanations as a group. The student is only ever scored (no gradient, no optimiser)."""
 
-    def __init__(self, teacher, student: Backend, problems: Sequence[Row], settings: RLTSettings, grpo: GRPO, *,
+    def __init__(self, teacher, student: Backend, problems: Sequence[Row], settings: RLTSettings, grpo: PolicyUpdate, *,
                  seed: int = 0):
         if grpo.student is not teacher:
             raise ValueError("the GRPO optimiser must hold the teacher's parameters")
@@ -174,8 +174,8 @@ def sft_examples(backend: Backend, rows: Sequence[Row], explanations: Sequence[E
     return out
 
 
-def sft_to_budget(grpo: GRPO, examples: Sequence[Example], token_budget: int, batch_size: int) -> list[dict]:
-    """Imitation steps (GRPO.sft_step) over the examples in order, cycled, until `token_budget`
+def sft_to_budget(grpo: PolicyUpdate, examples: Sequence[Example], token_budget: int, batch_size: int) -> list[dict]:
+    """Imitation steps (PolicyUpdate.sft_step) over the examples in order, cycled, until `token_budget`
     completion tokens have been trained on: arms with shorter completions see more of them. The last
     batch is cut so no arm trains on more than the budget."""
     log, spent, at = [], 0, 0
