@@ -123,7 +123,7 @@ class Exploration(NamedTuple):
     completions: list[Completion]
     tokens: int
     prefill: int | None  # prompt tokens read (forking trees count them; the text env does not)
-    answers_correct: list[bool]  # per answer the step's accuracy counts
+    search_correct: list[bool]  # searches: whether each problem's search answer is right (forking trees: none)
     independent: list[bool]  # forking trees: the correctness of each of their G independent answers
     credits: list[dict[str, list[float]]] = []  # per search, the teachers' backed-up values (TeacherEnsemble.credit)
 
@@ -136,7 +136,7 @@ class Exploration(NamedTuple):
             offset += 1 + max((c.group for c in part.completions), default=-1)
         prefills = [p.prefill for p in parts]
         return Exploration(completions, sum(p.tokens for p in parts), None if None in prefills else sum(prefills),
-                           [a for p in parts for a in p.answers_correct], [a for p in parts for a in p.independent],
+                           [a for p in parts for a in p.search_correct], [a for p in parts for a in p.independent],
                            [c for p in parts for c in p.credits])
 
 
@@ -217,7 +217,7 @@ class Trainer(Resource):
         found = self._explore(shard(indices), seed)  # this rank's share of the step's problems
         if world()[1] > 1:  # every rank gets the whole step's answers, in the order one process lists them
             found = Exploration.joined(gather(found))
-        completions, tokens, prefill, answers_correct, independent, credits = found
+        completions, tokens, prefill, search_correct, independent, credits = found
         if self.teachers is not None:
             for values in credits:
                 self.teachers.credit(values)
@@ -234,16 +234,20 @@ class Trainer(Resource):
             self.student.refresh_reference()
         whole = completions if s.groups not in ("siblings", "visits") else []  # sibling steps are not answers
         record = {"step": self.step, "position": self.position, "completions": len(completions),
-                  "answers": len(answers_correct), "answer_accuracy": sum(answers_correct) / max(len(answers_correct), 1),
                   "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),
                   "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
-        if s.groups in FORKED_GROUPS:  # of the verified answers, those a teacher wrote (ForkSettings.writer), and by whom
+        if s.groups in FORKED_GROUPS:
+            # the student's own accuracy: its G independent answers per problem, before this step's update; of the
+            # verified answers, those a teacher wrote (ForkSettings.writer), and by whom
             record["sampled_accuracy"] = sum(independent) / max(len(independent), 1)
             record["verified_by_teacher"] = sum(c.writer != "student" for c in good)
             record["verified_by_writer"] = dict(Counter(c.writer for c in good))
+        else:  # the search's answer of each problem: its most-visited path, completed by its best rollout by reward
+            record["answers"] = len(search_correct)
+            record["answer_accuracy"] = sum(search_correct) / max(len(search_correct), 1)
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
@@ -258,8 +262,8 @@ class Trainer(Resource):
             completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
             # the student's own accuracy before this step's update: its G independent answers to problems it has
             # not trained on yet (forks aim at unsolved problems, so all leaves together would understate it)
-            return Exploration(completions, sum(t.tokens for t in trees), sum(t.prefill for t in trees),
-                               [c.correct for c in completions], [a.correct for t in trees for a in t.independent_answers()])
+            return Exploration(completions, sum(t.tokens for t in trees), sum(t.prefill for t in trees), [],
+                               [a.correct for t in trees for a in t.independent_answers()])
         results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
         # prefill None: the text env does not count its prompts
         return Exploration(tree_groups(results, self.env, s.groups), sum(r.tokens for r in results), None,
@@ -288,7 +292,8 @@ class Trainer(Resource):
                 if self.step % s.checkpoint_every == 0 or self.step == s.steps:
                     self.save_checkpoint()
                 bar.update(1)
-                bar.set_postfix(reward=f"{record['reward_mean']:+.3f}", acc=f"{record['answer_accuracy']:.2f}")
+                accuracy = "answer_accuracy" if "answer_accuracy" in record else "sampled_accuracy"  # search, forks
+                bar.set_postfix({"reward": f"{record['reward_mean']:+.3f}", accuracy: f"{record[accuracy]:.2f}"})
         if log and self.step % s.checkpoint_every:
             self.save_checkpoint()
         return log

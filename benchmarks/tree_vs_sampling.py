@@ -10,7 +10,7 @@ the transfer set; verified answers per 1k tokens >= 1.3x RFT's. Long (about an h
 An interrupted run continues where it stopped when given the same --out.
 
     .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR]
-        [--seeds 0 1] [--fork fork_from=finished] [--eval-problems 500] [--eval-gsm8k 200] [--report]
+        [--arms grpo trl] [--seeds 0 1] [--fork fork_from=finished] [--eval-problems 500] [--eval-gsm8k 200] [--report]
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ def main() -> None:
                              "interrupted run has the main comparison), with the embedded teacher ensemble for tree_teachers")
     parser.add_argument("--steps", type=int, default=None, help="arithmetic steps per problem (default: the profile's)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the profile's token budget")
+    parser.add_argument("--arms", nargs="+", default=None, choices=list(ARMS), metavar="ARM",
+                        help="train only these arms, in this order (default: the mode's); like --seeds, processes given "
+                             "the same --out and different arms share the work; --report reads the mode's arms")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="train only these of the profile's seeds: processes given the same --out and different "
                              "seeds share the work (each writes only its own seed folders); --report reads them all")
@@ -54,6 +57,8 @@ def main() -> None:
     # every change is a --set assignment over the profile, validated as `azlib experiment --set` validates it
     params, _ = resolve_library("05_base_vs_trained", "cpu", args.out.resolve())
     arms = ["tree", "rft"] if args.mode == "main" else ["tree", "rft"] + [a for a in ARMS if a not in ("tree", "rft")]
+    if args.arms and not args.report:
+        arms = args.arms
     assignments = [f"arms={json.dumps(arms)}", f"train.token_budget={int(params.train.token_budget * args.budget_scale)}"]
     if args.mode == "all" and not params.has_teachers:  # tree_teachers: the embedded teacher ensemble writes its forks
         assignments.append("teacher_tier=cpu")

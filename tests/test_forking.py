@@ -148,7 +148,9 @@ def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
             train=TrainSettings(groups=groups, update="sft", problems_per_step=3, group_size=2, max_new_tokens=24,
                                 temperature=0.7, seed=3), **fork))
         trainer.policy_update.sft_step = lambda examples: {}  # the answers, not the update, are compared
-        trainer.train_step()
+        record = trainer.train_step()
+        # the step log's accuracy is the student's own (its independent answers); answer_accuracy is a search's
+        assert "sampled_accuracy" in record and "answer_accuracy" not in record, sorted(record)
         return trainer.replay, trainer.forking.grow([0, 1, 2], 2, seed=9)
 
     sampled, again = first_step("sampling")
