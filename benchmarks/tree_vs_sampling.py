@@ -21,7 +21,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-
 from azlib.config import ParamsError, resolve_library
 from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, task_sets
 from azlib.models import make_backend
