@@ -239,13 +239,11 @@ class Trainer(Resource):
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
-        if s.groups in FORKED_GROUPS:
-            # the student's own accuracy: its G independent answers per problem, before this step's update; of the
-            # verified answers, those a teacher wrote (ForkSettings.writer), and by whom
+        if s.groups in FORKED_GROUPS:  # the student's own accuracy (see _explore); whose verified answers these are
             record["sampled_accuracy"] = sum(independent) / max(len(independent), 1)
             record["verified_by_teacher"] = sum(c.writer != "student" for c in good)
             record["verified_by_writer"] = dict(Counter(c.writer for c in good))
-        else:  # the search's answer of each problem: its most-visited path, completed by its best rollout by reward
+        else:  # each problem's search answer: its most-visited path, completed by its best rollout by reward
             record["answers"] = len(search_correct)
             record["answer_accuracy"] = sum(search_correct) / max(len(search_correct), 1)
         if torch.cuda.is_available():
