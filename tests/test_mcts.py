@@ -151,7 +151,7 @@ def test_gumbel_wins_and_blocks_on_tictactoe():
     assert picks.count(2) >= 16
 
 
-def test_search_config_rejects_bad_values():
+def test_search_settings_reject_bad_values():
     bad = [dict(q_transform="min_max"), dict(rule="mcts"), dict(c=-1.0), dict(max_considered_actions=0),
            dict(gumbel_scale=-1.0), dict(value_scale=0.0), dict(maxvisit_init=-1.0),
            dict(rule="gumbel", leaves_per_step=2), dict(rule="gumbel", dirichlet_fraction=0.25)]
@@ -337,7 +337,7 @@ def test_selection_terms_rank_children_as_the_search_does():
         terms = selection_terms(then, 0)
         assert all(score >= q for q, score in terms)  # U >= 0
         assert then.root.children[max(range(len(terms)), key=lambda i: terms[i][1])] == next_path[1]
-    assert selection_terms(Tree.with_root("r"), 0) is None, "no search config: no scores"
+    assert selection_terms(Tree.with_root("r"), 0) is None, "no search settings: no scores"
 
 
 class CountingEnv(ttt.TicTacToe):

@@ -109,10 +109,10 @@ class AlphaZeroSettings:
             raise ValueError(f"random_opening must be in 0..8 (a move must be left to play), got {self.random_opening}")
 
 
-def _search_config(settings: AlphaZeroSettings, temperature: float, noise: bool) -> SearchSettings:
+def _search_settings(settings: AlphaZeroSettings, temperature: float, noise: bool) -> SearchSettings:
     return SearchSettings(num_simulations=settings.simulations, max_depth=9, c=settings.c, temperature=temperature,
-                        dirichlet_alpha=settings.dirichlet_alpha,
-                        dirichlet_fraction=settings.dirichlet_fraction if noise else 0.0)
+                          dirichlet_alpha=settings.dirichlet_alpha,
+                          dirichlet_fraction=settings.dirichlet_fraction if noise else 0.0)
 
 
 def random_opening(settings: AlphaZeroSettings, rng: random.Random) -> str:
@@ -144,8 +144,8 @@ def play_games(players: list[tuple[NetTicTacToe, NetTicTacToe]], settings: Alpha
             side = made % 2
             groups.setdefault((players[g][side], made < settings.exploratory_moves), []).append(g)
         for (env, exploring), games in groups.items():
-            config = _search_config(settings, 1.0 if exploring else 0.0, noise)
-            for g, result in zip(games, search(env, [boards[g] for g in games], config, rng)):
+            search_settings = _search_settings(settings, 1.0 if exploring else 0.0, noise)
+            for g, result in zip(games, search(env, [boards[g] for g in games], search_settings, rng)):
                 pi = [0.0] * 9  # the policy target: visit shares, whatever temperature chose the move
                 visits = [result.tree.nodes[i].visits for i in result.tree.root.children]
                 for action, w in zip(result.actions, visit_weights(visits, 1.0)):
@@ -204,14 +204,14 @@ def train(net: PolicyValueNet, data, settings: AlphaZeroSettings, optimizer, rng
 POSITIONS = [b for b in ttt.reachable_positions() if ttt.legal_moves(b)]  # 4,520, either side to move
 
 
-def greedy_config(simulations: int, c: float = 1.414) -> SearchSettings:
+def greedy_settings(simulations: int, c: float = 1.414) -> SearchSettings:
     """The search that is graded and that plays people: the most visited move, no noise (deterministic)."""
     return SearchSettings(num_simulations=simulations, max_depth=9, c=c, temperature=0.0)
 
 
 def search_moves(net: PolicyValueNet, simulations: int, c: float = 1.414) -> dict[str, int]:
     """The net-guided search's move in every position (argmax of visits, no noise: deterministic)."""
-    results = search(NetTicTacToe(net), POSITIONS, greedy_config(simulations, c), random.Random(0))
+    results = search(NetTicTacToe(net), POSITIONS, greedy_settings(simulations, c), random.Random(0))
     return {r.tree.root.state: r.action for r in results}
 
 
@@ -220,11 +220,11 @@ class NetPlayer:
     search of its latest move (the root's visit shares say what it weighed)."""
 
     def __init__(self, net: PolicyValueNet, simulations: int = 64, c: float = 1.414):
-        self.env, self.config = NetTicTacToe(net), greedy_config(simulations, c)
+        self.env, self.settings = NetTicTacToe(net), greedy_settings(simulations, c)
         self.last: SearchResult | None = None
 
     def __call__(self, board: str) -> int:
-        (self.last,) = search(self.env, [board], self.config, random.Random(0))
+        (self.last,) = search(self.env, [board], self.settings, random.Random(0))
         return self.last.action
 
     def visit_shares(self) -> dict[int, float]:

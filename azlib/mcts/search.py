@@ -1,7 +1,7 @@
 """One Monte Carlo tree search for games and for text: select (PUCT, UCT or Gumbel), expand a batch of
-leaves with ONE environment call, back up. Pure function of environment, roots, config and rng.
+leaves with ONE environment call, back up. Pure function of environment, roots, settings and rng.
 
-The shape follows mctx: `search(env, roots, config, rng) -> [SearchResult(action, action_weights,
+The shape follows mctx: `search(env, roots, settings, rng) -> [SearchResult(action, action_weights,
 tree)]`. Many roots (problems) are searched in lock-step, and each step may take several leaves per
 tree (virtual loss; PUCT and UCT), so a text environment turns a whole step into one batched generate call.
 """
@@ -158,18 +158,18 @@ def _node_value(node: Node, two_player: bool) -> float:
     return -node.q if two_player else node.q
 
 
-def _q_values(node: Node, children: Sequence[Node], config: SearchSettings, two_player: bool = False) -> list[float]:
+def _q_values(node: Node, children: Sequence[Node], settings: SearchSettings, two_player: bool = False) -> list[float]:
     """Each child's Q as puct and uct read it (SearchSettings.q_transform)."""
-    transform = Q_TRANSFORMS[config.q_transform]
+    transform = Q_TRANSFORMS[settings.q_transform]
     return transform([c.q for c in children], [c.visits for c in children], _node_value(node, two_player))
 
 
-def _score(child, q: float, config: SearchSettings, sqrt_n: float, log_n: float) -> float:
-    if config.rule == "puct":  # AlphaZero: Q + c * P * sqrt(N_parent) / (1 + N_child)
-        return q + config.c * child.prior * sqrt_n / (1 + child.visits)
+def _score(child, q: float, settings: SearchSettings, sqrt_n: float, log_n: float) -> float:
+    if settings.rule == "puct":  # AlphaZero: Q + c * P * sqrt(N_parent) / (1 + N_child)
+        return q + settings.c * child.prior * sqrt_n / (1 + child.visits)
     if child.visits == 0:  # UCT (the original system): Q + c * sqrt(ln N_parent / N_child)
         return math.inf
-    return q + config.c * math.sqrt(log_n / child.visits)
+    return q + settings.c * math.sqrt(log_n / child.visits)
 
 
 # Gumbel MuZero (Danihelka et al. 2022, "Policy improvement by planning with Gumbel"), as mctx's
@@ -224,21 +224,21 @@ def sequence_of_considered_visits(max_num_considered_actions: int, num_simulatio
     return tuple(sequence[:num_simulations])
 
 
-def _sigma(node: Node, children: Sequence[Node], config: SearchSettings) -> list[float]:
+def _sigma(node: Node, children: Sequence[Node], settings: SearchSettings) -> list[float]:
     return q_completed_by_mix_value([c.q for c in children], [c.visits for c in children], [c.prior for c in children],
-                                    node.info["raw_value"], config.value_scale, config.maxvisit_init)
+                                    node.info["raw_value"], settings.value_scale, settings.maxvisit_init)
 
 
-def _gumbel_scores(root: Node, children: Sequence[Node], config: SearchSettings) -> list[float]:
+def _gumbel_scores(root: Node, children: Sequence[Node], settings: SearchSettings) -> list[float]:
     """g + logits + sigma(completed Q) per root child, mctx's seq_halving.score_considered before its
     visit-count mask (logits shifted by their max, the sum floored at LOW_LOGIT)."""
     logits = _logits([c.prior for c in children])
     top = max(logits)
     return [max(LOW_LOGIT, c.info["gumbel"] + lg - top + s)
-            for c, lg, s in zip(children, logits, _sigma(root, children, config))]
+            for c, lg, s in zip(children, logits, _sigma(root, children, settings))]
 
 
-def _gumbel_root(root: Node, children: Sequence[Node], config: SearchSettings) -> int:
+def _gumbel_root(root: Node, children: Sequence[Node], settings: SearchSettings) -> int:
     """mctx's action_selection.gumbel_muzero_root_action_selection: among the considered actions whose
     count equals the one sequential halving asks for now, the highest g + logits + sigma(completed Q).
     The count is of the simulations sent through the child (info["simulations"]): on games that is its
@@ -246,83 +246,83 @@ def _gumbel_root(root: Node, children: Sequence[Node], config: SearchSettings) -
     considered = [k for k, c in enumerate(children) if c.info["considered"]]
     counts = [c.info["simulations"] for c in children]
     # mctx evaluates the root outside its budget; here its expansion is the first simulation.
-    table = sequence_of_considered_visits(len(considered), config.num_simulations - 1)
+    table = sequence_of_considered_visits(len(considered), settings.num_simulations - 1)
     target = table[min(sum(counts), len(table) - 1)]
-    scores = _gumbel_scores(root, children, config)
+    scores = _gumbel_scores(root, children, settings)
     eligible = [k for k in considered if counts[k] == target] or considered  # not empty while every simulation counts
     return max(eligible, key=scores.__getitem__)
 
 
-def _gumbel_interior(node: Node, children: Sequence[Node], candidates: Sequence[int], config: SearchSettings) -> int:
+def _gumbel_interior(node: Node, children: Sequence[Node], candidates: Sequence[int], settings: SearchSettings) -> int:
     """mctx's action_selection.gumbel_muzero_interior_action_selection (the paper, Sec. 5): argmax of
     pi'(a) - N(a) / (1 + sum_b N(b)), pi' = softmax(logits + sigma(completed Q)), so that the visits
     follow the improved policy pi' deterministically."""
-    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(node, children, config))])
+    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(node, children, settings))])
     total = sum(c.visits for c in children)
     return max(candidates, key=lambda k: improved[k] - children[k].visits / (1 + total))
 
 
-def _root_gumbel(tree: Tree, config: SearchSettings, rng: random.Random) -> None:
+def _root_gumbel(tree: Tree, settings: SearchSettings, rng: random.Random) -> None:
     """Once per search, at the root's expansion: Gumbel noise g(a) for every root action, and the top
     max_considered_actions by g + logits considered (sampling without replacement, the Gumbel-top-k trick)."""
     children = [tree.nodes[i] for i in tree.root.children]
     logits = _logits([c.prior for c in children])
     for child in children:  # -log(-log U), U in (0, 1)
-        child.info["gumbel"] = config.gumbel_scale * -math.log(-math.log(max(rng.random(), sys.float_info.min)))
+        child.info["gumbel"] = settings.gumbel_scale * -math.log(-math.log(max(rng.random(), sys.float_info.min)))
         child.info["considered"], child.info["simulations"] = False, 0
     order = sorted(range(len(children)), key=lambda k: -(children[k].info["gumbel"] + logits[k]))
-    for k in order[:config.max_considered_actions]:
+    for k in order[:settings.max_considered_actions]:
         children[k].info["considered"] = True
 
 
-def _gumbel_decision(root: Node, children: Sequence[Node], config: SearchSettings) -> tuple[int, list[float]]:
+def _gumbel_decision(root: Node, children: Sequence[Node], settings: SearchSettings) -> tuple[int, list[float]]:
     """mctx's gumbel_muzero_policy once the search is done: among the considered actions sent the most
     simulations (the survivors of sequential halving), the highest g + logits + sigma(completed Q); and
     the improved policy softmax(logits + sigma(completed Q)) as the action weights."""
     considered = [k for k, c in enumerate(children) if c.info["considered"]]
     most = max(children[k].info["simulations"] for k in considered)
-    scores = _gumbel_scores(root, children, config)
+    scores = _gumbel_scores(root, children, settings)
     best = max((k for k in considered if children[k].info["simulations"] == most), key=scores.__getitem__)
-    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(root, children, config))])
+    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(root, children, settings))])
     return best, improved
 
 
-def _select(tree: Tree, config: SearchSettings, two_player: bool = False) -> list[int]:
+def _select(tree: Tree, settings: SearchSettings, two_player: bool = False) -> list[int]:
     """Root-to-leaf path: descend by the rule until an unexpanded or terminal node."""
     path = [0]
     node = tree.nodes[0]
     while node.expanded and not node.terminal and node.children:
         children = [tree.nodes[i] for i in node.children]
         candidates = range(len(children))
-        if config.skip_solved:  # a solved child is entered once, so that its value is backed up
+        if settings.skip_solved:  # a solved child is entered once, so that its value is backed up
             candidates = [k for k in candidates if not (children[k].solved and children[k].visits)] or candidates
-        if config.rule == "gumbel":  # sequential halving keeps its own count: the root ignores skip_solved
-            best = _gumbel_root(node, children, config) if len(path) == 1 else \
-                _gumbel_interior(node, children, candidates, config)
+        if settings.rule == "gumbel":  # sequential halving keeps its own count: the root ignores skip_solved
+            best = _gumbel_root(node, children, settings) if len(path) == 1 else \
+                _gumbel_interior(node, children, candidates, settings)
         else:
-            scores = [score for _, score in _selection_terms(node, children, config, two_player)]
+            scores = [score for _, score in _selection_terms(node, children, settings, two_player)]
             best = max(candidates, key=scores.__getitem__)
         path.append(node.children[best])
         node = children[best]
     return path
 
 
-def _selection_terms(node: Node, children: Sequence[Node], config: SearchSettings,
+def _selection_terms(node: Node, children: Sequence[Node], settings: SearchSettings,
                      two_player: bool) -> list[tuple[float, float]]:
     """(Q as the rule reads it, the whole score) per child, for puct and uct: what the node ranks its children by."""
     sqrt_n, log_n = math.sqrt(max(node.visits, 1)), math.log(max(node.visits, 1))
-    q = _q_values(node, children, config, two_player)
-    return [(q[k], _score(child, q[k], config, sqrt_n, log_n)) for k, child in enumerate(children)]
+    q = _q_values(node, children, settings, two_player)
+    return [(q[k], _score(child, q[k], settings, sqrt_n, log_n)) for k, child in enumerate(children)]
 
 
 def selection_terms(tree: Tree, parent: int) -> list[tuple[float, float]] | None:
     """(Q term, score = Q + U) of each child of `parent` as it ranks them for the next simulation, by the rule the
-    tree was searched with (tree.config); None for gumbel (sequential halving, no Q + U) or a tree not from search."""
-    if not tree.config or tree.config["rule"] == "gumbel":
+    tree was searched with (tree.settings); None for gumbel (sequential halving, no Q + U) or a tree not from search."""
+    if not tree.settings or tree.settings["rule"] == "gumbel":
         return None
     node = tree.nodes[parent]
     children = [tree.nodes[i] for i in node.children]
-    return _selection_terms(node, children, SearchSettings(**tree.config), tree.two_player)
+    return _selection_terms(node, children, SearchSettings(**tree.settings), tree.two_player)
 
 
 def _apply(tree: Tree, path: list[int], visits: int, value: float, two_player: bool) -> None:
@@ -344,12 +344,12 @@ def _mark_solved(tree: Tree, path: list[int]) -> None:
             break
 
 
-def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment, config: SearchSettings) -> list[int]:
+def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment, settings: SearchSettings) -> list[int]:
     node = tree.nodes[leaf]
     node.expanded, node.expanded_at = True, len(tree.history)  # this simulation's index, once it is recorded
     added = []
     for child in expansion.children:
-        terminal = tree.nodes[leaf].depth + 1 >= config.max_depth or env.is_terminal(child.state)
+        terminal = tree.nodes[leaf].depth + 1 >= settings.max_depth or env.is_terminal(child.state)
         info = dict(child.info)
         if terminal:
             info["terminal_value"] = env.terminal_value(child.state)
@@ -394,14 +394,14 @@ def tree_after(tree: Tree, simulations: int) -> Tree:
     return then
 
 
-def _root_noise(tree: Tree, config: SearchSettings, rng: random.Random) -> None:
+def _root_noise(tree: Tree, settings: SearchSettings, rng: random.Random) -> None:
     children = [tree.nodes[i] for i in tree.root.children]
-    if config.dirichlet_fraction <= 0 or len(children) < 2:
+    if settings.dirichlet_fraction <= 0 or len(children) < 2:
         return
-    noise = [rng.gammavariate(config.dirichlet_alpha, 1.0) for _ in children]
+    noise = [rng.gammavariate(settings.dirichlet_alpha, 1.0) for _ in children]
     total = sum(noise) or 1.0
     for child, x in zip(children, noise):
-        child.prior = (1 - config.dirichlet_fraction) * child.prior + config.dirichlet_fraction * x / total
+        child.prior = (1 - settings.dirichlet_fraction) * child.prior + settings.dirichlet_fraction * x / total
 
 
 def visit_weights(visits: Sequence[int], temperature: float) -> list[float]:
@@ -416,9 +416,9 @@ def visit_weights(visits: Sequence[int], temperature: float) -> list[float]:
     return [p / total for p in powered] if total else [1 / len(visits)] * len(visits)
 
 
-def search(env: Environment, roots: Sequence[Any], config: SearchSettings, rng: random.Random) -> list[SearchResult]:
-    """Search every root for `config.num_simulations` leaf evaluations (or until a budget runs out)."""
-    trees = [Tree.with_root(state, two_player=env.two_player, config=asdict(config)) for state in roots]
+def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng: random.Random) -> list[SearchResult]:
+    """Search every root for `settings.num_simulations` leaf evaluations (or until a budget runs out)."""
+    trees = [Tree.with_root(state, two_player=env.two_player, settings=asdict(settings)) for state in roots]
     tokens = [0] * len(trees)  # a tree's simulations so far: len(tree.history), one entry per backed-up simulation
     for tree in trees:
         if env.is_terminal(tree.root.state):
@@ -426,16 +426,16 @@ def search(env: Environment, roots: Sequence[Any], config: SearchSettings, rng: 
             tree.root.info["terminal_value"] = env.terminal_value(tree.root.state)
     while True:
         active = [t for t in range(len(trees))
-                  if len(trees[t].history) < config.num_simulations and not (config.skip_solved and trees[t].root.solved)]
-        out_of_budget = config.max_tokens is not None and sum(tokens) >= config.max_tokens
+                  if len(trees[t].history) < settings.num_simulations and not (settings.skip_solved and trees[t].root.solved)]
+        out_of_budget = settings.max_tokens is not None and sum(tokens) >= settings.max_tokens
         if not active or out_of_budget:
             break
         pending: list[tuple[int, list[int]]] = []
         for t in active:
             tree, claimed = trees[t], set()
-            for _ in range(min(config.leaves_per_step, config.num_simulations - len(tree.history))):
-                path = _select(tree, config, env.two_player)
-                if config.rule == "gumbel" and len(path) > 1:  # sequential halving counts simulations
+            for _ in range(min(settings.leaves_per_step, settings.num_simulations - len(tree.history))):
+                path = _select(tree, settings, env.two_player)
+                if settings.rule == "gumbel" and len(path) > 1:  # sequential halving counts simulations
                     tree.nodes[path[1]].info["simulations"] += 1
                 leaf = tree.nodes[path[-1]]
                 if leaf.terminal:  # known value: back it up, no model call
@@ -445,20 +445,20 @@ def search(env: Environment, roots: Sequence[Any], config: SearchSettings, rng: 
                 if path[-1] in claimed:
                     break
                 claimed.add(path[-1])
-                _apply(tree, path, 1, -config.virtual_loss, False)  # discourages the next selection
+                _apply(tree, path, 1, -settings.virtual_loss, False)  # discourages the next selection
                 pending.append((t, path))
         if pending:
             expansions = env.expand([trees[t].nodes[path[-1]].state for t, path in pending], rng)
             for (t, path), expansion in zip(pending, expansions):
                 tree = trees[t]
-                _apply(tree, path, -1, config.virtual_loss, False)
-                added = _add_children(tree, path[-1], expansion, env, config)
-                if config.rule == "gumbel":  # the environment's own value estimate: mctx's raw value
+                _apply(tree, path, -1, settings.virtual_loss, False)
+                added = _add_children(tree, path[-1], expansion, env, settings)
+                if settings.rule == "gumbel":  # the environment's own value estimate: mctx's raw value
                     tree.nodes[path[-1]].info["raw_value"] = expansion.value
                 if path[-1] == 0:
-                    _root_noise(tree, config, rng)
-                    if config.rule == "gumbel":
-                        _root_gumbel(tree, config, rng)
+                    _root_noise(tree, settings, rng)
+                    if settings.rule == "gumbel":
+                        _root_gumbel(tree, settings, rng)
                 _back_up(tree, _expansion_backups(path, expansion, added))
                 _mark_solved(tree, path)
                 tokens[t] += expansion.tokens
@@ -466,13 +466,13 @@ def search(env: Environment, roots: Sequence[Any], config: SearchSettings, rng: 
     results = []
     for tree, spent in zip(trees, tokens):
         children = [tree.nodes[i] for i in tree.root.children]
-        weights = visit_weights([c.visits for c in children], config.temperature)
+        weights = visit_weights([c.visits for c in children], settings.temperature)
         if not children:
             action = None
-        elif config.rule == "gumbel":
-            best, weights = _gumbel_decision(tree.root, children, config)
+        elif settings.rule == "gumbel":
+            best, weights = _gumbel_decision(tree.root, children, settings)
             action = children[best].action
-        elif config.temperature == 0:
+        elif settings.temperature == 0:
             action = children[weights.index(1.0)].action
         else:
             action = rng.choices([c.action for c in children], weights=weights)[0]

@@ -45,7 +45,7 @@ class Backup(NamedTuple):
 class Tree:
     nodes: list[Node]
     two_player: bool = False  # Q alternates perspective by depth (each node's Q is for the player who moved into it)
-    config: dict[str, Any] = field(default_factory=dict)  # the SearchSettings that grew it, as a dict; {}: not a search
+    settings: dict[str, Any] = field(default_factory=dict)  # the SearchSettings that grew it, as a dict; {}: not a search
     history: list[list[Backup]] = field(default_factory=list)  # per simulation, in order: its backups (a replay)
 
     @classmethod
@@ -68,14 +68,14 @@ class Tree:
                 if n.visits > 0 and i > 0 and not any(self.nodes[c].visits for c in n.children)]
 
     def to_json(self) -> dict:
-        return {"nodes": [asdict(n) for n in self.nodes], "two_player": self.two_player, "config": self.config,
+        return {"nodes": [asdict(n) for n in self.nodes], "two_player": self.two_player, "settings": self.settings,
                 "history": [[list(b) for b in simulation] for simulation in self.history]}
 
     @classmethod
     def from_json(cls, data: dict) -> Tree:
         """Also reads trees saved before the history was recorded (no replay then)."""
         history = [[Backup(*b) for b in simulation] for simulation in data.get("history", [])]
-        return cls([Node(**n) for n in data["nodes"]], data.get("two_player", False), data.get("config", {}), history)
+        return cls([Node(**n) for n in data["nodes"]], data.get("two_player", False), data.get("settings", {}), history)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json()))

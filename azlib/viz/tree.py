@@ -120,7 +120,7 @@ def node_details(tree: Tree, i: int, describe: Describe = describe_node) -> str:
         k = tree.nodes[node.parent].children.index(i)
         q, score = terms[k]
         rank = 1 + sorted((s for _, s in terms), reverse=True).index(score)
-        lines.append(f"as its parent ranks it ({tree.config['rule']}, Q read {tree.config['q_transform']}): "
+        lines.append(f"as its parent ranks it ({tree.settings['rule']}, Q read {tree.settings['q_transform']}): "
                      f"Q + U = {q:+.3f} + {score - q:.3f} = {score:+.3f} "
                      f"(rank {rank} of {len(terms)}; the next simulation enters rank 1)")
     return "\n".join([*lines, "", details])
