@@ -1,7 +1,7 @@
 """Load on `azlib serve` (the embedded model, in this process, on 127.0.0.1): ordinary chat requests from
 concurrent clients, alone and beside one large request (n samples x many tokens) sent just before them, with
-the server's turns as configured and with turns as large as the large request (one generate call each, as
-the server was before issue 26). Prints requests/s and p50/p95 latency of the ordinary requests per case.
+the server's turns as configured and with turns as large as the large request (one generate call per request,
+the simplest scheduler). Prints requests/s and p50/p95 latency of the ordinary requests per case.
 
     .venv/bin/python benchmarks/serve_load.py [--clients 16] [--requests 2] [--large-n 16] [--large-tokens 256]
 """
