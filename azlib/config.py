@@ -102,13 +102,9 @@ def section(settings: type, fixed: tuple[str, ...] = ()) -> Any:
 
 
 Search = section(SearchSettings)
-# Notebooks 02 and 03 end an answer at depth x chunk tokens (so MAX_TREE_DEPTH moves both): not a field to set.
-TextSearch = section(TextSearchSettings, fixed=("max_answer_tokens",))
+TextSearch = section(TextSearchSettings)
 Lora = section(LoraSettings, fixed=("target_modules",))
-# In a training run the `train` section's temperature, reward and answer length hold for the whole run
-# (azlib.training.TrainerSettings writes them into the search and the update), so those sections omit them.
-TrainingTextSearch = section(TextSearchSettings, fixed=("temperature", "top_p", "reward", "max_answer_tokens"))
-TrainingGRPO = section(GRPOSettings, fixed=("temperature", "max_completion_length"))
+GRPO = section(GRPOSettings)
 Train = section(TrainSettings, fixed=("seed",))
 RLT = section(RLTSettings)
 Fork = section(ForkSettings)
@@ -265,14 +261,13 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
     search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchSettings fields (a training run's defaults: "
                                                         "skip_solved, parent_value); env NUM_MCTS_ITERATIONS, "
                                                         "MAX_TREE_DEPTH and MAX_TOKENS override")
-    text: TrainingTextSearch = Field(TextSearchSettings(), description="TextSearchSettings fields but temperature, "
-                                                                       "top_p, reward and max_answer_tokens (the "
-                                                                       "train section's)")
+    text: TextSearch = Field(TextSearchSettings(), description="azlib.mcts.envs.text.TextSearchSettings fields: "
+                                                               "expansion, samples, chunk length")
     fork: Fork = Field(ForkSettings(), description="azlib.mcts.forking.ForkSettings fields: the forking tree of "
                                                    "train.groups 'forked' and 'treerl' (rounds, points, branches, "
                                                    "where, fork_from, writer)")
-    grpo: TrainingGRPO = Field(
-        GRPOSettings(), description="azlib.grpo.GRPOSettings fields but temperature and max_completion_length")
+    grpo: GRPO = Field(GRPOSettings(), description="azlib.grpo.GRPOSettings fields (the answers' temperature and "
+                                                   "length are the train section's)")
     lora: Lora = Field(LoraSettings(), description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
     train: Train = Field(
         TrainSettings(), description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
@@ -308,7 +303,7 @@ class BaseVsTrainedParams(TrainingParams):
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([2], description="step counts of the arithmetic task, within 1..4")
     search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchSettings fields")
-    text: TrainingTextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
+    text: TextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
     fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.mcts.forking.ForkSettings fields")
     train: Train = Field(QUICK_TRAIN, description="azlib.training.TrainSettings fields (the arms set groups and "
                                                   "update); train.token_budget ends every arm")
@@ -416,8 +411,8 @@ class RLTParams(StudentParams, GSM8KParams):
     num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
     teacher_steps: int = Field(ge=1, description="GRPO steps of the teacher")
     rlt: RLT = Field(description="azlib.rlt.RLTSettings fields: alpha, kl_weight (lambda), group_size (G), lengths")
-    grpo: TrainingGRPO = Field(description="the teacher's GRPOSettings but temperature and max_completion_length "
-                                           "(the rlt section's); warmup_steps and micro_batch_size also serve the SFT")
+    grpo: GRPO = Field(description="the teacher's GRPOSettings (its explanations' temperature and length are the rlt "
+                                   "section's); warmup_steps and micro_batch_size also serve the SFT")
     lora: Lora = Field(description="LoraSettings of the teacher and of every distilled student")
     gradient_checkpointing: bool
     sft_problems: int = Field(

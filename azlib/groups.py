@@ -34,7 +34,7 @@ from azlib.grpo import Example
 from azlib.mcts.envs.text import TextEnv, trajectories, tree_answers
 from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
-from azlib.models.generation import Backend, Prompt
+from azlib.models.generation import AnswerSampling, Backend, Prompt
 from azlib.rewards import RewardFunction, RewardKind, RewardWeights, call_reward, reward_name
 
 GROUP_KINDS = ("answers", "paths", "siblings", "visits", "sampling", "forked", "treerl")
@@ -140,12 +140,12 @@ def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "
 
 
 def sampled_groups(backend: Backend, problems: Sequence[Row], indices: Sequence[int], group_size: int, *,
-                   max_new_tokens: int, temperature: float, seed: int, reward: RewardKind = "correctness",
+                   sampling: AnswerSampling, seed: int, reward: RewardKind = "correctness",
                    weights: RewardWeights = RewardWeights()) -> tuple[list[Completion], int]:
     """G plain samples per problem (a forking tree with no forks), each scored as a whole answer; returns
     the completions and the tokens generated."""
-    trees = ForkingSearch(backend, problems, ForkSettings(rounds=0), max_new_tokens=max_new_tokens,
-                          temperature=temperature, reward=reward, weights=weights).grow(indices, group_size, seed)
+    trees = ForkingSearch(backend, problems, ForkSettings(rounds=0), sampling=sampling, reward=reward,
+                          weights=weights).grow(indices, group_size, seed)
     return forked_groups(trees, backend), sum(t.tokens for t in trees)
 
 

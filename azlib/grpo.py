@@ -9,7 +9,9 @@ ratio token loss with a k3 KL to the reference, four aggregations), or imitation
     grpo: mean over a sequence's tokens, then over sequences;  bnpo, dapo: sum / active tokens;
     dr_grpo: sum / (sequences x max_completion_length);  original: the original system's reward-
     weighted supervised loss, -A_i mean_t logp_t (no ratio, no clip), plus the same KL term.
-    Log-probs are those of the sampling distribution: logits / temperature (as TRL).
+    Log-probs are those of the sampling distribution: logits / temperature (as TRL). The temperature and the
+    length cap (max_completion_length) are how the answers were sampled (azlib.models.generation.AnswerSampling),
+    which the update is given beside its own settings.
     sft (expert iteration, rejection-sampling fine-tuning): -sum_t logp_t / tokens over verified answers.
 """
 
@@ -21,6 +23,7 @@ from typing import Literal, NamedTuple, Sequence
 import torch
 
 from azlib.extras import require
+from azlib.models.generation import AnswerSampling
 from azlib.parallel import shard, sum_gradients, sum_over_ranks
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "original")
@@ -41,10 +44,8 @@ class GRPOSettings:
     scale_rewards: Literal["group", "batch", "none"] = "group"  # std used to divide advantages
     clip_advantages: float | None = 3.0
     drop_equal_groups: bool = False  # DAPO: a group whose rewards are all equal teaches nothing
-    max_completion_length: int = 256  # dr_grpo's constant normaliser
     learning_rate: float = 5e-5
     warmup_steps: int = 3  # linear warmup of the learning rate over the first optimiser steps
-    temperature: float = 1.0  # the sampling temperature: log-probs are those of softmax(logits / T)
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a step)
@@ -58,10 +59,9 @@ class GRPOSettings:
             raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}")
         if min(self.epsilon_low, self.epsilon_high) <= 0 or self.beta < 0 or self.learning_rate <= 0:
             raise ValueError("epsilon_low and epsilon_high must be > 0, beta >= 0, learning_rate > 0")
-        if self.temperature <= 0 or self.warmup_steps < 0:
-            raise ValueError(f"need temperature > 0 and warmup_steps >= 0, got {self.temperature}, {self.warmup_steps}")
-        if self.micro_batch_size < 1 or self.num_iterations < 1 or self.max_completion_length < 1:
-            raise ValueError("micro_batch_size, num_iterations and max_completion_length must be >= 1")
+        if self.warmup_steps < 0 or self.micro_batch_size < 1 or self.num_iterations < 1:
+            raise ValueError(f"need warmup_steps >= 0, micro_batch_size >= 1 and num_iterations >= 1, got "
+                             f"{self.warmup_steps}, {self.micro_batch_size}, {self.num_iterations}")
         if (self.clip_advantages is not None and self.clip_advantages <= 0) or self.max_grad_norm <= 0 \
                 or self.weight_decay < 0:
             raise ValueError("need clip_advantages > 0 (or None), max_grad_norm > 0 and weight_decay >= 0")
@@ -116,7 +116,7 @@ def token_losses(logp, old_logp, ref_logp, advantages, settings: GRPOSettings) -
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, settings: GRPOSettings, *, batch_sequences: int,
-              batch_tokens: float) -> torch.Tensor:
+              batch_tokens: float, max_completion_length: int) -> torch.Tensor:
     """This micro-batch's share of the loss of the whole batch (batch_sequences, batch_tokens over
     all micro-batches), so that the shares add up to the full-batch loss."""
     masked = per_token * mask
@@ -124,13 +124,15 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, settings: GRPOSetting
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / batch_sequences
     if settings.loss_type in ("bnpo", "dapo"):
         return masked.sum() / max(batch_tokens, 1.0)
-    return masked.sum() / (batch_sequences * settings.max_completion_length)  # dr_grpo
+    return masked.sum() / (batch_sequences * max_completion_length)  # dr_grpo
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: GRPOSettings) -> torch.Tensor:
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: GRPOSettings, *,
+              max_completion_length: int) -> torch.Tensor:
     """The loss of one whole batch (what TRL's GRPOTrainer computes with gradient_accumulation 1)."""
     parts = token_losses(logp, old_logp, ref_logp, advantages, settings)
-    return aggregate(parts.loss, mask, settings, batch_sequences=logp.shape[0], batch_tokens=mask.sum().item())
+    return aggregate(parts.loss, mask, settings, batch_sequences=logp.shape[0], batch_tokens=mask.sum().item(),
+                     max_completion_length=max_completion_length)
 
 
 @dataclass(frozen=True)
@@ -167,14 +169,14 @@ class PolicyUpdate:
     with the whole step's normalisers, and the gradients are summed over the ranks before the clip: the
     one-process update, its work split."""
 
-    def __init__(self, student, settings: GRPOSettings = GRPOSettings()):
-        self.student, self.settings = student, settings
+    def __init__(self, student, settings: GRPOSettings = GRPOSettings(), sampling: AnswerSampling = AnswerSampling()):
+        self.student, self.settings, self.sampling = student, settings, sampling
         self.optimizer = make_optimizer(student.trainable_parameters(), settings)
         self.updates = 0  # optimiser steps taken: the warmup position (restored from checkpoints)
 
     def _logprobs(self, examples, idx, **kwargs):
         return self.student.token_logprobs([examples[i].prompt_ids for i in idx], [examples[i].completion_ids for i in idx],
-                                           temperature=self.settings.temperature, **kwargs)
+                                           temperature=self.sampling.temperature, **kwargs)
 
     def _optimizer_step(self) -> float:
         s = self.settings
@@ -256,7 +258,8 @@ class PolicyUpdate:
                     a = (advantages[idx] if per_token is None else
                          torch.nn.utils.rnn.pad_sequence([per_token[i] for i in idx], batch_first=True)).to(device)
                     parts = token_losses(logp, logp.detach() if old is None else old, ref, a, s)
-                    loss = aggregate(parts.loss, mask, s, batch_sequences=len(keep), batch_tokens=batch_tokens)
+                    loss = aggregate(parts.loss, mask, s, batch_sequences=len(keep), batch_tokens=batch_tokens,
+                                     max_completion_length=self.sampling.max_new_tokens)
                     loss.backward()
                     a = a if a.dim() == 2 else a.unsqueeze(1)
                     totals["loss"] += loss.item()

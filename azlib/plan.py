@@ -324,8 +324,8 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
     """Notebooks 04 and 05: the LoRA student, its vLLM engine (generation "vllm"), teachers, GRPO micro-batches;
     04's demo cell scores the whole search of two problems in one no-gradient forward."""
     shape, models = _student(params)
-    config = TrainerSettings(train=params.train, search=params.search, text=params.text, grpo=params.grpo)
-    length, mb = config.grpo.max_completion_length, params.grpo.micro_batch_size
+    settings = TrainerSettings(train=params.train, search=params.search, text=params.text, grpo=params.grpo)
+    length, mb = settings.sampling.max_new_tokens, params.grpo.micro_batch_size
     resident = (_weights("student", shape, params.dtype),
                 _adapter(shape, params.lora, params.grpo.optimizer, params.reference == "snapshot"),
                 Part("CUDA context (assumed)", CUDA_CONTEXT_GIB * GIB))

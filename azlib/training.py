@@ -32,7 +32,7 @@ from azlib.groups import (GROUP_KINDS, SCORABLE_GROUPS, Completion, GroupKind, b
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.mcts.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchSettings, search
-from azlib.models.generation import Resource
+from azlib.models.generation import AnswerSampling, Resource
 from azlib.models.student import LoraSettings, Student
 from azlib.parallel import barrier, gather, local_device, shard, world
 from azlib.rewards import (REWARD_KINDS, RewardBreakdown, RewardFunction, RewardKind, RewardWeights,
@@ -96,9 +96,8 @@ TRAINING_SEARCH = SearchSettings(skip_solved=True, q_transform="parent_value")
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    """Every setting of a training run, one section per component. The run samples and scores answers one
-    way: `train`'s temperature, reward and answer length are written into `text` and `grpo` (GRPO's
-    log-probs must be those of the temperature the answers were sampled at, without top-p)."""
+    """Every setting of a training run, one section per component, none written into another. How the run
+    samples its answers is `train`'s (see `sampling`), and its reward is `train.reward`."""
 
     train: TrainSettings = TrainSettings()
     search: SearchSettings = TRAINING_SEARCH
@@ -107,14 +106,15 @@ class TrainerSettings:
     grpo: GRPOSettings = GRPOSettings()
     lora: LoraSettings = LoraSettings()
 
-    def __post_init__(self):
+    @property
+    def sampling(self) -> AnswerSampling:
+        """The run's answers, as the search, the forks and the update all read them: train's temperature, no
+        top-p (the update's log-probs are of softmax(logits / T) alone), and train's answer length; the
+        original system's chunked search ends an answer at depth x chunk instead."""
         t = self.train
-        # A rollout writes whole answers, as long as a sampled one may be; chunks cap the answer at depth x chunk.
-        answer = t.max_new_tokens if self.text.expansion == "rollout" else self.text.chunk_tokens * self.search.max_depth
-        object.__setattr__(self, "text", replace(self.text, temperature=t.temperature, top_p=1.0, reward=t.reward,
-                                                  max_answer_tokens=answer))
-        object.__setattr__(self, "grpo", replace(self.grpo, temperature=t.temperature,
-                                                  max_completion_length=max(t.max_new_tokens, answer)))
+        chunked = self.text.expansion == "chunk" and t.groups not in FORKED_GROUPS
+        length = self.text.chunk_tokens * self.search.max_depth if chunked else t.max_new_tokens
+        return AnswerSampling(temperature=t.temperature, top_p=1.0, max_new_tokens=length)
 
 
 class Exploration(NamedTuple):
@@ -154,21 +154,20 @@ class Trainer(Resource):
     a student still needed elsewhere is simply not closed."""
 
     def __init__(self, student: Student, problems: Sequence[Row], folder: str | Path,
-                 config: TrainerSettings = TrainerSettings(), *, teachers=None, checker=None,
+                 settings: TrainerSettings = TrainerSettings(), *, teachers=None, checker=None,
                  weights: RewardWeights = RewardWeights()):
-        self.student, self.problems, self.config = student, list(problems), config
+        self.student, self.problems, self.settings = student, list(problems), settings
         self.folder = Path(folder)
         self.checkpoints = self.folder / "checkpoints"
         self.log_path = self.folder / "train_log.jsonl"
-        self.policy_update = PolicyUpdate(student, config.grpo)
+        t, sampling = settings.train, settings.sampling
+        self.policy_update = PolicyUpdate(student, settings.grpo, sampling)
         self.teachers, self.weights = teachers, weights
-        self.env = TextEnv(student.backend, self.problems, config.text, teachers=teachers, weights=weights,
-                           checker=checker)
-        t = config.train
+        self.env = TextEnv(student.backend, self.problems, settings.text, sampling, t.reward, teachers=teachers,
+                           weights=weights, checker=checker)
         self.forking = ForkingSearch(student.backend, self.problems,
-                                     replace(config.fork, rounds=0) if t.groups == "sampling" else config.fork,
-                                     max_new_tokens=t.max_new_tokens, temperature=t.temperature, reward=t.reward,
-                                     weights=weights, teachers=teachers)
+                                     replace(settings.fork, rounds=0) if t.groups == "sampling" else settings.fork,
+                                     sampling=sampling, reward=t.reward, weights=weights, teachers=teachers)
         self.step, self.position, self.tokens = 0, 0, 0
         self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
         self.reward_functions: list[RewardFunction] = []  # added by add_reward: a learner's own, TRL-shaped
@@ -179,7 +178,7 @@ class Trainer(Resource):
         the update trains on, as TRL sums its reward functions; its mean is logged as reward_<its name>. GRPO's
         advantages come from the sum; imitation (update "sft") keeps each problem's verified answers with the
         best sum. The search still steers by `train.reward`. Added before `run`: a resume checks the names."""
-        groups = self.config.train.groups
+        groups = self.settings.train.groups
         if groups not in SCORABLE_GROUPS:
             raise ValueError(f"a reward function scores whole answers: train.groups must be one of {SCORABLE_GROUPS} "
                              f"to use one, got {groups!r}")
@@ -201,13 +200,13 @@ class Trainer(Resource):
     def _problems_for_step(self) -> list[int]:
         """The next problems, cycling; under a token budget the last step takes only as many as the budget has
         left at the run's tokens per problem so far, so equal-budget arms end near the budget, not a step past."""
-        s, count = self.config.train, self.config.train.problems_per_step
+        s, count = self.settings.train, self.settings.train.problems_per_step
         if s.token_budget is not None and self.position:
             count = max(1, min(count, math.ceil((s.token_budget - self.tokens) / (self.tokens / self.position))))
         return [(self.position + k) % len(self.problems) for k in range(count)]
 
     def train_step(self) -> dict:
-        s, start = self.config.train, time.perf_counter()
+        s, start = self.settings.train, time.perf_counter()
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         seed = step_seed(s.seed, self.step)
@@ -254,7 +253,7 @@ class Trainer(Resource):
 
     def _explore(self, indices: list[int], seed: int) -> Exploration:
         """Search (or sample) the given problems: the completions to train on and what the step log counts."""
-        s = self.config.train
+        s = self.settings.train
         if s.groups in FORKED_GROUPS:
             trees = self.forking.grow(indices, s.group_size, seed)
             completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
@@ -262,7 +261,7 @@ class Trainer(Resource):
             # not trained on yet (forks aim at unsolved problems, so all leaves together would understate it)
             return Exploration(completions, sum(t.tokens for t in trees), sum(t.prefill for t in trees), [],
                                [a.correct for t in trees for a in t.independent_answers()])
-        results = search(self.env, [self.env.root(i) for i in indices], self.config.search, random.Random(seed))
+        results = search(self.env, [self.env.root(i) for i in indices], self.settings.search, random.Random(seed))
         # prefill None: the text env does not count its prompts
         return Exploration(tree_groups(results, self.env, s.groups), sum(r.tokens for r in results), None,
                            [search_answer(r, self.env)["correct"] for r in results], [],
@@ -277,7 +276,7 @@ class Trainer(Resource):
                                   "or choose another folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         log = self._read_log(upto=self.step)
-        s, first = self.config.train, world()[0] == 0  # under torchrun rank 0 writes the log and the checkpoints
+        s, first = self.settings.train, world()[0] == 0  # under torchrun rank 0 writes the log and the checkpoints
         update = "imitation" if s.update == "sft" else "GRPO"
         with tqdm(total=s.steps, initial=self.step, desc=f"{update} steps ({s.groups})", unit="step",
                   disable=not (progress and first)) as bar:
@@ -327,9 +326,9 @@ class Trainer(Resource):
         staging.mkdir()
         self.student.save_adapter(staging / "adapter")
         torch.save(self.policy_update.optimizer.state_dict(), staging / "optimizer.pt")
-        state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.config.train.seed,
+        state = {"step": self.step, "position": self.position, "tokens": self.tokens, "seed": self.settings.train.seed,
                  "updates": self.policy_update.updates, "replay": [asdict(c) for c in self.replay],
-                 "model": self.student.name, "problems": self._problems_digest(), "config": self._settings(),
+                 "model": self.student.name, "problems": self._problems_digest(), "config": self._flat_settings(),
                  "teachers": self.teachers.rule.state() if self.teachers is not None else {}}
         (staging / "state.json").write_text(json.dumps(state, indent=1))
         for f in staging.rglob("*"):
@@ -343,11 +342,11 @@ class Trainer(Resource):
         barrier()
         return final
 
-    def _settings(self) -> dict:
+    def _flat_settings(self) -> dict:
         """Every setting of the run as JSON holds it (tuples as lists), flattened to "section.field" names."""
-        sections = json.loads(json.dumps(asdict(self.config)))
+        sections = json.loads(json.dumps(asdict(self.settings)))
         settings = {f"{name}.{field}": value for name, section in sections.items() for field, value in section.items()}
-        if self.reward_functions:  # by name: a resume cannot compare code (a run without any has no key, as before)
+        if self.reward_functions:  # by name: a resume cannot compare code (a run without any has no such key)
             settings["train.reward_functions"] = [reward_name(f) for f in self.reward_functions]
         return settings
 
@@ -358,7 +357,7 @@ class Trainer(Resource):
     def _check_same_run(self, state: dict, checkpoint: Path) -> None:
         """A resume continues the saved run: refuse settings that would make it another one, naming them."""
         saved = {"model": state.get("model"), "problems": state.get("problems"), **state.get("config", {})}
-        current = {"model": self.student.name, "problems": self._problems_digest(), **self._settings()}
+        current = {"model": self.student.name, "problems": self._problems_digest(), **self._flat_settings()}
         changed = [f"{k}: saved {saved.get(k)!r}, now {current.get(k)!r}" for k in sorted(saved.keys() | current.keys())
                    if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k)]
         if changed:
@@ -427,10 +426,10 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
     specs = chosen_teachers(params.teachers, params.teacher_tier)
     if params.fork.writer == "teachers" and not specs:
         raise ValueError("fork.writer 'teachers' needs teachers: set teacher_tier (cpu, vllm, ...) or teachers")
-    config = TrainerSettings(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
-                            text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
+    settings = TrainerSettings(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
+                               text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
     torch.manual_seed(params.seed)  # the LoRA initialisation
-    student = Student(params.model, lora=config.lora, reference=params.reference, dtype=params.dtype,
+    student = Student(params.model, lora=settings.lora, reference=params.reference, dtype=params.dtype,
                       device=local_device(params.device), gradient_checkpointing=params.gradient_checkpointing,
                       use_unsloth=params.use_unsloth, generation=params.generation,
                       server={"base_url": params.generation_url, "model": params.model},
@@ -444,7 +443,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
         except Exception:  # e.g. a teacher engine that finds no memory: the student's engine goes too
             student.close()
             raise
-    return Trainer(student, problems, folder, config, teachers=teachers)
+    return Trainer(student, problems, folder, settings, teachers=teachers)
 
 
 def _mean_parts(completions) -> dict[str, float]:

@@ -26,20 +26,20 @@ def run_azlib(args) -> dict:
     from azlib.data import arithmetic_problems
     from azlib.grpo import PolicyUpdate, GRPOSettings
     from azlib.groups import sampled_groups
+    from azlib.models.generation import AnswerSampling
     from azlib.models.student import LoraSettings, Student
 
     torch.manual_seed(0)
     student = Student(MODEL, lora=LoraSettings(r=16, alpha=32), gradient_checkpointing=True)  # TRL's default too
-    settings = GRPOSettings(loss_type="dapo", beta=0.04, learning_rate=1e-5, temperature=args.temperature,
-                            micro_batch_size=args.group_size * args.prompts)
-    trainer = PolicyUpdate(student, settings)
+    settings = GRPOSettings(loss_type="dapo", beta=0.04, learning_rate=1e-5, micro_batch_size=args.group_size * args.prompts)
+    sampling = AnswerSampling(temperature=args.temperature, top_p=1.0, max_new_tokens=args.tokens)
+    trainer = PolicyUpdate(student, settings, sampling)
     rows = arithmetic_problems(args.prompts * (args.steps + 1), seed=0, steps=(1,))
     times = []
     for step in range(args.steps + 1):  # step 0 warms up
         start = time.perf_counter()
         indices = list(range(step * args.prompts, (step + 1) * args.prompts))
-        completions, _ = sampled_groups(student.backend, rows, indices, args.group_size, max_new_tokens=args.tokens,
-                                        temperature=args.temperature, seed=step)
+        completions, _ = sampled_groups(student.backend, rows, indices, args.group_size, sampling=sampling, seed=step)
         trainer.step([c for c in completions if c.text])  # as the Trainer's step
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from dataclasses import replace
 
 from azlib.data import arithmetic_problems
 from azlib.prompts import continuation_prompt
 from azlib.mcts import SearchSettings, search
-from azlib.mcts.envs.text import TextEnv, TextSearchSettings
+from azlib.mcts.envs.text import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
 from azlib.models import make_backend
 
 
@@ -37,6 +38,9 @@ class Timed:
     def score(self, *args, **kwargs):
         return self._timed("score", *args, **kwargs)
 
+    def __getattr__(self, name: str):  # the rest (tokenizer, encoders) untimed: the search reads them between calls
+        return getattr(self.backend, name)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -47,9 +51,10 @@ def main() -> None:
 
     backend = make_backend("hf")
     rows = arithmetic_problems(args.problems, seed=0)
-    settings = TextSearchSettings(expansion="chunk", student_samples=4, chunk_tokens=16, max_answer_tokens=128)
+    settings = TextSearchSettings(expansion="chunk", student_samples=4, chunk_tokens=16)
+    sampling = replace(TEXT_SEARCH_SAMPLING, max_new_tokens=128)
     timed = Timed(backend)
-    env = TextEnv(timed, rows, settings)
+    env = TextEnv(timed, rows, settings, sampling)
     config = SearchSettings(num_simulations=args.simulations, max_depth=8, leaves_per_step=args.leaves_per_step,
                           skip_solved=True)
     start = time.perf_counter()
@@ -63,7 +68,7 @@ def main() -> None:
     start, raw_tokens = time.perf_counter(), 0
     for _ in range(env.calls):
         out = backend.generate(prompts, n=settings.student_samples, max_new_tokens=settings.chunk_tokens,
-                               temperature=settings.temperature, top_p=settings.top_p, seed=0)
+                               temperature=sampling.temperature, top_p=sampling.top_p, seed=0)
         raw_tokens += sum(s.completion_tokens for group in out for s in group)
     raw_rate = raw_tokens / (time.perf_counter() - start)
 

@@ -15,6 +15,7 @@ from azlib import config
 from azlib.config import ParamsError
 from azlib.mcts import SearchSettings
 from azlib.mcts.envs.text import TextSearchSettings
+from azlib.models.generation import AnswerSampling
 from azlib.training import TrainerSettings, TrainSettings
 
 NB01 = config.NOTEBOOKS_DIR / "01_toy_bandit_grpo.ipynb"
@@ -122,16 +123,17 @@ def test_a_profile_or_env_var_changes_one_field_of_a_section(tmp_path, monkeypat
     assert params.model_dump()["search"]["max_depth"] == 5, "config.json and papermill get plain dicts"
 
 
-def test_a_training_run_samples_and_scores_one_way():
-    """TrainerSettings writes the train section's temperature, reward and answer length into the search and
-    the update: GRPO's log-probs are those of the distribution the answers were sampled from."""
-    c = TrainerSettings(train=TrainSettings(temperature=0.3, reward="original", max_new_tokens=40),
-                       text=TextSearchSettings(temperature=0.9, top_p=0.5))
-    assert (c.text.temperature, c.text.top_p, c.text.reward, c.text.max_answer_tokens) == (0.3, 1.0, "original", 40)
-    assert (c.grpo.temperature, c.grpo.max_completion_length) == (0.3, 40)
+def test_a_training_run_samples_its_answers_one_way():
+    """A run's answers are sampled as its train section says (no top-p: GRPO's log-probs are those of the
+    distribution they were drawn from), and the original system's chunked search ends an answer at depth x
+    chunk tokens; sampled groups ignore the search's chunks. The sections keep what they were given."""
+    c = TrainerSettings(train=TrainSettings(temperature=0.3, max_new_tokens=40))
+    assert c.sampling == AnswerSampling(temperature=0.3, top_p=1.0, max_new_tokens=40)
     chunked = TrainerSettings(text=TextSearchSettings(expansion="chunk", chunk_tokens=10),
                               search=SearchSettings(max_depth=6))
-    assert chunked.text.max_answer_tokens == 60 and chunked.grpo.max_completion_length == 128, "depth x chunk"
+    assert chunked.sampling.max_new_tokens == 60 and chunked.text == TextSearchSettings(expansion="chunk", chunk_tokens=10)
+    sampled = dataclasses.replace(chunked, train=TrainSettings(groups="sampling", max_new_tokens=40))
+    assert sampled.sampling.max_new_tokens == 40
 
 
 @pytest.mark.parametrize(

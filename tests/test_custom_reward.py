@@ -119,7 +119,7 @@ def test_the_trainer_adds_the_function_to_what_grpo_and_imitation_train_on(tmp_p
     assert bonus.calls[0]["answer"] == ["5", "5", "8", "8"]
     assert "reward_brief_bonus" not in plain and record["reward_brief_bonus"] == pytest.approx(0.375)
     assert record["reward_mean"] == pytest.approx(1.125)
-    assert trainer._settings()["train.reward_functions"] == ["brief_bonus"]
+    assert trainer._flat_settings()["train.reward_functions"] == ["brief_bonus"]
 
     imitation = trainer_with_answers(tmp_path / "sft", monkeypatch, "sft")
     imitation.add_reward(Recorder())
@@ -129,7 +129,7 @@ def test_the_trainer_adds_the_function_to_what_grpo_and_imitation_train_on(tmp_p
 
 def test_the_trainer_refuses_what_it_cannot_use_and_names_a_bad_return(tmp_path, monkeypatch):
     trainer = trainer_with_answers(tmp_path, monkeypatch, "grpo")
-    assert "train.reward_functions" not in trainer._settings(), "a run without one keeps its settings as before"
+    assert "train.reward_functions" not in trainer._flat_settings(), "a run without one keeps its settings as before"
 
     def no_kwargs(prompts, completions):
         return [0.0] * len(completions)

@@ -16,7 +16,7 @@ from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.groups import Completion, forked_groups, sampled_groups, verified
 from azlib.mcts import tree_after
 from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
-from azlib.models.generation import TokenIds
+from azlib.models.generation import AnswerSampling, TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
@@ -135,8 +135,8 @@ def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
     rows = arithmetic_problems(3, seed=5, steps=(1,))
     direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=2, max_new_tokens=24,
                                       temperature=0.7, top_p=1.0, seed=3, stop_at_answer=True)
-    trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0), max_new_tokens=24,
-                          temperature=0.7).grow([0, 1, 2], 2, seed=3)
+    trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0),
+                          sampling=AnswerSampling(temperature=0.7, max_new_tokens=24)).grow([0, 1, 2], 2, seed=3)
     samples = [s for group in direct for s in group]
     answers = [a for t in trees for a in t.answers()]
     assert [a.token_ids for a in answers] == [s.token_ids for s in samples], "hf stops at the answer line: all kept"
@@ -163,8 +163,8 @@ def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
 def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student):
     rows = arithmetic_problems(3, seed=20000, steps=(2,))
     backend = Counting(student.backend)
-    trees = ForkingSearch(backend, rows, ForkSettings(rounds=2, points=2, branches=2), max_new_tokens=40,
-                          temperature=0.7).grow([0, 1, 2], 3, seed=1)
+    trees = ForkingSearch(backend, rows, ForkSettings(rounds=2, points=2, branches=2),
+                          sampling=AnswerSampling(temperature=0.7, max_new_tokens=40)).grow([0, 1, 2], 3, seed=1)
     assert backend.calls >= 2, "some problem was not all correct, so it forked"
     assert sum(t.tokens for t in trees) == backend.generated, "every generated token counted, none twice"
     for tree in trees:
@@ -188,7 +188,8 @@ def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student)
 @pytest.mark.model
 def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(student):
     rows = arithmetic_problems(2, seed=7, steps=(1,))
-    completions, _ = sampled_groups(student.backend, rows, [0, 1], 3, max_new_tokens=12, temperature=1.0, seed=0)
+    completions, _ = sampled_groups(student.backend, rows, [0, 1], 3,
+                                    sampling=AnswerSampling(temperature=1.0, max_new_tokens=12), seed=0)
     completions = [Completion(c.prompt_ids, c.completion_ids, float(i % 2), c.group, c.problem, c.prompt, c.text,
                               c.correct) for i, c in enumerate(completions)]  # mixed rewards in each group
     settings = GRPOSettings(beta=0.0, scale_rewards="none", clip_advantages=None, learning_rate=1e-3, warmup_steps=0)
@@ -223,12 +224,14 @@ def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(stud
 def test_fork_points_lie_in_the_work_never_in_the_answer_line_or_a_repeated_line(student):
     tokenizer = student.tokenizer
     ids = tokenizer("3 * 4 = 12\nWait.\nWait.\n12 + 5 = 17\n#### 17\n", add_special_tokens=False)["input_ids"]
-    search = ForkingSearch(student.backend, [], ForkSettings(), max_new_tokens=64, temperature=0.7)
+    search = ForkingSearch(student.backend, [], ForkSettings(),
+                           sampling=AnswerSampling(temperature=0.7, max_new_tokens=64))
     text_before = [tokenizer.decode(ids[:p]) for p in search._positions(ids)]
     assert text_before and all("####" not in t for t in text_before), "no fork redraws only the final number"
     assert not any(t.endswith("Wait.\nWait") for t in text_before), "nothing inside the repeated line"
     assert any(t.endswith("12 + 5 =") for t in text_before), "the second step's result can be redrawn"
-    lines = ForkingSearch(student.backend, [], ForkSettings(where="line"), max_new_tokens=64, temperature=0.7)
+    lines = ForkingSearch(student.backend, [], ForkSettings(where="line"),
+                          sampling=AnswerSampling(temperature=0.7, max_new_tokens=64))
     assert {tokenizer.decode(ids[:p]) for p in lines._positions(ids)} == {"3 * 4 = 12\n", "3 * 4 = 12\nWait.\nWait.\n"}
 
 
@@ -246,7 +249,8 @@ def test_fork_from_chooses_whose_tokens_are_fork_points(student):
 
     def points(fork_from: str) -> list[tuple[int, int]]:
         settings = ForkSettings(points=2, fork_from=fork_from)
-        return ForkingSearch(student.backend, [], settings, max_new_tokens=64, temperature=0.7).fork_points(tree)
+        return ForkingSearch(student.backend, [], settings,
+                             sampling=AnswerSampling(temperature=0.7, max_new_tokens=64)).fork_points(tree)
 
     assert points("any")[0] == (1, 1), "the least likely sampled token of all, in the cut answer"
     assert all(leaf != 1 for leaf, _ in points("finished")) and points("finished"), "never in the cut answer"
@@ -260,7 +264,7 @@ def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_w
     rows = arithmetic_problems(3, seed=20000, steps=(2,))
     backend = Counting(student.backend)
     trees = ForkingSearch(backend, rows, ForkSettings(rounds=1, points=2, branches=2, writer="hint"),
-                          max_new_tokens=40, temperature=0.7).grow([0, 1, 2], 3, seed=1)
+                          sampling=AnswerSampling(temperature=0.7, max_new_tokens=40)).grow([0, 1, 2], 3, seed=1)
     assert backend.calls >= 2, "some problem was not all correct, so the teacher forked it"
     assert sum(t.tokens for t in trees) == backend.generated, "the teacher's tokens count as the student's"
     assert sum(t.prefill for t in trees) == backend.read, "and so do the prompts it reads"
@@ -288,11 +292,11 @@ def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(
     rows = arithmetic_problems(3, seed=20000, steps=(2,))
     settings = ForkSettings(rounds=1, points=2, branches=1, writer="teachers")
     with pytest.raises(ValueError, match="teacher ensemble"):
-        ForkingSearch(student.backend, rows, settings, max_new_tokens=40, temperature=0.7)
+        ForkingSearch(student.backend, rows, settings, sampling=AnswerSampling(temperature=0.7, max_new_tokens=40))
     own, taught = Counting(student.backend), Counting(student.backend)
     spec = TeacherSpec(name="tutor", backend="hf", model=DEFAULT_MODEL, tier="cpu", temperature=0.7)
     teachers = TeacherEnsemble([spec], shared={DEFAULT_MODEL: taught}, per_node=1)
-    trees = ForkingSearch(own, rows, settings, max_new_tokens=40, temperature=0.7,
+    trees = ForkingSearch(own, rows, settings, sampling=AnswerSampling(temperature=0.7, max_new_tokens=40),
                           teachers=teachers).grow([0, 1, 2], 3, seed=1)
     assert own.calls == 1 and taught.calls >= 1, "the student answers, the teacher writes every fork"
     assert sum(t.tokens for t in trees) == own.generated + taught.generated, "the teacher's tokens count once"

@@ -52,9 +52,9 @@ def trl_loss(folder, loss_type, beta, logp, old, ref, advantages, mask, correcti
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 def test_loss_and_gradient_equal_trl(tiny_model_dir, loss_type, beta, correction):
     logp, old, ref, advantages, mask = batch()
-    settings = GRPOSettings(loss_type=loss_type, beta=beta, epsilon_low=0.2, epsilon_high=0.28, max_completion_length=T,
+    settings = GRPOSettings(loss_type=loss_type, beta=beta, epsilon_low=0.2, epsilon_high=0.28,
                             kl_ratio_correction=correction)
-    ours = grpo_loss(logp, old, ref, advantages, mask, settings)
+    ours = grpo_loss(logp, old, ref, advantages, mask, settings, max_completion_length=T)
     (ours_grad,) = torch.autograd.grad(ours, logp)
     theirs = trl_loss(tiny_model_dir, loss_type, beta, logp, old, ref, advantages, mask, correction)
     (theirs_grad,) = torch.autograd.grad(theirs, logp)
@@ -82,16 +82,17 @@ def test_advantages_by_hand():
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "original"])
 def test_micro_batch_shares_add_up_to_the_batch_loss(loss_type):
     logp, old, ref, advantages, mask = batch(1)
-    s = GRPOSettings(loss_type=loss_type, max_completion_length=T)
-    whole = grpo_loss(logp, old, ref, advantages, mask, s)
+    s = GRPOSettings(loss_type=loss_type)
+    whole = grpo_loss(logp, old, ref, advantages, mask, s, max_completion_length=T)
     shares = sum(aggregate(token_losses(logp[i:i + 2], old[i:i + 2], ref[i:i + 2], advantages[i:i + 2], s).loss,
-                           mask[i:i + 2], s, batch_sequences=B, batch_tokens=mask.sum().item()) for i in range(0, B, 2))
+                           mask[i:i + 2], s, batch_sequences=B, batch_tokens=mask.sum().item(), max_completion_length=T)
+                 for i in range(0, B, 2))
     assert shares.item() == pytest.approx(whole.item(), abs=1e-6)
 
 
 def test_original_mode_is_reward_weighted_likelihood():
     logp, old, ref, advantages, mask = batch(2)
-    loss = grpo_loss(logp, old, ref, advantages, mask, GRPOSettings(loss_type="original", beta=0.0))
+    loss = grpo_loss(logp, old, ref, advantages, mask, GRPOSettings(loss_type="original", beta=0.0), max_completion_length=T)
     expected = -(advantages * (logp * mask).sum(-1) / mask.sum(-1)).mean()
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
 

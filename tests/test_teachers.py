@@ -3,6 +3,7 @@ server, and scripted real HTTP servers on 127.0.0.1 that inject faults."""
 
 import math
 import random
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from azlib.teachers import TeacherSpec
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchSettings, search
-from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
+from azlib.mcts.envs.text import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, teacher_values
 from azlib.models import DEFAULT_MODEL, Backend, BackendError, Sample, make_backend
 from azlib.models.openai import OpenAIBackend
 from azlib.models.serve import BatchingServer
@@ -185,8 +186,8 @@ def test_search_with_an_ensemble_credits_the_teachers(student):
     rows = arithmetic_problems(2, seed=3, steps=(1,))
     ensemble = TeacherEnsemble([local("tutor"), local("terse", persona="terse")], shared={DEFAULT_MODEL: student},
                                per_node=2)
-    env = TextEnv(student, rows, TextSearchSettings(student_samples=2, chunk_tokens=8, max_answer_tokens=32),
-                  teachers=ensemble)
+    env = TextEnv(student, rows, TextSearchSettings(student_samples=2, chunk_tokens=8),
+                  replace(TEXT_SEARCH_SAMPLING, max_new_tokens=32), teachers=ensemble)
     results = search(env, [env.root(i) for i in range(2)], SearchSettings(num_simulations=4, max_depth=4),
                      random.Random(0))
     nodes = results[0].tree.nodes

@@ -2,13 +2,14 @@
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchSettings, search
 from azlib.mcts.envs.text import (
-    TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
+    TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
 )
 from azlib.teachers import TeacherSpec
 from azlib.rewards import ANSWER_LINE, complete_answer
@@ -42,13 +43,13 @@ def student():
 def run_search(student, teacher=None, seed=0):
     rows = arithmetic_problems(2, seed=3, steps=(1,))
     # the original system's search (fixed-size chunks, combined reward); rollout expansion is tested in test_training
-    settings = TextSearchSettings(expansion="chunk", reward="original", student_samples=3, chunk_tokens=8,
-                                  max_answer_tokens=48)
+    settings = TextSearchSettings(expansion="chunk", student_samples=3, chunk_tokens=8)
     teachers = None
     if teacher is not None:
         spec = TeacherSpec(name="tutor", backend="hf", model=DEFAULT_MODEL, tier="cpu")
         teachers = TeacherEnsemble([spec], shared={DEFAULT_MODEL: teacher})
-    env = TextEnv(student, rows, settings, teachers=teachers)
+    env = TextEnv(student, rows, settings, replace(TEXT_SEARCH_SAMPLING, max_new_tokens=48), reward="original",
+                  teachers=teachers)
     config = SearchSettings(num_simulations=6, max_depth=6, leaves_per_step=2, skip_solved=True)
     return env, search(env, [env.root(i) for i in range(2)], config, random.Random(seed))
 

@@ -18,7 +18,8 @@ from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
 from azlib.groups import sampled_groups, tree_groups
 from azlib.mcts import SearchSettings, search
-from azlib.mcts.envs.text import TextEnv, TextSearchSettings
+from azlib.mcts.envs.text import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
+from azlib.models.generation import AnswerSampling
 from azlib.models import DEFAULT_MODEL, ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
@@ -82,7 +83,7 @@ def student():
 
 def small_trainer(student, folder, teachers=None, **settings):
     rows = arithmetic_problems(4, seed=0, steps=(1,))
-    return Trainer(student, rows, folder, teachers=teachers, config=TrainerSettings(
+    return Trainer(student, rows, folder, teachers=teachers, settings=TrainerSettings(
         train=TrainSettings(**{"update": "grpo", "problems_per_step": 2, "max_new_tokens": 12, **settings}),
         grpo=GRPOSettings(micro_batch_size=4), search=SearchSettings(num_simulations=3, max_depth=2, skip_solved=True),
         text=TextSearchSettings(student_samples=2, chunk_tokens=6)))
@@ -90,8 +91,8 @@ def small_trainer(student, folder, teachers=None, **settings):
 
 def test_groups_from_trees_and_from_samples(student):
     rows = arithmetic_problems(2, seed=1, steps=(1,))
-    env = TextEnv(student.backend, rows, TextSearchSettings(expansion="chunk", reward="original", student_samples=2,
-                                                            chunk_tokens=6, max_answer_tokens=18))
+    env = TextEnv(student.backend, rows, TextSearchSettings(expansion="chunk", student_samples=2, chunk_tokens=6),
+                  replace(TEXT_SEARCH_SAMPLING, max_new_tokens=18), reward="original")
     results = search(env, [env.root(i) for i in range(2)], SearchSettings(num_simulations=4, max_depth=3),
                      random.Random(0))
     paths = tree_groups(results, env, "paths")
@@ -105,7 +106,8 @@ def test_groups_from_trees_and_from_samples(student):
             assert len(members) >= 2 and len({str(c.prompt) for c in members}) == 1
             if kind == "visits":
                 assert sum(c.reward for c in members) == pytest.approx(1.0)
-    sampled, tokens = sampled_groups(student.backend, rows, [0, 1], 3, max_new_tokens=12, temperature=1.0, seed=0)
+    sampled, tokens = sampled_groups(student.backend, rows, [0, 1], 3,
+                                     sampling=AnswerSampling(temperature=1.0, max_new_tokens=12), seed=0)
     assert len(sampled) == 6 and [c.group for c in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
     assert all(len(c.completion_ids) <= 12 + c.eos and c.prompt_ids for c in sampled), "token ids from creation"
     direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=3, max_new_tokens=12,
@@ -127,7 +129,7 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
                               search=replace(params.search, num_simulations=8, max_depth=3),
                               text=replace(params.text, expansion="chunk", student_samples=3, chunk_tokens=40))
     trainer = Trainer(student, arithmetic_problems(2, seed=3, steps=(1,)), "/nonexistent", training)
-    results = search(trainer.env, [trainer.env.root(i) for i in range(2)], trainer.config.search, random.Random(0))
+    results = search(trainer.env, [trainer.env.root(i) for i in range(2)], trainer.settings.search, random.Random(0))
     finished_leaves = [n for r in results for i in r.tree.leaves() if (n := r.tree.nodes[i]).state["finished"]]
     assert finished_leaves, "a finished child (a terminal beside open siblings) is entered once: a visited leaf"
     paths = tree_groups(results, trainer.env, "paths")
@@ -137,7 +139,8 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
 
 def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
     rows = arithmetic_problems(2, seed=4, steps=(1,))
-    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=64))
+    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3),
+                  replace(TEXT_SEARCH_SAMPLING, temperature=0.7, max_new_tokens=64))
     settings = SearchSettings(num_simulations=3, max_depth=6, skip_solved=True, q_transform="parent_value")
     results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
     answers = tree_groups(results, env, "answers")
@@ -171,7 +174,8 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
         return out
 
     monkeypatch.setattr(student.backend, "generate", recording)
-    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=48))
+    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3),
+                  replace(TEXT_SEARCH_SAMPLING, temperature=0.7, max_new_tokens=48))
     settings = SearchSettings(num_simulations=2, max_depth=3, skip_solved=True)
     results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
 
@@ -209,7 +213,8 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
     monkeypatch.setattr(text_env, "answer_reward", counted)
     text_env._answer_reward.cache_clear()
     rows = arithmetic_problems(2, seed=4, steps=(1,))
-    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3, temperature=0.7, max_answer_tokens=48))
+    env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3),
+                  replace(TEXT_SEARCH_SAMPLING, temperature=0.7, max_new_tokens=48))
     settings = SearchSettings(num_simulations=4, max_depth=3, skip_solved=True)
     results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
     during_search = len(computed)
@@ -250,6 +255,8 @@ def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
     trainer = small_trainer(student, tmp_path, steps=1)
+    assert trainer.env.sampling == trainer.forking.sampling == trainer.policy_update.sampling == AnswerSampling(
+        temperature=0.7, top_p=1.0, max_new_tokens=12), "the search, the forks and the update read the run's sampling"
     log = trainer.run(progress=False)
     assert len(log) == 1 and log[0]["completions"] > 0 and log[0]["tokens"] > 0
     with pytest.raises(CheckpointError, match="already holds a training run; pass resume=True"):
@@ -260,11 +267,10 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
     trainer.save_checkpoint()
     # a resume continues the same run: other settings are refused and named (steps may grow)
-    with pytest.raises(CheckpointError, match=r"Differs: grpo.temperature: saved 0.7, now 0.3; text.temperature: "
-                                              r"saved 0.7, now 0.3; train.temperature: saved 0.7, now 0.3$"):
+    with pytest.raises(CheckpointError, match=r"Differs: train.temperature: saved 0.7, now 0.3$"):
         small_trainer(student, tmp_path, steps=2, temperature=0.3).run(resume=True, progress=False)
     with pytest.raises(CheckpointError, match="Differs: problems: saved '[0-9a-f]{16}', now '[0-9a-f]{16}'"):
-        Trainer(student, arithmetic_problems(4, seed=1, steps=(1,)), tmp_path, trainer.config).run(resume=True,
+        Trainer(student, arithmetic_problems(4, seed=1, steps=(1,)), tmp_path, trainer.settings).run(resume=True,
                                                                                                  progress=False)
     state = json.loads((latest / "state.json").read_text())
     (latest / "state.json").write_text(json.dumps(state | {"replay": [{"problem": 0, "group": 0, "text": "#### 1"}]}))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from azlib.data.rows import Row
 from azlib.mcts.tree import Backup, Tree
-from azlib.models.generation import Backend, Prompt, Sample, TokenIds
+from azlib.models.generation import AnswerSampling, Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
 
@@ -209,12 +209,12 @@ class ForkingSearch:
     """grow(indices, group_size, seed) -> one ForkTree per problem: G answers, then `rounds` of forks."""
 
     def __init__(self, backend: Backend, problems: Sequence[Row], settings: ForkSettings = ForkSettings(), *,
-                 max_new_tokens: int, temperature: float, reward: RewardKind = "correctness",
+                 sampling: AnswerSampling, reward: RewardKind = "correctness",
                  weights: RewardWeights = RewardWeights(), teachers: TeacherEnsemble | None = None):
         if settings.writer == "teachers" and settings.rounds and teachers is None:
             raise ValueError("fork.writer 'teachers' needs a teacher ensemble (teachers, or a teacher_tier)")
         self.backend, self.problems, self.settings, self.teachers = backend, list(problems), settings, teachers
-        self.max_new_tokens, self.temperature, self.reward, self.weights = max_new_tokens, temperature, reward, weights
+        self.sampling, self.reward, self.weights = sampling, reward, weights
         self._newline: dict[int, bool] = {}
 
     def grow(self, indices: Sequence[int], group_size: int, seed: int) -> list[ForkTree]:
@@ -222,8 +222,9 @@ class ForkingSearch:
         trees = [ForkTree(i, p, self.backend.encode_prompt(p)) for i, p in zip(indices, prompts)]
         for tree in trees:
             tree.fork_prompt_ids = self._fork_prompt_ids(tree)
-        samples = self.backend.generate(prompts, n=group_size, max_new_tokens=self.max_new_tokens,
-                                        temperature=self.temperature, top_p=1.0, seed=seed, stop_at_answer=True)
+        samples = self.backend.generate(prompts, n=group_size, max_new_tokens=self.sampling.max_new_tokens,
+                                        temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=seed,
+                                        stop_at_answer=True)
         for tree, group in zip(trees, samples):
             tree.prefill += len(tree.prompt_ids)
             for sample in group:
@@ -235,7 +236,7 @@ class ForkingSearch:
                 break
             buckets: dict[int, list[tuple[ForkTree, int]]] = {}
             for tree, node in forks:
-                left = self.max_new_tokens - len(tree.prefix(node)[0])
+                left = self.sampling.max_new_tokens - len(tree.prefix(node)[0])
                 buckets.setdefault(max(left // BUCKET * BUCKET, min(left, BUCKET)), []).append((tree, node))
             for b, (left, members) in enumerate(sorted(buckets.items())):
                 fork_seed = (seed + 7_919 * r + b) % 2**31
@@ -244,8 +245,8 @@ class ForkingSearch:
                     continue
                 out = self.backend.generate([TokenIds(t.fork_prompt_ids + t.prefix(node)[0]) for t, node in members],
                                             n=self.settings.branches, max_new_tokens=left,
-                                            temperature=self.temperature, top_p=1.0, seed=fork_seed,
-                                            stop_at_answer=True)
+                                            temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+                                            seed=fork_seed, stop_at_answer=True)
                 for (tree, node), group in zip(members, out):
                     tree.prefill += len(tree.fork_prompt_ids) + len(tree.prefix(node)[0])
                     for sample in group:

@@ -18,7 +18,7 @@ from azlib.data.rows import Row
 from azlib.evaluation import mean_difference
 from azlib.prompts import chat_prompt
 from azlib.grpo import PolicyUpdate, Example
-from azlib.models.generation import Backend
+from azlib.models.generation import AnswerSampling, Backend
 from azlib.rlt.rewards import ALPHA, LAMBDA, ExplanationScores, score_explanations
 
 TEACHER_INSTRUCTION = ("Above are a math question and its reference solution. Write a short explanation that "
@@ -57,6 +57,12 @@ class RLTSettings:
             raise ValueError("need alpha >= 0, kl_weight >= 0 and temperature > 0")
         if self.group_size < 2 or self.problems_per_step < 1 or self.max_explanation_tokens < 1:
             raise ValueError("need group_size >= 2 (a group), problems_per_step >= 1 and max_explanation_tokens >= 1")
+
+    @property
+    def sampling(self) -> AnswerSampling:
+        """The explanations' sampling, which the teacher's update reads: log-probs at their temperature, dr_grpo's
+        normaliser their length cap."""
+        return AnswerSampling(temperature=self.temperature, top_p=1.0, max_new_tokens=self.max_explanation_tokens)
 
 
 @dataclass

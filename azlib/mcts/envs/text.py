@@ -21,7 +21,7 @@ from azlib.data.rows import Row
 from azlib.prompts import continuation_prompt
 from azlib.mcts.forking import ids_for_text
 from azlib.mcts.search import Child, Expansion, SearchResult
-from azlib.models.generation import Backend, Sample
+from azlib.models.generation import AnswerSampling, Backend, Sample
 from azlib.rewards import RewardBreakdown, RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
 
 if TYPE_CHECKING:
@@ -31,26 +31,25 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TextSearchSettings:
-    """How a leaf is expanded and valued. Defaults: 3 student rollouts per leaf, correctness reward;
-    a teacher, when present, adds `teacher_samples` right and as many wrong chunks (the original: 5
-    each, 10 tokens)."""
+    """How a leaf is expanded. Defaults: 3 student rollouts per leaf; a teacher, when present, adds
+    `teacher_samples` right and as many wrong chunks (the original: 5 each, 10 tokens). How the text is
+    sampled (AnswerSampling) and rewarded (RewardKind) are the env's other arguments: a training run shares
+    them with its update and its forks."""
 
     expansion: Literal["rollout", "chunk"] = "rollout"
-    reward: RewardKind = "correctness"
     student_samples: int = 3  # rollouts (or chunks) per expanded leaf
     teacher_samples: int = 1
     chunk_tokens: int = 16  # "chunk" expansion, and teachers' chunks
-    temperature: float = 0.8
-    top_p: float = 0.95
-    max_answer_tokens: int = 256  # a partial answer this long is terminal; rollouts stop here
 
     def __post_init__(self):
         if self.expansion not in ("rollout", "chunk"):
             raise ValueError(f"expansion must be 'rollout' or 'chunk', got {self.expansion!r}")
-        if min(self.student_samples, self.teacher_samples, self.chunk_tokens, self.max_answer_tokens) < 1:
-            raise ValueError("student_samples, teacher_samples, chunk_tokens and max_answer_tokens must be >= 1")
-        if self.temperature <= 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
+        if min(self.student_samples, self.teacher_samples, self.chunk_tokens) < 1:
+            raise ValueError("student_samples, teacher_samples and chunk_tokens must be >= 1")
+
+
+# TextEnv's sampling when none is given: a partial answer of max_new_tokens is terminal, rollouts stop there.
+TEXT_SEARCH_SAMPLING = AnswerSampling(temperature=0.8, top_p=0.95, max_new_tokens=256)
 
 
 def word_similarity(a: str, b: str) -> float:
@@ -76,10 +75,12 @@ class TextEnv:
     two_player = False
 
     def __init__(self, student: Backend, problems: Sequence[Row], settings: TextSearchSettings = TextSearchSettings(),
+                 sampling: AnswerSampling = TEXT_SEARCH_SAMPLING, reward: RewardKind = "correctness",
                  teachers: TeacherEnsemble | None = None, weights: RewardWeights = RewardWeights(),
                  checker: TerminalChecker | None = None):
         self.student, self.teachers, self.checker = student, teachers, checker
-        self.problems, self.settings, self.weights = list(problems), settings, weights
+        self.problems, self.settings, self.sampling, self.weights = list(problems), settings, sampling, weights
+        self.reward = reward
         self.calls = 0
 
     def root(self, problem: int) -> dict[str, Any]:
@@ -87,33 +88,34 @@ class TextEnv:
                 "eos": False}
 
     def is_terminal(self, state: dict) -> bool:
-        return state["finished"] or state["tokens"] >= self.settings.max_answer_tokens
+        return state["finished"] or state["tokens"] >= self.sampling.max_new_tokens
 
     def rewards(self, state: dict, terminal: bool):
         """The reward of a state's text. The original system counts HRE at any terminal (a depth or token cap
         too); the correctness reward only for a finished answer."""
-        finished = state["finished"] if self.settings.reward == "correctness" else terminal
+        finished = state["finished"] if self.reward == "correctness" else terminal
         return _answer_reward(state["text"], self.problems[state["problem"]]["answer"], finished,
-                              tuple(state["step_pres"]), state["code"], self.settings.reward, self.weights)
+                              tuple(state["step_pres"]), state["code"], self.reward, self.weights)
 
     def terminal_value(self, state: dict) -> float:
         return self.rewards(state, terminal=True).total
 
     def expand(self, states: Sequence[dict], rng: random.Random) -> list[Expansion]:
-        s = self.settings
+        s, sampling = self.settings, self.sampling
         self.calls += 1
         questions = [self.problems[st["problem"]]["prompt"] for st in states]
         seed = rng.randrange(2**31)
         prompts = [continuation_prompt(q, st["text"]) for q, st in zip(questions, states)]
         if s.expansion == "rollout":  # each leaf gets K complete answers; one call for all leaves
-            left = max(s.max_answer_tokens - min(st["tokens"] for st in states), 1)
+            left = max(sampling.max_new_tokens - min(st["tokens"] for st in states), 1)
             student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=left,
-                                            temperature=s.temperature, top_p=s.top_p, seed=seed, stop_at_answer=True)
+                                            temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
+                                            stop_at_answer=True)
             proposals = [[("student", None, self._first_line(x, st), x) for x in group]
                          for group, st in zip(student, states)]
         else:
             student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=s.chunk_tokens,
-                                            temperature=s.temperature, top_p=s.top_p, seed=seed)
+                                            temperature=sampling.temperature, top_p=sampling.top_p, seed=seed)
             proposals = [[("student", None, x, None) for x in group] for group in student]
         if self.teachers is not None:
             asked = self.teachers.propose([(q, st["text"]) for q, st in zip(questions, states)],
@@ -133,7 +135,7 @@ class TextEnv:
 
     def _first_line(self, rollout: Sample, state: dict) -> Sample:
         """A rollout as its first line (the child's step), the whole answer kept in `rollout`."""
-        left = self.settings.max_answer_tokens - state["tokens"]
+        left = self.sampling.max_new_tokens - state["tokens"]
         tokens, logprobs = rollout.token_ids[:left], rollout.logprobs[:left]
         cut = len(tokens)
         for i, token in enumerate(tokens[:-1]):
@@ -151,7 +153,7 @@ class TextEnv:
         """A rollout's complete answer and its reward (finished: ended by EOS or by its answer line). Leaves of
         every depth share one generate call, whose cap is the shallowest leaf's: a deeper leaf's rollout is cut
         at its own cap (the tokens past it were generated, and the backend counted them)."""
-        left = self.settings.max_answer_tokens - state["tokens"]
+        left = self.sampling.max_new_tokens - state["tokens"]
         if rollout.completion_tokens > left:
             ids = rollout.token_ids[:left]
             rollout = Sample(self.student.tokenizer.decode(ids, skip_special_tokens=True), tuple(ids),
@@ -160,7 +162,7 @@ class TextEnv:
         ids = self._ids_of(text, state["ids"] + list(rollout.token_ids))
         r = _answer_reward(text, self.problems[state["problem"]]["answer"], finished,
                            (*state["step_pres"], perplexity_reward(rollout.logprobs)), state["code"] + "s",
-                           self.settings.reward, self.weights)
+                           self.reward, self.weights)
         return {"text": text, "ids": ids, "reward": r.total, "hre": r.hre, "finished": finished, "eos": finished,
                 "tokens": state["tokens"] + rollout.completion_tokens}
 
