@@ -7,7 +7,10 @@ Prints accuracies (mean and per seed), the mechanism (distinct verified answers 
 1,000 generated tokens), every comparison with its across-seed t-interval and Holm-corrected p, and the
 goals: tree >= RFT + 5 points on both sets and above it in every seed; every trained arm >= base + 10 on
 the transfer set; verified answers per 1k tokens >= 1.3x RFT's. Long (about an hour); not part of the tests.
-An interrupted run continues where it stopped when given the same --out.
+An interrupted run continues where it stopped when given the same --out. The every-arm run (--mode all, many
+hours on 2 cores) is kept in the repository, a folder per arm and seed (results and per-problem answers; the
+checkpoints stay out of git), so that anyone can continue it on any machine and --report reads it:
+--mode all --out benchmarks/results/tree-vs-sampling-all [--seeds S] [--arms ...].
 
     .venv/bin/python benchmarks/tree_vs_sampling.py [--mode main|all] [--steps 2] [--budget-scale 1] [--out DIR]
         [--arms grpo trl] [--seeds 0 1] [--fork fork_from=finished] [--eval-problems 500] [--eval-gsm8k 200] [--report]
