@@ -33,7 +33,7 @@ from azlib.models.student import LoraSettings
 from azlib.paths import REPO_ROOT, repo_path
 from azlib.referee.gpt import GPTSettings
 from azlib.referee.objective import RefereeRLSettings
-from azlib.referee.train import RefereeTrainSettings
+from azlib.referee.train import RefereeTrainSettings, settings_from_params
 from azlib.rlt import RLTSettings
 from azlib.teachers.spec import TeacherSpec
 from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
@@ -341,48 +341,40 @@ class BaseVsTrainedParams(TrainingParams):
 
 class RefereeRLParams(GSM8KParams):
     """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee).
-    Defaults: the referee package's own (GPTSettings, RefereeRLSettings, RefereeTrainSettings), the rest here."""
+    Flat, nanoGPT's way; each field's default, bounds and meaning are those of the referee package's settings
+    (GPTSettings, RefereeRLSettings, RefereeTrainSettings), which check them when the parameters are read."""
 
     gsm8k: DataSource = Field("auto", description="corpus: GSM8K train text (auto, hub or a folder); arithmetic "
                                                   "text if absent and gsm8k_fallback")
     max_chars: int = Field(0, ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
     device: Literal["cpu", "cuda"] = "cpu"
-    n_layer: int = Field(
-        GPTSettings.n_layer, ge=1, description="main models (RL arms and the CE baseline/referee): transformer blocks")
-    n_head: int = Field(GPTSettings.n_head, ge=1)
-    n_embd: int = Field(GPTSettings.n_embd, ge=8, description="width; a multiple of n_head")
-    block_size: int = Field(GPTSettings.block_size, ge=8, description="context length in characters")
-    referee_n_layer: int = Field(2, ge=1, description="the small referee of the ablation")
-    referee_n_head: int = Field(2, ge=1)
-    referee_n_embd: int = Field(64, ge=8)
-    steps: int = Field(
-        RefereeTrainSettings.steps, ge=1, description="optimiser steps, the same for every arm (so the same tokens)")
-    batch_size: int = Field(
-        RefereeTrainSettings.batch_size, ge=1, description="global sequences per step, split over torchrun's processes")
-    learning_rate: float = Field(
-        RefereeTrainSettings.learning_rate, gt=0, description="AdamW peak; linear warmup then cosine to 10%")
-    warmup_steps: int = Field(RefereeTrainSettings.warmup_steps, ge=0)
-    weight_decay: float = Field(RefereeTrainSettings.weight_decay, ge=0)
-    grad_clip: float = Field(RefereeTrainSettings.grad_clip, gt=0, description="global gradient-norm clip of every arm")
-    eval_every: int = Field(RefereeTrainSettings.eval_every, ge=1, description="steps between validation evaluations")
-    eval_batches: int = Field(
-        RefereeTrainSettings.eval_batches, ge=1, description="fixed held-out windows per evaluation, in batches")
-    eval_batch_size: int = Field(RefereeTrainSettings.eval_batch_size, ge=1)
-    top_k: int = Field(
-        RefereeRLSettings.top_k, ge=1, description="candidates from the student and from the referee at each position")
-    reality_weight: float = Field(
-        RefereeRLSettings.reality_weight, ge=0, description="alpha, exponent of reality in the reward (avataRL 0.7)")
-    referee_weight: float = Field(
-        RefereeRLSettings.referee_weight, ge=0, description="beta, exponent of the referee's probability (avataRL 0.3)")
-    smoothing: float = Field(
-        RefereeRLSettings.smoothing, gt=0, lt=1, description="reality gives 1 - smoothing to the ground truth")
-    reward_scale: float = Field(
-        RefereeRLSettings.reward_scale, gt=0, description="r = scale * share before the clamp (avataRL 100)")
-    reward_clamp: float = Field(
-        RefereeRLSettings.reward_clamp, gt=0, description="largest reward at a position (avataRL 1.5)")
-    advantage: Literal["reward", "group"] = Field(
-        RefereeRLSettings.advantage,
-        description="reward: A = r (avataRL); group: A = r minus its mean over the candidates")
+    # the main models (the RL arms and the CE baseline that referees them): GPTSettings
+    n_layer: int = GPTSettings.n_layer
+    n_head: int = GPTSettings.n_head
+    n_embd: int = GPTSettings.n_embd
+    block_size: int = GPTSettings.block_size
+    # the small referee of the ablation: GPTSettings of its own, smaller than the main model's
+    referee_n_layer: int = 2
+    referee_n_head: int = 2
+    referee_n_embd: int = 64
+    # the loop, every arm alike: RefereeTrainSettings
+    steps: int = RefereeTrainSettings.steps
+    batch_size: int = RefereeTrainSettings.batch_size
+    learning_rate: float = RefereeTrainSettings.learning_rate
+    warmup_steps: int = RefereeTrainSettings.warmup_steps
+    weight_decay: float = RefereeTrainSettings.weight_decay
+    grad_clip: float = RefereeTrainSettings.grad_clip
+    eval_every: int = RefereeTrainSettings.eval_every
+    eval_batches: int = RefereeTrainSettings.eval_batches
+    eval_batch_size: int = RefereeTrainSettings.eval_batch_size
+    # the referee's reward: RefereeRLSettings
+    top_k: int = RefereeRLSettings.top_k
+    reality_weight: float = RefereeRLSettings.reality_weight
+    referee_weight: float = RefereeRLSettings.referee_weight
+    smoothing: float = RefereeRLSettings.smoothing
+    reward_scale: float = RefereeRLSettings.reward_scale
+    reward_clamp: float = RefereeRLSettings.reward_clamp
+    advantage: Literal["reward", "group"] = RefereeRLSettings.advantage
     ablations: list[Literal["rl_gt_only", "rl_small_referee"]] = Field(
         ["rl_gt_only", "rl_small_referee"],
         description="extra arms: referee weight 0, and RL against a referee smaller than the main model")
@@ -390,13 +382,11 @@ class RefereeRLParams(GSM8KParams):
     sample_chars: int = Field(200, ge=1, description="characters sampled after the prompt")
 
     @model_validator(mode="after")
-    def _shapes(self) -> RefereeRLParams:
-        if self.n_embd % self.n_head or self.referee_n_embd % self.referee_n_head:
-            raise ValueError("n_embd must be a multiple of n_head (and referee_n_embd of referee_n_head)")
-        if self.referee_n_layer * self.referee_n_embd ** 2 >= self.n_layer * self.n_embd ** 2:
+    def _settings(self) -> RefereeRLParams:
+        # the corpus's vocabulary is read at run time; any size checks the shapes
+        main, small, _, _ = settings_from_params(self, vocab_size=1)
+        if small.n_layer * small.n_embd ** 2 >= main.n_layer * main.n_embd ** 2:
             raise ValueError("the ablation's referee must be smaller than the main model")
-        if self.top_k > 64:
-            raise ValueError("top_k: at most 64 candidates per model")
         return self
 
 
@@ -450,9 +440,11 @@ def validate(notebook: str, values: dict[str, Any]) -> NotebookParams:
     except ValidationError as err:
         problems = []
         for e in err.errors():
-            key = ".".join(str(p) for p in e["loc"]) or "(all)"
             msg = "unknown parameter" if e["type"] == "extra_forbidden" else e["msg"]
-            problems.append(f"  {key}: {msg} (got {e.get('input')!r})")
+            if e["loc"]:
+                problems.append(f"  {'.'.join(str(p) for p in e['loc'])}: {msg} (got {e.get('input')!r})")
+            else:  # a check across parameters: its message names them
+                problems.append(f"  {msg.removeprefix('Value error, ')}")
         raise ParamsError(f"notebook {notebook}: invalid parameters\n" + "\n".join(problems)) from None
 
 

@@ -14,6 +14,7 @@ from torch.nn import functional as F
 from azlib import config
 from azlib.referee import GPT, GPTSettings, RefereeRLSettings, ce_loss, referee_rewards, referee_rl_loss
 from azlib.referee.objective import candidates
+from azlib.referee.train import RefereeTrainSettings
 
 
 def test_candidates_are_the_union_with_repeats_masked():
@@ -126,6 +127,33 @@ def test_the_ablation_referee_must_be_smaller():
     defaults = config.notebook_defaults(config.NOTEBOOKS_DIR / "07_referee_rl.ipynb")
     with pytest.raises(config.ParamsError, match="smaller"):
         config.validate("07_referee_rl", {**defaults, "referee_n_layer": 4, "referee_n_embd": 128, "referee_n_head": 4})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"steps": 0}, "the loop: steps must be >= 1, got 0"),
+    ({"learning_rate": 0.0}, "the loop: learning_rate must be > 0"),
+    ({"n_embd": 130}, "the main models: n_embd (130) must be a multiple of n_head (4)"),
+    ({"referee_n_head": 3}, "the ablation's referee (referee_n_*): n_embd (64) must be a multiple of n_head (3)"),
+    ({"block_size": 4}, "the main models: block_size must be >= 8"),
+    ({"top_k": 65}, "the reward: top_k must be within 1..64"),
+    ({"smoothing": 1.0}, "the reward: smoothing must be in (0, 1)"),
+])
+def test_the_notebooks_parameters_are_checked_by_the_referee_settings_they_build(change, message):
+    """Bounds live in GPTSettings, RefereeRLSettings and RefereeTrainSettings; the schema builds them, and the
+    error says which settings and which bound, without the whole parameter set."""
+    defaults = config.notebook_defaults(config.NOTEBOOKS_DIR / "07_referee_rl.ipynb")
+    with pytest.raises(config.ParamsError) as err:
+        config.validate("07_referee_rl", {**defaults, **change})
+    assert message in str(err.value) and "output_dir" not in str(err.value)
+
+
+def test_the_referee_settings_refuse_bad_values_when_used_without_a_notebook():
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        GPTSettings(vocab_size=11, n_embd=130)
+    with pytest.raises(ValueError, match="top_k must be within"):
+        RefereeRLSettings(top_k=0)
+    with pytest.raises(ValueError, match="grad_clip must be > 0"):
+        RefereeTrainSettings(grad_clip=0.0)
 
 
 def _free_port() -> int:
