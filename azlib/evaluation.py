@@ -69,7 +69,10 @@ def seed_difference(a: Sequence[float], b: Sequence[float], confidence: float = 
     """Two arms' accuracies paired by training seed (a[i], b[i] share seed i; any pairing unit works):
     mean of b - a, its standard error sd / sqrt(n), a Student-t interval and the two-sided paired
     t-test p-value on n - 1 degrees of freedom (Student 1908; 3 seeds: t = 4.303 at 95%).
-    One seed has no spread to measure: se is nan, the interval (-inf, inf), p 1.0, and `note` says so."""
+    One seed has no spread to measure: se is nan, the interval (-inf, inf), p 1.0, and `note` says so.
+    Differences all equal (accuracies are counts, so seeds can tie exactly) make the t statistic infinite and
+    scipy's p 0, which is no evidence: p is then the exact two-sided sign test's (n seeds one way: 2 x 0.5^n,
+    0.5 for two seeds, 0.25 for three), and `note` says so."""
     differences = [y - x for x, y in zip(a, b, strict=True)]
     n, diff = len(differences), statistics.fmean(differences)
     out = {"mean_a": statistics.fmean(a), "mean_b": statistics.fmean(b), "difference": diff,
@@ -79,8 +82,12 @@ def seed_difference(a: Sequence[float], b: Sequence[float], confidence: float = 
                       "note": "one seed: no spread across seeds, so no interval and no test"}
     se = statistics.stdev(differences) / math.sqrt(n)
     half = stats.t.ppf((1 + confidence) / 2, n - 1) * se
-    p = 2 * stats.t.sf(abs(diff) / se, n - 1) if se > 0 else float(diff == 0)  # identical differences: p 1 or 0
-    return out | {"se": se, "ci_low": diff - half, "ci_high": diff + half, "p": float(p)}
+    if se > 1e-12 * max(1.0, *map(abs, differences)):  # accuracies tie exactly, up to their float rounding
+        return out | {"se": se, "ci_low": diff - half, "ci_high": diff + half,
+                      "p": float(2 * stats.t.sf(abs(diff) / se, n - 1))}
+    note = "" if diff == 0 else "every seed differs by the same amount: the t-test is degenerate, p is the sign test's"
+    return out | {"se": se, "ci_low": diff, "ci_high": diff, "p": 1.0 if diff == 0 else min(1.0, 2 * 0.5**n),
+                  "note": note}
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

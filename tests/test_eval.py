@@ -163,7 +163,9 @@ def test_seed_difference_with_three_seeds_uses_t_4_303_and_survives_one_seed_and
     same = ev.seed_difference([0.4, 0.5, 0.6], [0.4, 0.5, 0.6])  # scipy: nan; no difference at all is p 1
     assert same["p"] == 1.0 and same["ci_low"] == same["ci_high"] == 0.0, "no difference at all: p is 1"
     shifted = ev.seed_difference([0.5, 0.25, 0.75], [0.625, 0.375, 0.875])  # the same exact gain every seed
-    assert shifted["p"] == stats.ttest_rel([0.625, 0.375, 0.875], [0.5, 0.25, 0.75]).pvalue == 0.0
+    assert stats.ttest_rel([0.625, 0.375, 0.875], [0.5, 0.25, 0.75]).pvalue == 0.0, "scipy's degenerate t-test"
+    assert shifted["p"] == pytest.approx(stats.binomtest(3, 3).pvalue) and "sign test" in shifted["note"]
+    assert ev.seed_difference([0.5, 0.25], [0.48, 0.23])["p"] == pytest.approx(stats.binomtest(0, 2).pvalue)
     with pytest.raises(ValueError):
         ev.seed_difference([0.4, 0.5], [0.4])
 
