@@ -67,8 +67,8 @@ CHATS = [[{"role": "user", "content": f"What is {a} + {a + 7}?"}] for a in range
 
 def random_student(shape: str, folder: Path, tokenizer_dir: str | None = None) -> str:
     """A Qwen2 model of `shape` with random weights and the embedded tokenizer (or the one saved in
-    `tokenizer_dir`), saved to `folder` (its vocabulary is the shape's: ids past the tokenizer's are never
-    written, but every logits row is the real width)."""
+    `tokenizer_dir`), saved to `folder`. Its vocabulary is the shape's: prompts never hold ids past the
+    tokenizer's, but the model samples them, and every logits row is the real width."""
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     from azlib.models import load_model
