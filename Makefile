@@ -1,4 +1,5 @@
 # One command to set up and run the main job, one to set up and run the tests.
+#   make lab    set up .venv and open JupyterLab at notebook 01 (LAB_ARGS: JupyterLab's options, e.g. --no-browser)
 #   make run    all notebooks, cpu profile, into outputs/<run-id>/
 #   make test   the whole test suite (CI runs exactly this through .ci/run)
 #   make test-fast   the tests that load no model and run no notebook (contributors: under 3 minutes)
@@ -12,13 +13,14 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 VF_VENV ?= .venv-verifiers
 VF_PY := $(VF_VENV)/bin/python
 PROFILE ?= cpu
+LAB_ARGS ?=
 # The main suite runs on this many pytest-xdist workers, one torch thread each (most tests keep one core busy:
 # model loads, kernels, subprocesses); a test file stays on one worker, so its module fixtures load once (a test
 # class too: the notebooks' smoke runs are one class per group of notebooks, shared between the workers),
 # and files with slow tests start first (tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-vllm setup-verifiers setup-browser run test test-fast test-main test-vllm test-verifiers clean
+.PHONY: setup setup-vllm setup-verifiers setup-browser lab run test test-fast test-main test-vllm test-verifiers clean
 
 setup: $(VENV)/.installed
 setup-vllm: $(VLLM_VENV)/.installed
@@ -61,6 +63,9 @@ setup-browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		{ echo "install Chromium (Debian: sudo apt-get install chromium) for the widget test"; exit 1; }
+
+lab: setup
+	$(PY) -m jupyter lab notebooks/01_toy_bandit_grpo.ipynb $(LAB_ARGS)
 
 run: setup
 	$(PY) -m azlib run --profile $(PROFILE)
