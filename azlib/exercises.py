@@ -44,6 +44,9 @@ def _close(mine: Any, theirs: Sequence[float], rtol: float = 1e-5, atol: float =
         math.isfinite(a) and math.isclose(a, b, rel_tol=rtol, abs_tol=atol) for a, b in zip(mine, theirs))
 
 
+NEAR_RTOL = 1e-3  # an answer equal at this relative tolerance, and not at the checks' 1e-5, is a near miss
+
+
 def _flat(x: Any) -> list:
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().reshape(-1).tolist()
@@ -55,9 +58,11 @@ def _flat(x: Any) -> list:
 
 
 def _grade(exercise: str, fn: Callable, cases: Sequence[tuple[tuple, dict, Any]], hint: str,
-           compare: Callable[[Any, Any], bool] = _close) -> Grade:
+           compare: Callable[..., bool] = _close) -> Grade:
     """Run fn(*args, **kwargs) on every case against the expected value; print and return the grade.
-    On a failure the message shows the inputs of the first case that differs, never what was expected."""
+    `compare(got, expected, rtol=...)` decides equality. A function that raises is shown its input and the hint;
+    answers that all agree at NEAR_RTOL get the near-miss message (a convention, not the idea, differs); any
+    other failure shows the inputs of the first case that differs and the hint. Never what was expected."""
     wrong = []
     for args, kwargs, expected in cases:
         try:
@@ -66,24 +71,37 @@ def _grade(exercise: str, fn: Callable, cases: Sequence[tuple[tuple, dict, Any]]
             return _report(Grade(exercise, "not done", f"{exercise}: not done yet. Fill in the function and run the "
                                  "cell again."))
         except Exception as err:  # the learner's bug, reported, never raised: the notebook must run on
-            return _report(Grade(exercise, "failed", f"{exercise}: your function raised {type(err).__name__}: {err}"))
+            return _report(Grade(exercise, "failed", f"{exercise}: your function raised {type(err).__name__}: {err}\n"
+                                 f"On the input ({_show_call(args, kwargs)}).\nHint: {hint}"))
         if not compare(got, expected):
-            wrong.append((args, kwargs))
+            wrong.append((args, kwargs, got, expected))
     if not wrong:
         return _report(Grade(exercise, "passed", f"{exercise}: passed, {len(cases)} random cases agree with azlib."))
-    args, kwargs = wrong[0]
-    shown = ", ".join([*map(_show, args), *(f"{k}={_show(v)}" for k, v in kwargs.items())])
-    return _report(Grade(exercise, "failed", f"{exercise}: not yet, {len(wrong)} of {len(cases)} random cases differ "
-                         f"from azlib's. One of them: ({shown}).\nHint: {hint}"))
+    args, kwargs = wrong[0][:2]
+    differ = f"{len(wrong)} of {len(cases)} random cases differ from azlib's"
+    if all(compare(got, expected, rtol=NEAR_RTOL) for _, _, got, expected in wrong):
+        return _report(Grade(exercise, "failed", f"{exercise}: close, not yet equal: {differ}, but only in the "
+                             f"4th significant digit or later (equal at relative tolerance {NEAR_RTOL:g}, not at "
+                             "1e-05). The idea is right; a convention differs: a small constant (an epsilon) or where "
+                             f"it is added, n or n - 1, a rounding. One of them: ({_show_call(args, kwargs)})."))
+    return _report(Grade(exercise, "failed", f"{exercise}: not yet, {differ}. One of them: "
+                         f"({_show_call(args, kwargs)}).\nHint: {hint}"))
+
+
+def _show_call(args: tuple, kwargs: dict) -> str:
+    return ", ".join([*map(_show, args), *(f"{k}={_show(v)}" for k, v in kwargs.items())])
 
 
 def _show(x: Any) -> str:
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().tolist()
+    """A short repr of an input: a tensor or array of more than 8 numbers by its shape, long lists cut at 8."""
+    if hasattr(x, "shape") and hasattr(x, "tolist"):  # a torch tensor or numpy array
+        if math.prod(x.shape) > 8:
+            return f"{type(x).__name__} of shape {tuple(x.shape)}"
+        x = x.tolist()
     if isinstance(x, float):
         return f"{x:.4g}"
     if isinstance(x, (list, tuple)) and len(x) > 8:
-        return "[" + ", ".join(_show(v) for v in x[:8]) + ", ...]"
+        return "[" + ", ".join(_show(v) for v in x[:8]) + f", ... ({len(x)} items)]"
     if isinstance(x, (list, tuple)):
         return "[" + ", ".join(_show(v) for v in x) + "]"
     if isinstance(x, dict):
@@ -145,14 +163,19 @@ def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade
 
 
 def check_negamax_backup(fn: Callable[[float, int], Sequence[float]], seed: int | None = None) -> Grade:
-    """fn(leaf_value, depth) -> what one two-player backup adds to each value_sum on the path, root first."""
+    """fn(leaf_value, depth) -> what one two-player backup adds to each value_sum on the path, root first. Every
+    value_sum, the root's included, is from the view of the player who moved into that node (at the root: the
+    player not to move there)."""
     from azlib.mcts.search import _apply
     from azlib.mcts.tree import Tree
 
     rng = random.Random(seed)
     cases = []
-    for _ in range(CASES):
-        depth, value = rng.randint(1, 7), rng.choice([-1.0, 1.0, round(rng.uniform(-1, 1), 3)])
+    for k in range(CASES):
+        if k < 2:  # depths 1 and 2: a sign pattern anchored at the root, either way round, fails one of them
+            depth, value = k + 1, rng.choice([-1.0, 1.0])
+        else:
+            depth, value = rng.randint(1, 7), rng.choice([-1.0, 1.0, round(rng.uniform(-1, 1), 3)])
         tree = Tree.with_root(None)
         for d in range(depth):
             tree.add_child(d, None, d, 1.0)
@@ -160,7 +183,8 @@ def check_negamax_backup(fn: Callable[[float, int], Sequence[float]], seed: int 
         cases.append(((value, depth), {}, [n.value_sum for n in tree.nodes]))
     return _grade("negamax backup", fn, cases,
                   "whose point of view is each number in? leaf_value is for the player to move at the leaf; a node's "
-                  "value_sum is for the player who moved into it. Walk the path from the leaf up, one ply at a time.")
+                  "value_sum (the root's too) is for the player who moved into it. Start at the leaf, where the two "
+                  "views first differ, and walk up one ply at a time: the path's length decides the root's sign.")
 
 
 # -- 03: the teacher ensemble's weights (azlib.teachers.weights) --------------------------------------
@@ -191,8 +215,9 @@ def check_teacher_weights(fn: Callable[..., dict[str, float]], seed: int | None 
         "temperature, mixed with a floor shared equally, and a teacher with no score yet stands in at the others' mean."))
 
 
-def _same_weights(mine: Any, theirs: dict[str, float]) -> bool:
-    return isinstance(mine, dict) and set(mine) == set(theirs) and _close([mine[n] for n in theirs], list(theirs.values()))
+def _same_weights(mine: Any, theirs: dict[str, float], rtol: float = 1e-5) -> bool:
+    return isinstance(mine, dict) and set(mine) == set(theirs) and _close([mine[n] for n in theirs],
+                                                                          list(theirs.values()), rtol=rtol)
 
 
 # -- 04: the k3 KL and its ratio-corrected gradient (azlib.grpo.token_losses) -------------------------
@@ -341,14 +366,23 @@ def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None
                               reward_scale=rng.choice([100.0, round(rng.uniform(0.5, 5), 2)]),
                               reward_clamp=round(rng.uniform(0.5, 3.0), 2))
         referee = [round(rng.gauss(0, 2), 3) for _ in range(vocab)] if cfg.referee_weight else None
+        if k in (1, 2):  # two candidates paid, the larger payment above the clamp: shrinking all payments by one
+            # factor and capping each at the clamp differ (k = 1: both above the clamp; k = 2: one below it)
+            ids = rng.sample(range(vocab), 4)
+            target, rival = ids[0], ids[1]
+            referee = [0.0] * vocab
+            referee[target] = referee[rival] = 4.0
+            cfg = RefereeRLSettings(reality_weight=0.3, referee_weight=0.8, smoothing=0.3,
+                                  reward_scale=100.0 if k == 1 else 3.0, reward_clamp=1.5)
         expected = referee_rewards(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool),
                                    torch.tensor([target]), torch.tensor([referee]) if referee else None, cfg)
         cases.append(((list(ids), target, referee, cfg), {}, expected[0].tolist()))
     return _grade("candidate rewards", fn, cases,
                   "build an ideal distribution over the candidates from two opinions: reality (smoothed one-hot on the "
                   "target, the rest shared by the other candidates) and the referee (its probabilities), each raised to "
-                  "its weight, renormalised. Only candidates above an even share are paid, in proportion to it, and "
-                  "the largest payment is capped.")
+                  "its weight, renormalised. Only candidates above an even share are paid, in proportion to it; when "
+                  "the largest payment would pass the clamp, every payment shrinks by one common factor, so the paid "
+                  "candidates keep their ratios.")
 
 
 # -- Concept checks: multiple choice, where code would be contrived ------------------------------------

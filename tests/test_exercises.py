@@ -90,17 +90,33 @@ def _referee_rewards_smoothing_over_all(ids, target, referee_logits, cfg):
                                        replace(cfg, smoothing=cfg.smoothing * (size - 1) / size))
 
 
+def _referee_rewards_clamp_each(ids, target, referee_logits, cfg):
+    """Each payment capped at the clamp on its own, instead of all shrunk by one factor."""
+    from dataclasses import replace
+
+    raw = solutions.candidate_rewards(ids, target, referee_logits, replace(cfg, reward_clamp=1e12))
+    return [min(r, cfg.reward_clamp) for r in raw]
+
+
+def _negamax_alternating_from_the_root(leaf_value, depth):
+    return [leaf_value if i % 2 == 0 else -leaf_value for i in range(depth + 1)]
+
+
+def _negamax_alternating_from_the_root_negated(leaf_value, depth):
+    return [-leaf_value if i % 2 == 0 else leaf_value for i in range(depth + 1)]
+
+
 CHECKS = {
     "group_advantages": (exercises.check_group_advantages, solutions.group_advantages,
-                         [_population_std_advantages, _unscaled_advantages,
-                          lambda r: [x * (1 + 1e-4 / 0.5) for x in solutions.group_advantages(r)]]),
+                         [_population_std_advantages, _unscaled_advantages]),
     "puct_score": (exercises.check_puct_score, solutions.puct_score, [
         lambda q, prior, parent_visits, child_visits, c: q + c * math.sqrt(parent_visits) / (1 + child_visits),
         lambda q, prior, parent_visits, child_visits, c: q + c * prior * parent_visits / (1 + child_visits),
         lambda q, prior, parent_visits, child_visits, c: q + c * prior * math.sqrt(parent_visits) / max(child_visits, 1)]),
     "negamax_backup": (exercises.check_negamax_backup, solutions.negamax_backup, [
         lambda v, depth: [v] * (depth + 1),  # no sign flip: a single-agent backup
-        lambda v, depth: [-x for x in solutions.negamax_backup(v, depth)]]),  # flipped from the wrong end
+        lambda v, depth: [-x for x in solutions.negamax_backup(v, depth)],  # flipped from the wrong end
+        _negamax_alternating_from_the_root, _negamax_alternating_from_the_root_negated]),
     "teacher_weights": (exercises.check_teacher_weights, solutions.teacher_weights,
                         [_teacher_weights_without_ema, _teacher_weights_without_floor, _teacher_weights_unknown_as_zero]),
     "k3": (exercises.check_k3, solutions.k3, [
@@ -118,7 +134,8 @@ CHECKS = {
         lambda t, s, alpha: solutions.r_kl(s, t, alpha),  # the log-ratio the wrong way round
         lambda t, s, alpha: sum(a - b for a, b in zip(t, s)) / len(t)]),  # no max term
     "candidate_rewards": (exercises.check_candidate_rewards, solutions.candidate_rewards,
-                          [_referee_rewards_all_paid, _referee_rewards_unclamped, _referee_rewards_smoothing_over_all]),
+                          [_referee_rewards_all_paid, _referee_rewards_unclamped, _referee_rewards_smoothing_over_all,
+                           _referee_rewards_clamp_each]),
 }
 
 
@@ -141,6 +158,78 @@ def test_plausible_wrong_answers_fail_with_a_hint(name, seed, capsys):
         assert grade.status == "failed", (name, fn)
         assert "Hint:" in grade.message
         assert grade.message in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, near_miss", [
+    ("candidate_rewards", _referee_rewards_clamp_each),
+    ("negamax_backup", _negamax_alternating_from_the_root),
+    ("negamax_backup", _negamax_alternating_from_the_root_negated)])
+def test_a_near_miss_fails_on_every_draw(name, near_miss, capsys):
+    check, solution, _ = CHECKS[name]
+    passed = [seed for seed in range(200) if check(near_miss, seed=seed).status != "failed"]
+    assert not passed, f"{near_miss.__name__} passes {name} at seeds {passed[:5]}"
+    assert all(check(solution, seed=seed).passed for seed in range(200))
+    capsys.readouterr()
+
+
+def _advantages_with_a_small_epsilon(rewards):
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+    return [(r - mean) / (std + 1e-8) for r in rewards]
+
+
+def _advantages_with_epsilon_inside_the_root(rewards):
+    n = len(rewards)
+    mean = sum(rewards) / n
+    return [(r - mean) / math.sqrt(sum((x - mean) ** 2 for x in rewards) / (n - 1) + 1e-8) for r in rewards]
+
+
+NEAR = "close, not yet equal"
+
+
+@pytest.mark.parametrize("near_miss", [_advantages_with_a_small_epsilon, _advantages_with_epsilon_inside_the_root])
+def test_an_epsilon_convention_gets_the_near_miss_message_not_the_hint(near_miss, capsys):
+    grades = [exercises.check_group_advantages(near_miss, seed=seed) for seed in range(20)]
+    assert all(g.status == "failed" for g in grades)
+    near = [g for g in grades if NEAR in g.message]
+    # A group whose rewards nearly tie (std ~ 0.01) makes the epsilon a 1% matter, not a near miss: rare draws.
+    assert len(near) >= 16, f"{len(near)} of 20"
+    assert all("relative tolerance 0.001" in g.message and "Hint:" not in g.message for g in near)
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_a_conceptual_error_gets_the_hint_not_the_near_miss_message(name, capsys):
+    check, _, wrong = CHECKS[name]
+    for fn in wrong:
+        for seed in range(5):
+            message = check(fn, seed=seed).message
+            assert "Hint:" in message and NEAR not in message, (name, fn, seed)
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["group_advantages", "k3", "candidate_rewards"])
+def test_a_function_that_raises_is_shown_its_input_and_the_hint(name, capsys):
+    check, _, _ = CHECKS[name]
+    seen = []
+
+    def crash(*args, **kwargs):
+        seen.append(args)
+        raise ValueError("the learner's bug")
+
+    grade = check(crash, seed=0)
+    assert grade.status == "failed"
+    assert "raised ValueError: the learner's bug" in grade.message
+    assert f"On the input ({exercises._show_call(seen[0], {})})" in grade.message
+    assert "\nHint: " in grade.message and len(grade.message.split("Hint: ")[1]) > 40
+    capsys.readouterr()
+
+
+def test_inputs_are_shown_short():
+    assert exercises._show(torch.zeros(4, 6, dtype=torch.float64)) == "Tensor of shape (4, 6)"
+    assert exercises._show(torch.tensor([[0.5, -1.0]])) == "[[0.5, -1]]"
+    assert exercises._show(list(range(20))) == "[0, 1, 2, 3, 4, 5, 6, 7, ... (20 items)]"
 
 
 @pytest.mark.parametrize("name", CHECKS)
