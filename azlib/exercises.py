@@ -406,61 +406,61 @@ def _digest(key: str, letter: str) -> str:
 CONCEPTS = {
     "01_loss_near_zero": Concept(
         "GRPO's loss near 0", "abcd", "bcaa25770d86d33e",
-        "on a step's first update the old policy is the current one. What is rho there, and what is the sum of a "
-        "group's advantages? Then: is a function that is 0 at a point also flat there?"),
+        "on a step's first update the old policy is the current one. What is rho there, and what do a group's "
+        "advantages add up to? Then: is a function that is 0 at a point also flat there?"),
     "01_all_wrong_group": Concept(
         "a group with every answer wrong", "abcd", "abbfee87bfd48c01",
-        "write down each algorithm's advantage for these 8 rewards (GRPO: the group's own mean and std; REINFORCE "
-        "+ baseline: the running mean b), then what a step does to the log-probability of an answer whose "
-        "advantage is 0, and of one whose advantage is negative."),
+        "work out each method's advantage for these eight rewards: GRPO's reference point is the group's own mean "
+        "(and std), the other's is the running mean b = 0.3. How does a step move a log-probability whose advantage "
+        "is 0, and one whose advantage is negative?"),
     "02_visit_target": Concept(
         "the visit distribution as the policy target", "abcd", "80f952c8cc675a4d",
-        "compare what the prior knows before the search with what the visit counts know after 64 simulations "
-        "of look-ahead. If the net predicted the search, where would the next round's search start from?"),
+        "ask what 64 simulations add to the network's first guess at a position. If that first guess already matched "
+        "their outcome, where would the following round begin?"),
     "02_negamax": Concept(
         "what the negamax sign flip buys", "abcd", "116fa938c838ee7b",
-        "at a node where O is to move, the chosen child should be the best move for O. In whose view must the "
-        "children's values be for 'take the largest Q + U' to do that at every node, X's and O's alike?"),
+        "picture a position where O is about to play. Which of O's replies should the search prefer there, and whose "
+        "outcome must the compared numbers describe so that one rule, blind to who plays, makes that pick?"),
     "03_wrong_branch": Concept(
         "a 'wrong' branch under the correctness reward", "abcd", "bc43bd7cb9aa8a16",
-        "list what the correctness reward looks at, and read how teacher_values credits a teacher (section "
-        "'Weights over a few searches'): does a child's label enter either?"),
+        "list every input the correctness reward reads, then reread teacher_values in the section 'Weights over a few "
+        "searches'. Is the right/wrong tag an input of either?"),
     "03_identical_teachers": Concept(
         "two identical teachers, two different weights", "abcd", "e42040a098556fc4",
-        "how many credits has each score seen after 4 searches, how noisy is one credit, and what does a "
-        "softmax at temperature 0.1 do to a small difference between two scores?"),
+        "how many values has each score averaged after 4 searches, how much does one of them vary, and what does "
+        "dividing a gap of 0.1 by a temperature of 0.1 do before the exponential?"),
     "04_answer_accuracy": Concept(
         "what answer_accuracy measures", "abcd", "59f9c0e5cc5b1fb5",
         "who chooses the answer that gets scored, and what does that chooser know that the student, answering a "
         "problem alone, would not?"),
     "04_sft_vs_grpo": Concept(
         "imitation and GRPO on the same groups", "abcd", "46528897d813644d",
-        "for each update, write what a group whose answers are all correct contributes (GRPO: its advantages; "
-        "imitation: which answers it trains on), then what each does with a wrong answer."),
+        "write one group's contribution to each update's loss: for GRPO through its advantages, for imitation through "
+        "the set of answers it fits. Then do the same for a group holding a failed attempt."),
     "05_transfer": Concept(
         "what the transfer set tells apart", "abcd", "165afdbd387bffe2",
-        "what is the same in the two held-out sets, and what differs? A gain that appears in only one of them "
-        "cannot come from what they share."),
+        "what is the same in the two held-out sets, and what differs? A gain that appears in only one of them cannot "
+        "come from what they share."),
     "05_one_seed": Concept(
         "one seed's McNemar p-value", "abcd", "d6b0d4849d59839f",
-        "which randomness does McNemar's p account for: the choice of the problems, or the training run that "
-        "produced the two models? Which one does the question 'does the tree train better' ask about?"),
+        "list the sources of chance behind the number. Which one does this test model, and which would change if you "
+        "reran with another seed? The question is about a method, not two fixed models."),
     "06_r_kl": Concept(
         "what r_KL penalises", "abcd", "20de2b71ac416b3c",
-        "kl_j compares two models on the same explanation token. What does one of them know that the other does "
-        "not, and which explanations exploit that difference?"),
+        "kl_j compares two models on the same text. What does one of them know that the other does not, and which "
+        "explanations exploit that difference?"),
     "06_lambda_zero": Concept(
         "RLT's reward without its KL part", "abcd", "6b114909a352a272",
-        "r_SS rewards the student for finding the solution likely after reading the explanation. What text "
-        "makes that easiest, and what in r stops it when lambda > 0?"),
+        "r_SS grows with the log-likelihood of s read after t. Which t raises that most directly, and which part of r "
+        "charges for it once λ > 0?"),
     "07_frozen_referee": Concept(
         "a co-trained referee vs a frozen one", "abcd", "15b41188f1db8e4f",
-        "what has the co-trained referee seen that the student has not? Compare with a referee pre-trained "
-        "elsewhere, as a teacher is in distillation."),
+        "where could a referee's extra knowledge come from? Compare a model fitted to the same text as the student "
+        "with one trained elsewhere, as in distillation."),
     "07_beta_zero": Concept(
         "the ground-truth-only arm", "abcd", "f3eafcc4a4862920",
-        "with beta = 0, compare each candidate's q with the even share 1/|A_t|: who is paid, and how much after "
-        "the scale and the clamp? Put that into L_RL."),
+        "with β = 0, compare each q with the even share 1/|A_t|: which candidates get a payment, and of what size? "
+        "Put that into L_RL."),
 }
 
 

@@ -3,6 +3,7 @@ fails two plausible wrong answers, reports a NotImplementedError stub as not don
 
 import importlib.util
 import math
+import re
 
 import pytest
 import torch
@@ -318,3 +319,47 @@ def test_concept_digests_match_the_solutions_and_the_letters_are_not_in_the_grad
     for key, letter in solutions.CONCEPT_ANSWERS.items():
         assert exercises.CONCEPTS[key].digest == exercises._digest(key, letter)
         assert f'"{key}": "{letter}"' not in source
+
+
+# -- concept checks: no answer given away by its length or by the hint's words ------------------------
+
+_FUNCTION_WORDS = {"the", "and", "for", "are", "its", "that", "this", "with", "from", "what", "which", "does", "not",
+                   "one", "each", "than", "into"}
+
+
+def _content_words(text):
+    """Lower-case words of 3 or more letters, less a few function words: what a hint could echo."""
+    return {w for w in re.findall(r"[a-zα-ω][\w'-]*", text.lower()) if len(w) >= 3 and w not in _FUNCTION_WORDS}
+
+
+def _asked_options():
+    """key -> {letter: option text}, from the markdown cell above each notebook's concept_check cell."""
+    import nbformat
+
+    asked = {}
+    for path in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        for i, cell in enumerate(cells):
+            if cell.cell_type == "code" and (m := re.search(r'concept_check\("(\w+)", answer\)', cell.source)):
+                asked[m.group(1)] = dict(re.findall(r"^- \*\*\((\w)\)\*\* (.+)$", cells[i - 1].source, re.M))
+    return asked
+
+
+def test_the_right_option_is_not_the_longest_and_the_hint_does_not_echo_it():
+    asked = _asked_options()
+    assert set(asked) == set(exercises.CONCEPTS)
+    n, letters = len(asked), len(next(iter(asked.values())))
+    fair = math.ceil(n / letters) + 1  # what a random letter would reach, plus one
+    longest, echoed = [], []
+    for key, options in asked.items():
+        right = options[solutions.CONCEPT_ANSWERS[key]]
+        wrong = [text for letter, text in options.items() if text is not right]
+        assert len(right) <= 1.25 * max(map(len, wrong)), f"{key}: the right option is much the longest"
+        if len(right) >= max(map(len, wrong)):
+            longest.append(key)
+        hint = _content_words(exercises.CONCEPTS[key].hint)
+        shared = len(hint & _content_words(right))
+        if shared and shared >= max(len(hint & _content_words(text)) for text in wrong):
+            echoed.append(key)
+    assert len(longest) <= fair, f"the right option is the longest in {len(longest)} of {n}: {longest}"
+    assert len(echoed) <= fair, f"the hint shares most words with the right option in {len(echoed)} of {n}: {echoed}"
