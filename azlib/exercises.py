@@ -140,6 +140,32 @@ def check_group_advantages(fn: Callable[[list[float]], Sequence[float]], seed: i
                   "the division finite when every reward is the same?")
 
 
+def check_sequence_advantages(fn: Callable[[list[list[int]], list[int]], Any], seed: int | None = None) -> Grade:
+    """fn(answers, correct) -> one advantage per token of each answer ([G][L]) for one prompt's group of answers of
+    L tokens, as notebook 01's chain trains: azlib.bandit's reward (1 if every token is right) and GRPO advantage."""
+    import torch
+
+    from azlib import bandit
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        length, tokens, g = rng.randint(2, 3), rng.randint(2, 4), rng.randint(2, 10)
+        correct = [rng.randrange(tokens) for _ in range(length)]
+        # answers near the right one: some right, some with only a later or only an earlier token wrong
+        answers = [[t if rng.random() < 0.7 else rng.randrange(tokens) for t in correct] for _ in range(g)]
+        if k == 0:  # a right first token, a wrong last one, beside a right answer
+            answers[0], answers[1] = list(correct), [*correct[:-1], (correct[-1] + 1) % tokens]
+        problem = bandit.Bandit.from_answers([correct], tokens)
+        rewards = problem.reward(torch.zeros(g, dtype=torch.long), torch.tensor(answers))
+        expected = bandit.group_advantages(rewards.to(torch.float64))[:, None].expand(g, length)
+        cases.append(((answers, correct), {}, expected.tolist()))
+    return _grade("sequence advantages", fn, cases,
+                  "the verifier judges an answer once, as a whole, and GRPO turns the group's judgements into one "
+                  "number per answer. Which positions of an answer receive that number, and does a right token in a "
+                  "failed answer get any credit of its own?")
+
+
 # -- 02: PUCT selection and the two-player backup (azlib.mcts.search) --------------------------------
 
 def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade:

@@ -21,6 +21,12 @@ def group_advantages(rewards):
     return [(r - mean) / (std + 1e-4) for r in rewards]
 
 
+# 01 · The chain: reward 1 only when every token is right, one group advantage per answer, the same on each token.
+def sequence_advantages(answers, correct):
+    advantages = group_advantages([float(list(a) == list(correct)) for a in answers])
+    return [[adv] * len(correct) for adv in advantages]
+
+
 # 02 · AlphaZero's PUCT: Q + c P sqrt(N_parent) / (1 + N_child).
 def puct_score(q, prior, parent_visits, child_visits, c):
     return q + c * prior * math.sqrt(parent_visits) / (1 + child_visits)

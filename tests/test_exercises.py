@@ -110,6 +110,14 @@ def _negamax_alternating_from_the_root_negated(leaf_value, depth):
 CHECKS = {
     "group_advantages": (exercises.check_group_advantages, solutions.group_advantages,
                          [_population_std_advantages, _unscaled_advantages]),
+    "sequence_advantages": (exercises.check_sequence_advantages, solutions.sequence_advantages, [
+        lambda answers, correct: [list(row) for row in zip(*(  # each position its own reward and group
+            solutions.group_advantages([float(a[i] == correct[i]) for a in answers]) for i in range(len(correct))))],
+        lambda answers, correct: [[0.0] * (len(correct) - 1) + [adv] for adv in  # the last token only
+                                  solutions.group_advantages([float(a == correct) for a in answers])],
+        lambda answers, correct: [[adv] * len(correct) for adv in  # partial credit: the share of right tokens
+                                  solutions.group_advantages([sum(map(int.__eq__, a, correct)) / len(correct)
+                                                              for a in answers])]]),
     "puct_score": (exercises.check_puct_score, solutions.puct_score, [
         lambda q, prior, parent_visits, child_visits, c: q + c * math.sqrt(parent_visits) / (1 + child_visits),
         lambda q, prior, parent_visits, child_visits, c: q + c * prior * parent_visits / (1 + child_visits),
