@@ -44,6 +44,9 @@ def _close(mine: Any, theirs: Sequence[float], rtol: float = 1e-5, atol: float =
         math.isfinite(a) and math.isclose(a, b, rel_tol=rtol, abs_tol=atol) for a, b in zip(mine, theirs))
 
 
+NEAR_RTOL = 1e-3  # an answer equal at this relative tolerance, and not at the checks' 1e-5, is a near miss
+
+
 def _flat(x: Any) -> list:
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().reshape(-1).tolist()
@@ -55,9 +58,11 @@ def _flat(x: Any) -> list:
 
 
 def _grade(exercise: str, fn: Callable, cases: Sequence[tuple[tuple, dict, Any]], hint: str,
-           compare: Callable[[Any, Any], bool] = _close) -> Grade:
+           compare: Callable[..., bool] = _close) -> Grade:
     """Run fn(*args, **kwargs) on every case against the expected value; print and return the grade.
-    On a failure the message shows the inputs of the first case that differs, never what was expected."""
+    `compare(got, expected, rtol=...)` decides equality. A function that raises is shown its input and the hint;
+    answers that all agree at NEAR_RTOL get the near-miss message (a convention, not the idea, differs); any
+    other failure shows the inputs of the first case that differs and the hint. Never what was expected."""
     wrong = []
     for args, kwargs, expected in cases:
         try:
@@ -66,24 +71,37 @@ def _grade(exercise: str, fn: Callable, cases: Sequence[tuple[tuple, dict, Any]]
             return _report(Grade(exercise, "not done", f"{exercise}: not done yet. Fill in the function and run the "
                                  "cell again."))
         except Exception as err:  # the learner's bug, reported, never raised: the notebook must run on
-            return _report(Grade(exercise, "failed", f"{exercise}: your function raised {type(err).__name__}: {err}"))
+            return _report(Grade(exercise, "failed", f"{exercise}: your function raised {type(err).__name__}: {err}\n"
+                                 f"On the input ({_show_call(args, kwargs)}).\nHint: {hint}"))
         if not compare(got, expected):
-            wrong.append((args, kwargs))
+            wrong.append((args, kwargs, got, expected))
     if not wrong:
         return _report(Grade(exercise, "passed", f"{exercise}: passed, {len(cases)} random cases agree with azlib."))
-    args, kwargs = wrong[0]
-    shown = ", ".join([*map(_show, args), *(f"{k}={_show(v)}" for k, v in kwargs.items())])
-    return _report(Grade(exercise, "failed", f"{exercise}: not yet, {len(wrong)} of {len(cases)} random cases differ "
-                         f"from azlib's. One of them: ({shown}).\nHint: {hint}"))
+    args, kwargs = wrong[0][:2]
+    differ = f"{len(wrong)} of {len(cases)} random cases differ from azlib's"
+    if all(compare(got, expected, rtol=NEAR_RTOL) for _, _, got, expected in wrong):
+        return _report(Grade(exercise, "failed", f"{exercise}: close, not yet equal: {differ}, but only in the "
+                             f"4th significant digit or later (equal at relative tolerance {NEAR_RTOL:g}, not at "
+                             "1e-05). The idea is right; a convention differs: a small constant (an epsilon) or where "
+                             f"it is added, n or n - 1, a rounding. One of them: ({_show_call(args, kwargs)})."))
+    return _report(Grade(exercise, "failed", f"{exercise}: not yet, {differ}. One of them: "
+                         f"({_show_call(args, kwargs)}).\nHint: {hint}"))
+
+
+def _show_call(args: tuple, kwargs: dict) -> str:
+    return ", ".join([*map(_show, args), *(f"{k}={_show(v)}" for k, v in kwargs.items())])
 
 
 def _show(x: Any) -> str:
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().tolist()
+    """A short repr of an input: a tensor or array of more than 8 numbers by its shape, long lists cut at 8."""
+    if hasattr(x, "shape") and hasattr(x, "tolist"):  # a torch tensor or numpy array
+        if math.prod(x.shape) > 8:
+            return f"{type(x).__name__} of shape {tuple(x.shape)}"
+        x = x.tolist()
     if isinstance(x, float):
         return f"{x:.4g}"
     if isinstance(x, (list, tuple)) and len(x) > 8:
-        return "[" + ", ".join(_show(v) for v in x[:8]) + ", ...]"
+        return "[" + ", ".join(_show(v) for v in x[:8]) + f", ... ({len(x)} items)]"
     if isinstance(x, (list, tuple)):
         return "[" + ", ".join(_show(v) for v in x) + "]"
     if isinstance(x, dict):
@@ -122,6 +140,32 @@ def check_group_advantages(fn: Callable[[list[float]], Sequence[float]], seed: i
                   "the division finite when every reward is the same?")
 
 
+def check_sequence_advantages(fn: Callable[[list[list[int]], list[int]], Any], seed: int | None = None) -> Grade:
+    """fn(answers, correct) -> one advantage per token of each answer ([G][L]) for one prompt's group of answers of
+    L tokens, as notebook 01's chain trains: azlib.bandit's reward (1 if every token is right) and GRPO advantage."""
+    import torch
+
+    from azlib import bandit
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        length, tokens, g = rng.randint(2, 3), rng.randint(2, 4), rng.randint(2, 10)
+        correct = [rng.randrange(tokens) for _ in range(length)]
+        # answers near the right one: some right, some with only a later or only an earlier token wrong
+        answers = [[t if rng.random() < 0.7 else rng.randrange(tokens) for t in correct] for _ in range(g)]
+        if k == 0:  # a right first token, a wrong last one, beside a right answer
+            answers[0], answers[1] = list(correct), [*correct[:-1], (correct[-1] + 1) % tokens]
+        problem = bandit.Bandit.from_answers([correct], tokens)
+        rewards = problem.reward(torch.zeros(g, dtype=torch.long), torch.tensor(answers))
+        expected = bandit.group_advantages(rewards.to(torch.float64))[:, None].expand(g, length)
+        cases.append(((answers, correct), {}, expected.tolist()))
+    return _grade("sequence advantages", fn, cases,
+                  "the verifier judges an answer once, as a whole, and GRPO turns the group's judgements into one "
+                  "number per answer. Which positions of an answer receive that number, and does a right token in a "
+                  "failed answer get any credit of its own?")
+
+
 # -- 02: PUCT selection and the two-player backup (azlib.mcts.search) --------------------------------
 
 def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade:
@@ -145,14 +189,19 @@ def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade
 
 
 def check_negamax_backup(fn: Callable[[float, int], Sequence[float]], seed: int | None = None) -> Grade:
-    """fn(leaf_value, depth) -> what one two-player backup adds to each value_sum on the path, root first."""
+    """fn(leaf_value, depth) -> what one two-player backup adds to each value_sum on the path, root first. Every
+    value_sum, the root's included, is from the view of the player who moved into that node (at the root: the
+    player not to move there)."""
     from azlib.mcts.search import _apply
     from azlib.mcts.tree import Tree
 
     rng = random.Random(seed)
     cases = []
-    for _ in range(CASES):
-        depth, value = rng.randint(1, 7), rng.choice([-1.0, 1.0, round(rng.uniform(-1, 1), 3)])
+    for k in range(CASES):
+        if k < 2:  # depths 1 and 2: a sign pattern anchored at the root, either way round, fails one of them
+            depth, value = k + 1, rng.choice([-1.0, 1.0])
+        else:
+            depth, value = rng.randint(1, 7), rng.choice([-1.0, 1.0, round(rng.uniform(-1, 1), 3)])
         tree = Tree.with_root(None)
         for d in range(depth):
             tree.add_child(d, None, d, 1.0)
@@ -160,7 +209,8 @@ def check_negamax_backup(fn: Callable[[float, int], Sequence[float]], seed: int 
         cases.append(((value, depth), {}, [n.value_sum for n in tree.nodes]))
     return _grade("negamax backup", fn, cases,
                   "whose point of view is each number in? leaf_value is for the player to move at the leaf; a node's "
-                  "value_sum is for the player who moved into it. Walk the path from the leaf up, one ply at a time.")
+                  "value_sum (the root's too) is for the player who moved into it. Start at the leaf, where the two "
+                  "views first differ, and walk up one ply at a time: the path's length decides the root's sign.")
 
 
 # -- 03: the teacher ensemble's weights (azlib.teachers.weights) --------------------------------------
@@ -191,8 +241,9 @@ def check_teacher_weights(fn: Callable[..., dict[str, float]], seed: int | None 
         "temperature, mixed with a floor shared equally, and a teacher with no score yet stands in at the others' mean."))
 
 
-def _same_weights(mine: Any, theirs: dict[str, float]) -> bool:
-    return isinstance(mine, dict) and set(mine) == set(theirs) and _close([mine[n] for n in theirs], list(theirs.values()))
+def _same_weights(mine: Any, theirs: dict[str, float], rtol: float = 1e-5) -> bool:
+    return isinstance(mine, dict) and set(mine) == set(theirs) and _close([mine[n] for n in theirs],
+                                                                          list(theirs.values()), rtol=rtol)
 
 
 # -- 04: the k3 KL and its ratio-corrected gradient (azlib.grpo.token_losses) -------------------------
@@ -341,14 +392,23 @@ def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None
                               reward_scale=rng.choice([100.0, round(rng.uniform(0.5, 5), 2)]),
                               reward_clamp=round(rng.uniform(0.5, 3.0), 2))
         referee = [round(rng.gauss(0, 2), 3) for _ in range(vocab)] if cfg.referee_weight else None
+        if k in (1, 2):  # two candidates paid, the larger payment above the clamp: shrinking all payments by one
+            # factor and capping each at the clamp differ (k = 1: both above the clamp; k = 2: one below it)
+            ids = rng.sample(range(vocab), 4)
+            target, rival = ids[0], ids[1]
+            referee = [0.0] * vocab
+            referee[target] = referee[rival] = 4.0
+            cfg = RefereeRLSettings(reality_weight=0.3, referee_weight=0.8, smoothing=0.3,
+                                  reward_scale=100.0 if k == 1 else 3.0, reward_clamp=1.5)
         expected = referee_rewards(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool),
                                    torch.tensor([target]), torch.tensor([referee]) if referee else None, cfg)
         cases.append(((list(ids), target, referee, cfg), {}, expected[0].tolist()))
     return _grade("candidate rewards", fn, cases,
                   "build an ideal distribution over the candidates from two opinions: reality (smoothed one-hot on the "
                   "target, the rest shared by the other candidates) and the referee (its probabilities), each raised to "
-                  "its weight, renormalised. Only candidates above an even share are paid, in proportion to it, and "
-                  "the largest payment is capped.")
+                  "its weight, renormalised. Only candidates above an even share are paid, in proportion to it; when "
+                  "the largest payment would pass the clamp, every payment shrinks by one common factor, so the paid "
+                  "candidates keep their ratios.")
 
 
 # -- Concept checks: multiple choice, where code would be contrived ------------------------------------
@@ -372,61 +432,61 @@ def _digest(key: str, letter: str) -> str:
 CONCEPTS = {
     "01_loss_near_zero": Concept(
         "GRPO's loss near 0", "abcd", "bcaa25770d86d33e",
-        "on a step's first update the old policy is the current one. What is rho there, and what is the sum of a "
-        "group's advantages? Then: is a function that is 0 at a point also flat there?"),
+        "on a step's first update the old policy is the current one. What is rho there, and what do a group's "
+        "advantages add up to? Then: is a function that is 0 at a point also flat there?"),
     "01_all_wrong_group": Concept(
         "a group with every answer wrong", "abcd", "abbfee87bfd48c01",
-        "write down each algorithm's advantage for these 8 rewards (GRPO: the group's own mean and std; REINFORCE "
-        "+ baseline: the running mean b), then what a step does to the log-probability of an answer whose "
-        "advantage is 0, and of one whose advantage is negative."),
+        "work out each method's advantage for these eight rewards: GRPO's reference point is the group's own mean "
+        "(and std), the other's is the running mean b = 0.3. How does a step move a log-probability whose advantage "
+        "is 0, and one whose advantage is negative?"),
     "02_visit_target": Concept(
         "the visit distribution as the policy target", "abcd", "80f952c8cc675a4d",
-        "compare what the prior knows before the search with what the visit counts know after 64 simulations "
-        "of look-ahead. If the net predicted the search, where would the next round's search start from?"),
+        "ask what 64 simulations add to the network's first guess at a position. If that first guess already matched "
+        "their outcome, where would the following round begin?"),
     "02_negamax": Concept(
         "what the negamax sign flip buys", "abcd", "116fa938c838ee7b",
-        "at a node where O is to move, the chosen child should be the best move for O. In whose view must the "
-        "children's values be for 'take the largest Q + U' to do that at every node, X's and O's alike?"),
+        "picture a position where O is about to play. Which of O's replies should the search prefer there, and whose "
+        "outcome must the compared numbers describe so that one rule, blind to who plays, makes that pick?"),
     "03_wrong_branch": Concept(
         "a 'wrong' branch under the correctness reward", "abcd", "bc43bd7cb9aa8a16",
-        "list what the correctness reward looks at, and read how teacher_values credits a teacher (section "
-        "'Weights over a few searches'): does a child's label enter either?"),
+        "list every input the correctness reward reads, then reread teacher_values in the section 'Weights over a few "
+        "searches'. Is the right/wrong tag an input of either?"),
     "03_identical_teachers": Concept(
         "two identical teachers, two different weights", "abcd", "e42040a098556fc4",
-        "how many credits has each score seen after 4 searches, how noisy is one credit, and what does a "
-        "softmax at temperature 0.1 do to a small difference between two scores?"),
+        "how many values has each score averaged after 4 searches, how much does one of them vary, and what does "
+        "dividing a gap of 0.1 by a temperature of 0.1 do before the exponential?"),
     "04_answer_accuracy": Concept(
         "what answer_accuracy measures", "abcd", "59f9c0e5cc5b1fb5",
         "who chooses the answer that gets scored, and what does that chooser know that the student, answering a "
         "problem alone, would not?"),
     "04_sft_vs_grpo": Concept(
         "imitation and GRPO on the same groups", "abcd", "46528897d813644d",
-        "for each update, write what a group whose answers are all correct contributes (GRPO: its advantages; "
-        "imitation: which answers it trains on), then what each does with a wrong answer."),
+        "write one group's contribution to each update's loss: for GRPO through its advantages, for imitation through "
+        "the set of answers it fits. Then do the same for a group holding a failed attempt."),
     "05_transfer": Concept(
         "what the transfer set tells apart", "abcd", "165afdbd387bffe2",
-        "what is the same in the two held-out sets, and what differs? A gain that appears in only one of them "
-        "cannot come from what they share."),
+        "what is the same in the two held-out sets, and what differs? A gain that appears in only one of them cannot "
+        "come from what they share."),
     "05_one_seed": Concept(
         "one seed's McNemar p-value", "abcd", "d6b0d4849d59839f",
-        "which randomness does McNemar's p account for: the choice of the problems, or the training run that "
-        "produced the two models? Which one does the question 'does the tree train better' ask about?"),
+        "list the sources of chance behind the number. Which one does this test model, and which would change if you "
+        "reran with another seed? The question is about a method, not two fixed models."),
     "06_r_kl": Concept(
         "what r_KL penalises", "abcd", "20de2b71ac416b3c",
-        "kl_j compares two models on the same explanation token. What does one of them know that the other does "
-        "not, and which explanations exploit that difference?"),
+        "kl_j compares two models on the same text. What does one of them know that the other does not, and which "
+        "explanations exploit that difference?"),
     "06_lambda_zero": Concept(
         "RLT's reward without its KL part", "abcd", "6b114909a352a272",
-        "r_SS rewards the student for finding the solution likely after reading the explanation. What text "
-        "makes that easiest, and what in r stops it when lambda > 0?"),
+        "r_SS grows with the log-likelihood of s read after t. Which t raises that most directly, and which part of r "
+        "charges for it once λ > 0?"),
     "07_frozen_referee": Concept(
         "a co-trained referee vs a frozen one", "abcd", "15b41188f1db8e4f",
-        "what has the co-trained referee seen that the student has not? Compare with a referee pre-trained "
-        "elsewhere, as a teacher is in distillation."),
+        "where could a referee's extra knowledge come from? Compare a model fitted to the same text as the student "
+        "with one trained elsewhere, as in distillation."),
     "07_beta_zero": Concept(
         "the ground-truth-only arm", "abcd", "f3eafcc4a4862920",
-        "with beta = 0, compare each candidate's q with the even share 1/|A_t|: who is paid, and how much after "
-        "the scale and the clamp? Put that into L_RL."),
+        "with β = 0, compare each q with the even share 1/|A_t|: which candidates get a payment, and of what size? "
+        "Put that into L_RL."),
 }
 
 

@@ -21,6 +21,12 @@ def group_advantages(rewards):
     return [(r - mean) / (std + 1e-4) for r in rewards]
 
 
+# 01 · The chain: reward 1 only when every token is right, one group advantage per answer, the same on each token.
+def sequence_advantages(answers, correct):
+    advantages = group_advantages([float(list(a) == list(correct)) for a in answers])
+    return [[adv] * len(correct) for adv in advantages]
+
+
 # 02 · AlphaZero's PUCT: Q + c P sqrt(N_parent) / (1 + N_child).
 def puct_score(q, prior, parent_visits, child_visits, c):
     return q + c * prior * math.sqrt(parent_visits) / (1 + child_visits)
@@ -102,64 +108,90 @@ def candidate_rewards(ids, target, referee_logits, cfg):
     return [r * shrink for r in raw]
 
 
-# Concept checks (multiple choice; the questions are at the end of each notebook): the right letter, and why.
+# Concept checks (multiple choice; the questions are at the end of each notebook): the right letter, and why each
+# choice is right or wrong.
 CONCEPT_ANSWERS = {
-    # At ρ = 1 the policy part is -(1/G) Σ A_i = 0 (a group's advantages sum to 0; the std scales them alike), leaving
-    # β·KL, small near the reference. Its gradient is the policy gradient with the group baseline, not 0. (a) reads
-    # learning off a surrogate's value; (b) the KL term is >= 0 and small, it cancels nothing; (d) the std rescales
-    # advantages that already sum to 0.
+    # (c) On a step's first update ρ = 1, the clip does nothing, and the policy part is -(1/G) Σ A_i = 0 (a group's
+    # advantages sum to 0; the std scales them alike), leaving β·KL, small near the reference. Its gradient is the
+    # policy gradient with the group baseline, not 0: watch the reward, the KL and the gradient norm. (a) reads
+    # learning off a surrogate's value. (b) The KL term is >= 0 and small; it cancels nothing. (d) The std rescales
+    # advantages that already sum to 0: the loss is 0 at any scale, and the steps are not small (1/std > 1 here).
     "01_loss_near_zero": "c",
-    # GRPO's advantages are (0 - 0)/(0 + ε) = 0: a group with no spread teaches nothing (DAPO drops such groups).
-    # REINFORCE + baseline uses A = r - b = -0.3 for each answer, lowering their log-probabilities; raising an answer
-    # lowers the others (softmax), so lowering these raises the unsampled ones.
+    # (b) GRPO's advantages are (0 - 0)/(0 + ε) = 0: a group with no spread teaches nothing (DAPO drops such groups).
+    # REINFORCE + baseline uses A = r - b = -0.3 for each answer, lowering their log-probabilities; lowering answers
+    # under a softmax raises the others, the unsampled ones. (a) is GRPO's half only. (c) swaps the two: a reward of
+    # 0 is a failure only relative to a baseline, and GRPO's baseline here is 0 too. (d) The methods' baselines differ
+    # (the group's mean 0 against the running mean 0.3), so their advantages do.
     "01_all_wrong_group": "b",
-    # Search improves on the prior: with 64 simulations of look-ahead the visits concentrate on moves that hold up, so
-    # π is a better policy than p; fitting p to π and searching again is policy iteration (expert iteration: the same
-    # idea trains the student in notebooks 04 and 05). π is not p (b), z is the value head's target (c).
+    # (a) Search improves on the prior: with 64 simulations of look-ahead the visits concentrate on moves that hold up,
+    # so π is a better policy than p; fitting p to π and searching again is policy iteration (expert iteration: the
+    # same idea trains the student in notebooks 04 and 05). (b) π is not p: the look-ahead moves it away from p, and
+    # that difference is what the net learns. (c) z is the value head's target; visit counts say which move, not who
+    # wins. (d) The target's noise is a cost (fewer simulations, noisier π), not the reason it works.
     "02_visit_target": "a",
-    # A value_sum is in the view of the player who moved into the node, i.e. the one choosing among it and its
-    # siblings; negating once per ply keeps that true all the way up, so 'take the largest' is right for both players.
-    # Get the signs wrong and, at the other player's turns, 'take the largest' picks that player's worst move
-    # (exercise 2).
+    # (c) A value_sum is in the view of the player who moved into the node, i.e. the one choosing among it and its
+    # siblings; negating once per ply keeps that true all the way up, so 'take the largest Q + U' is right for both
+    # players. Get the signs wrong and, at the other player's turns, it picks that player's worst move (exercise 2).
+    # (a) is what the flip replaces: in a zero-sum game a value is never the same for both players. (b) Children's
+    # values need not sum to 0 (two good replies are both positive for the player choosing). (d) Every simulation
+    # still needs its own backup; the flip changes signs, not counts.
     "02_negamax": "c",
-    # The correctness reward scores how an answer ends (1 for finished and correct); PRE and the direction bonus are
-    # reported, not added, and teacher_values does not read the label. So a 'wrong' chunk that leads to correct
-    # answers is a good chunk here, and it raises its teacher's score. Under train.reward = 'original' the bonus would
-    # count.
+    # (d) The correctness reward scores how an answer ends (1 for finished and correct); PRE and the direction bonus
+    # are reported, not added, and teacher_values does not read the label. So a 'wrong' chunk that leads to correct
+    # answers is a good chunk here, and it raises its teacher's score. (a) The bonus counts only under
+    # train.reward = 'original'. (b) Wrong branches are children like any other and are selected by Q + U.
+    # (c) Nothing filters rollouts by the path's labels.
     "03_wrong_branch": "d",
-    # Each score is an average of a handful of backed-up values, each noisy; exp(Δ/0.1) turns a score gap of 0.1 into
-    # a weight ratio of e. The weights follow the values credited, not latency (d), and a benched teacher shows
-    # failures in the report (c).
+    # (b) Each score is an average of a handful of backed-up values, each noisy; exp(Δ/0.1) turns a score gap of 0.1
+    # into a weight ratio of e, and the leader is then asked more often. Telling two teachers apart needs many more
+    # searches and a test. (a) reads a chance difference as a real one: the two are the same model. (c) A benched
+    # teacher shows its failures in the report. (d) The weights follow the values credited, not latency.
     "03_identical_teachers": "b",
-    # The answer is chosen with the gold answer's help (best rollout by reward, visits steered by the reward), so it
-    # is what search + verifier achieve, not what the student writes alone. It is still a useful training curve; held-
-    # out accuracy is notebook 05's job.
+    # (c) The scored answer is chosen with the gold answer's help (the most-visited path completed by its best rollout
+    # by reward, and the reward steered the visits), so it is what search + verifier achieve, not what the student
+    # writes alone. It is still a useful training curve; held-out accuracy of the student alone is notebook 05's job.
+    # (a) and (b) are the student alone (on training or on held-out problems), which this number is not. (d) is the
+    # share of groups with spread, a different column of the step log.
     "04_answer_accuracy": "c",
-    # Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.groups.verified: each
-    # distinct one once), so an all-correct group is up to 4 training examples; GRPO's group-normalised advantages
-    # are 0 there. Conversely GRPO's negative advantages push wrong answers down, which imitation never sees.
+    # (a) Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.groups.verified: each
+    # distinct one once), so an all-correct group is up to 4 training examples; GRPO's group-normalised advantages are
+    # 0 there (only the KL term acts). Conversely GRPO's negative advantages push wrong answers down, which imitation
+    # never sees. (b) is GRPO's half only. (c) swaps the two updates. (d) With β = 0 GRPO still weights answers by
+    # their advantages, imitation by 1 on verified answers only.
     "04_sft_vs_grpo": "a",
-    # transfer holds the same problems as heldout (same arithmetic, same difficulty) in unseen sentences, so a gain
-    # that needs the training wordings is about the wordings; (a) is ruled out by the sets sharing their problems, (d)
-    # would show on both sets.
+    # (b) transfer holds the same problems as heldout (same arithmetic, same difficulty) in unseen sentences, so a gain
+    # that needs the training wordings is about the wordings (their phrasing and answer format). (a) The sets share
+    # their problems: better arithmetic would show on both. (c) A small set widens the interval, but 0 against 8 on
+    # the same problems is the point of the pair. (d) A leak of the problems would show on both sets, since they share
+    # them.
     "05_transfer": "b",
-    # McNemar's randomness is the draw of problems, with both models fixed; the training run's randomness (seed:
-    # initialisation, sampling) is not in it. The README's cpu run shows single seeds moving an arm by 5 points.
+    # (c) McNemar's randomness is the draw of problems, with both trained models fixed; the training run's randomness
+    # (seed: initialisation, sampling) is not in it, and another seed can move an arm by more than the difference.
+    # A claim about the method rests on the differences across seeds, corrected for the number of comparisons.
+    # (a) and (b) answer 'do these two models differ', not 'does the method train better'. (d) The exact test is
+    # valid at any size; small samples only make it less powerful.
     "05_one_seed": "c",
-    # kl_j = log π_T(t_j | q, s, ...) - log π_S(t_j | q, ...): the teacher's extra confidence from having seen s.
-    # Length alone does not raise a mean (a); GRPO's KL to the reference is a separate term (c); (d) is r_SS's job.
+    # (b) kl_j = log π_T(t_j | q, s, ...) - log π_S(t_j | q, ...): the teacher's extra confidence from having seen s,
+    # large for an explanation that states the solution or leans on what only the solution gives away. (a) r_KL is a
+    # mean (plus a max), so length alone does not raise it. (c) GRPO's KL to the reference is a separate term. (d) is
+    # r_SS's job.
     "06_r_kl": "b",
-    # r_SS is the student's log-likelihood of s after reading t, highest when t contains s to copy. Such an
+    # (a) r_SS is the student's log-likelihood of s after reading t, highest when t contains s to copy. Such an
     # explanation is useless at test time, when there is no s; r_KL charges for exactly the tokens the student could
-    # not have produced.
+    # not have produced. (b) is what λ > 0 is there to reward. (c) and (d) leave the student as unlikely to produce s
+    # as without an explanation; nothing in r_SS favours few tokens.
     "06_lambda_zero": "a",
-    # A referee is useful for what it knows that the student does not. Trained on the same batches with CE, it is at
-    # most a CE model's view of the same data; pre-trained elsewhere, it is a teacher. (c) is backwards: early on the
-    # co-trained referee is nearly flat, and reality's factor dominates the reward all along (section 'Where the
-    # reward goes').
+    # (d) A referee is useful for what it knows that the student does not. Trained on the same batches with CE, it is
+    # at most a CE model's view of the same data (early on it knows hardly more than the student); pre-trained
+    # elsewhere, it brings outside knowledge from step 1, as a teacher does in distillation. (a) The kind of model is
+    # the same; what it has seen is not. (b) Its reward uses the ground truth only through reality's factor, as the
+    # frozen one's does. (c) is backwards: early on the co-trained referee is nearly flat, and reality's factor
+    # dominates the reward all along (section 'Where the reward goes').
     "07_frozen_referee": "d",
-    # With β = 0, q follows reality alone: y_t gets (1-ε)^α against (ε/(|A|-1))^α for each other candidate, so q_y >
-    # 1/|A| > q_other. Only y_t is paid, scale·q_y capped at 1.5, and L_RL = -(1/N) Σ_t (1.5/|A_t|) log p(y_t):
-    # rescaled CE (the smoothing only sets q, it pays nobody else).
+    # (c) With β = 0, q follows reality alone: y_t gets (1-ε)^α against (ε/(|A|-1))^α for each other candidate, so
+    # q_y > 1/|A| > q_other. Only y_t is paid, scale·q_y capped at the clamp 1.5, and L_RL = -(1/N) Σ_t (1.5/|A_t|)
+    # log p(y_t): cross-entropy weighted by clamp/|A_t|. (a) Reality alone puts the ground truth above the even share.
+    # (b) The smoothing only sets q; the other candidates stay below 1/|A| and are paid nothing. (d) β = 0 removes
+    # the referee from q.
     "07_beta_zero": "c",
 }

@@ -3,6 +3,7 @@ fails two plausible wrong answers, reports a NotImplementedError stub as not don
 
 import importlib.util
 import math
+import re
 
 import pytest
 import torch
@@ -90,17 +91,41 @@ def _referee_rewards_smoothing_over_all(ids, target, referee_logits, cfg):
                                        replace(cfg, smoothing=cfg.smoothing * (size - 1) / size))
 
 
+def _referee_rewards_clamp_each(ids, target, referee_logits, cfg):
+    """Each payment capped at the clamp on its own, instead of all shrunk by one factor."""
+    from dataclasses import replace
+
+    raw = solutions.candidate_rewards(ids, target, referee_logits, replace(cfg, reward_clamp=1e12))
+    return [min(r, cfg.reward_clamp) for r in raw]
+
+
+def _negamax_alternating_from_the_root(leaf_value, depth):
+    return [leaf_value if i % 2 == 0 else -leaf_value for i in range(depth + 1)]
+
+
+def _negamax_alternating_from_the_root_negated(leaf_value, depth):
+    return [-leaf_value if i % 2 == 0 else leaf_value for i in range(depth + 1)]
+
+
 CHECKS = {
     "group_advantages": (exercises.check_group_advantages, solutions.group_advantages,
-                         [_population_std_advantages, _unscaled_advantages,
-                          lambda r: [x * (1 + 1e-4 / 0.5) for x in solutions.group_advantages(r)]]),
+                         [_population_std_advantages, _unscaled_advantages]),
+    "sequence_advantages": (exercises.check_sequence_advantages, solutions.sequence_advantages, [
+        lambda answers, correct: [list(row) for row in zip(*(  # each position its own reward and group
+            solutions.group_advantages([float(a[i] == correct[i]) for a in answers]) for i in range(len(correct))))],
+        lambda answers, correct: [[0.0] * (len(correct) - 1) + [adv] for adv in  # the last token only
+                                  solutions.group_advantages([float(a == correct) for a in answers])],
+        lambda answers, correct: [[adv] * len(correct) for adv in  # partial credit: the share of right tokens
+                                  solutions.group_advantages([sum(map(int.__eq__, a, correct)) / len(correct)
+                                                              for a in answers])]]),
     "puct_score": (exercises.check_puct_score, solutions.puct_score, [
         lambda q, prior, parent_visits, child_visits, c: q + c * math.sqrt(parent_visits) / (1 + child_visits),
         lambda q, prior, parent_visits, child_visits, c: q + c * prior * parent_visits / (1 + child_visits),
         lambda q, prior, parent_visits, child_visits, c: q + c * prior * math.sqrt(parent_visits) / max(child_visits, 1)]),
     "negamax_backup": (exercises.check_negamax_backup, solutions.negamax_backup, [
         lambda v, depth: [v] * (depth + 1),  # no sign flip: a single-agent backup
-        lambda v, depth: [-x for x in solutions.negamax_backup(v, depth)]]),  # flipped from the wrong end
+        lambda v, depth: [-x for x in solutions.negamax_backup(v, depth)],  # flipped from the wrong end
+        _negamax_alternating_from_the_root, _negamax_alternating_from_the_root_negated]),
     "teacher_weights": (exercises.check_teacher_weights, solutions.teacher_weights,
                         [_teacher_weights_without_ema, _teacher_weights_without_floor, _teacher_weights_unknown_as_zero]),
     "k3": (exercises.check_k3, solutions.k3, [
@@ -118,7 +143,8 @@ CHECKS = {
         lambda t, s, alpha: solutions.r_kl(s, t, alpha),  # the log-ratio the wrong way round
         lambda t, s, alpha: sum(a - b for a, b in zip(t, s)) / len(t)]),  # no max term
     "candidate_rewards": (exercises.check_candidate_rewards, solutions.candidate_rewards,
-                          [_referee_rewards_all_paid, _referee_rewards_unclamped, _referee_rewards_smoothing_over_all]),
+                          [_referee_rewards_all_paid, _referee_rewards_unclamped, _referee_rewards_smoothing_over_all,
+                           _referee_rewards_clamp_each]),
 }
 
 
@@ -141,6 +167,78 @@ def test_plausible_wrong_answers_fail_with_a_hint(name, seed, capsys):
         assert grade.status == "failed", (name, fn)
         assert "Hint:" in grade.message
         assert grade.message in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, near_miss", [
+    ("candidate_rewards", _referee_rewards_clamp_each),
+    ("negamax_backup", _negamax_alternating_from_the_root),
+    ("negamax_backup", _negamax_alternating_from_the_root_negated)])
+def test_a_near_miss_fails_on_every_draw(name, near_miss, capsys):
+    check, solution, _ = CHECKS[name]
+    passed = [seed for seed in range(200) if check(near_miss, seed=seed).status != "failed"]
+    assert not passed, f"{near_miss.__name__} passes {name} at seeds {passed[:5]}"
+    assert all(check(solution, seed=seed).passed for seed in range(200))
+    capsys.readouterr()
+
+
+def _advantages_with_a_small_epsilon(rewards):
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+    return [(r - mean) / (std + 1e-8) for r in rewards]
+
+
+def _advantages_with_epsilon_inside_the_root(rewards):
+    n = len(rewards)
+    mean = sum(rewards) / n
+    return [(r - mean) / math.sqrt(sum((x - mean) ** 2 for x in rewards) / (n - 1) + 1e-8) for r in rewards]
+
+
+NEAR = "close, not yet equal"
+
+
+@pytest.mark.parametrize("near_miss", [_advantages_with_a_small_epsilon, _advantages_with_epsilon_inside_the_root])
+def test_an_epsilon_convention_gets_the_near_miss_message_not_the_hint(near_miss, capsys):
+    grades = [exercises.check_group_advantages(near_miss, seed=seed) for seed in range(20)]
+    assert all(g.status == "failed" for g in grades)
+    near = [g for g in grades if NEAR in g.message]
+    # A group whose rewards nearly tie (std ~ 0.01) makes the epsilon a 1% matter, not a near miss: rare draws.
+    assert len(near) >= 16, f"{len(near)} of 20"
+    assert all("relative tolerance 0.001" in g.message and "Hint:" not in g.message for g in near)
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_a_conceptual_error_gets_the_hint_not_the_near_miss_message(name, capsys):
+    check, _, wrong = CHECKS[name]
+    for fn in wrong:
+        for seed in range(5):
+            message = check(fn, seed=seed).message
+            assert "Hint:" in message and NEAR not in message, (name, fn, seed)
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["group_advantages", "k3", "candidate_rewards"])
+def test_a_function_that_raises_is_shown_its_input_and_the_hint(name, capsys):
+    check, _, _ = CHECKS[name]
+    seen = []
+
+    def crash(*args, **kwargs):
+        seen.append(args)
+        raise ValueError("the learner's bug")
+
+    grade = check(crash, seed=0)
+    assert grade.status == "failed"
+    assert "raised ValueError: the learner's bug" in grade.message
+    assert f"On the input ({exercises._show_call(seen[0], {})})" in grade.message
+    assert "\nHint: " in grade.message and len(grade.message.split("Hint: ")[1]) > 40
+    capsys.readouterr()
+
+
+def test_inputs_are_shown_short():
+    assert exercises._show(torch.zeros(4, 6, dtype=torch.float64)) == "Tensor of shape (4, 6)"
+    assert exercises._show(torch.tensor([[0.5, -1.0]])) == "[[0.5, -1]]"
+    assert exercises._show(list(range(20))) == "[0, 1, 2, 3, 4, 5, 6, 7, ... (20 items)]"
 
 
 @pytest.mark.parametrize("name", CHECKS)
@@ -229,3 +327,47 @@ def test_concept_digests_match_the_solutions_and_the_letters_are_not_in_the_grad
     for key, letter in solutions.CONCEPT_ANSWERS.items():
         assert exercises.CONCEPTS[key].digest == exercises._digest(key, letter)
         assert f'"{key}": "{letter}"' not in source
+
+
+# -- concept checks: no answer given away by its length or by the hint's words ------------------------
+
+_FUNCTION_WORDS = {"the", "and", "for", "are", "its", "that", "this", "with", "from", "what", "which", "does", "not",
+                   "one", "each", "than", "into"}
+
+
+def _content_words(text):
+    """Lower-case words of 3 or more letters, less a few function words: what a hint could echo."""
+    return {w for w in re.findall(r"[a-zα-ω][\w'-]*", text.lower()) if len(w) >= 3 and w not in _FUNCTION_WORDS}
+
+
+def _asked_options():
+    """key -> {letter: option text}, from the markdown cell above each notebook's concept_check cell."""
+    import nbformat
+
+    asked = {}
+    for path in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        for i, cell in enumerate(cells):
+            if cell.cell_type == "code" and (m := re.search(r'concept_check\("(\w+)", answer\)', cell.source)):
+                asked[m.group(1)] = dict(re.findall(r"^- \*\*\((\w)\)\*\* (.+)$", cells[i - 1].source, re.M))
+    return asked
+
+
+def test_the_right_option_is_not_the_longest_and_the_hint_does_not_echo_it():
+    asked = _asked_options()
+    assert set(asked) == set(exercises.CONCEPTS)
+    n, letters = len(asked), len(next(iter(asked.values())))
+    fair = math.ceil(n / letters) + 1  # what a random letter would reach, plus one
+    longest, echoed = [], []
+    for key, options in asked.items():
+        right = options[solutions.CONCEPT_ANSWERS[key]]
+        wrong = [text for letter, text in options.items() if text is not right]
+        assert len(right) <= 1.25 * max(map(len, wrong)), f"{key}: the right option is much the longest"
+        if len(right) >= max(map(len, wrong)):
+            longest.append(key)
+        hint = _content_words(exercises.CONCEPTS[key].hint)
+        shared = len(hint & _content_words(right))
+        if shared and shared >= max(len(hint & _content_words(text)) for text in wrong):
+            echoed.append(key)
+    assert len(longest) <= fair, f"the right option is the longest in {len(longest)} of {n}: {longest}"
+    assert len(echoed) <= fair, f"the hint shares most words with the right option in {len(echoed)} of {n}: {echoed}"
