@@ -32,7 +32,7 @@ QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_bud
                             checkpoint_every=5, group_size=4, max_new_tokens=96)  # steps: the budget ends every arm
 QUICK_SEARCH = replace(TRAINING_SEARCH, num_simulations=4, max_depth=8, max_tokens=20000, leaves_per_step=2)
 QUICK_TEXT = TextSearchSettings(student_samples=2)
-# forks only from answers that finished within the cap (README, "Does the tree earn its place?")
+# forks only from answers that finished within the cap (docs/results.md, "Does the tree earn its place?")
 QUICK_FORK = ForkSettings(fork_from="finished")
 EXPERIMENT_FOLDER = "05-experiment"  # its folder in a run folder (notebook 05, `python -m azlib experiment`)
 

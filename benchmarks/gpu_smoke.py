@@ -655,10 +655,11 @@ def phase_vllm_teachers(check: Check, entry: dict) -> None:
     if vllm_missing(entry):
         return
     vllm_settings(check, entry)
+    from azlib.config import load_profile
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
     cuda = check.cuda
-    tier = check.resolved("03_teacher_ensemble").teacher_tier
+    tier = load_profile(PROFILE, "03_teacher_ensemble")["teacher_tier"]  # the profile's tier, as the notebook reads it
     specs = [spec.model_copy(update={
         "model": dummy_teacher(spec.model, check.args.shape, check.args.dtype, check.model_dir,
                                check.work / "teachers" / spec.name),
