@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -169,6 +170,27 @@ class SmokeRun:
         figures = sorted(p.name for p in (out / "figures").iterdir())
         assert {f"{name}.png" for p in self.prefixes for name in FIGURES.get(p, [])} <= set(figures)
         assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
+
+    def test_the_run_page_shows_each_notebooks_numbers_figures_and_trees(self, smoke_run, notebook):
+        """index.md, written at the end of the run: the notebook's section links its executed copy, holds its
+        verdict and numbers, every figure it showed (as many as its image/png outputs) and the trees it saved."""
+        out, _, metrics = smoke_run
+        page = (out / "index.md").read_text()
+        assert f"| [{notebook.stem}](#{notebook.stem}) | ok |" in page
+        section = page.split(f"\n## {notebook.stem}\n")[1].split("\n## ")[0]
+        assert f"[the executed notebook]({notebook.name})" in section
+        numbers = metrics[notebook.stem]
+        assert all(f"| {name} |" in section for name in numbers)
+        if numbers.get("verdict"):
+            assert f"> {numbers['verdict']}" in section
+        executed = nbformat.read(out / notebook.name, as_version=4)
+        shown = sum("image/png" in o.get("data", {}) for c in executed.cells for o in c.get("outputs", []))
+        pictures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", section)
+        figures = [p for p in pictures if p.startswith("index_files/") and p.endswith(".png")]
+        trees = [p for p in pictures if p.startswith("trees/")]
+        assert shown > 0 and len(figures) == shown and len(figures) + len(trees) == len(pictures)
+        assert sorted(trees) == sorted(f"trees/{name}.svg" for name in TREES.get(notebook.name[:2], []))
+        assert all((out / p).is_file() for p in pictures)
 
 
 def pytest_generate_tests(metafunc):
