@@ -114,7 +114,7 @@ def write_page(folder: str | Path) -> Path:
         lines += ["", f"## {stem}", "",
                   f"{_cell(s['status'])}, {s['seconds'] / 60:.1f} minutes: [the executed notebook]({stem}.ipynb)."]
         if numbers.get("verdict"):
-            lines += ["", f"> {numbers['verdict']}"]
+            lines += ["", *(f"> {line}" for line in str(numbers["verdict"]).splitlines())]
         table = ["| metric | value |", "|---|---|", *(f"| {k} | {_cell(_number(v))} |" for k, v in numbers.items())]
         if len(numbers) > PAGE_OPEN_ROWS:
             lines += ["", f"<details><summary>{len(numbers)} numbers recorded (metrics.json)</summary>", "", *table,
