@@ -23,7 +23,8 @@ from azlib.config import PROFILES, ParamsError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="azlib", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="execute the notebooks under a profile into outputs/<run-id>/")
+    run = commands.add_parser("run", help="execute the notebooks under a profile into outputs/<run-id>/, ending "
+                                          "with its page, index.md")
     run.add_argument("--profile", choices=PROFILES, default="cpu")
     run.add_argument("--only", type=lambda s: [p.strip() for p in s.split(",") if p.strip()],
                      help="comma-separated notebook prefixes, e.g. 01,04")

@@ -36,13 +36,14 @@ from azlib.referee.objective import RefereeRLSettings
 from azlib.referee.train import RefereeTrainSettings, settings_from_params
 from azlib.rlt import RLTSettings
 from azlib.teachers.spec import TeacherSpec
-from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
+from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers, checkpoint_step, trainings_in
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
 PROFILES = ("smoke", "cpu", "h100", "h100-original")
 # The parameters cells' output_dir. In JupyterLab each run gets a folder of its own under it
-# (<notebook>-<time>); with resume = True, the newest of that notebook's. The runner names its own folders.
+# (<notebook>-<time>); with resume = True, the newest of that notebook's that holds a checkpoint. The runner
+# names its own folders.
 INTERACTIVE_RUNS = "outputs/interactive"
 
 # Budgets the original system read from the environment: fields of the `search` section, winning over
@@ -461,14 +462,10 @@ def from_namespace(notebook: str, namespace: dict[str, Any]) -> NotebookParams:
 
 def interactive_run_dir(notebook: str, resume: bool) -> Path:
     """A new folder outputs/interactive/<notebook>-<time> for this run, so a rerun never meets the last
-    run's checkpoints; with `resume`, the newest existing one of this notebook."""
+    run's checkpoints; with `resume`, the newest one of this notebook that holds a checkpoint."""
     root = repo_path(INTERACTIVE_RUNS)
     if resume:
-        earlier = sorted(p for p in root.glob(f"{notebook}-*") if p.is_dir())
-        if not earlier:
-            raise ParamsError(f"resume = True, but {root} holds no earlier run of {notebook} to continue; set "
-                              "resume = False, or output_dir to the run folder to continue")
-        return earlier[-1]
+        return resumable_run_dir(root, notebook)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     for n in itertools.count(1):
         folder = root / (f"{notebook}-{stamp}" if n == 1 else f"{notebook}-{stamp}-{n}")
@@ -477,6 +474,29 @@ def interactive_run_dir(notebook: str, resume: bool) -> Path:
             return folder
         except FileExistsError:
             continue
+
+
+def resumable_run_dir(root: Path, notebook: str) -> Path:
+    """The newest of `notebook`'s run folders under `root` that holds a checkpoint, after printing which and from
+    which step each of its trainings continues. Newer folders without one (a run stopped before its first
+    checkpoint) are passed over, and named; none with one is an error that says so."""
+    earlier = sorted(p for p in root.glob(f"{notebook}-*") if p.is_dir())  # <notebook>-<time>: oldest first
+    if not earlier:
+        raise ParamsError(f"resume = True, but {root} holds no earlier run of {notebook} to continue; set "
+                          "resume = False, or output_dir to the run folder to continue")
+    for folder in reversed(earlier):
+        if trainings := trainings_in(folder):
+            passed = earlier[earlier.index(folder) + 1:]
+            steps = ", ".join(f"{training.relative_to(folder)} from step {checkpoint_step(checkpoint)}"
+                              for training, checkpoint in trainings.items())
+            print(f"resume = True: continuing {folder}: {steps}")
+            if passed:
+                print(f"  (passed over {len(passed)} newer run folder(s) without a checkpoint: "
+                      f"{', '.join(p.name for p in passed)})")
+            return folder
+    raise ParamsError(f"resume = True, but none of the {len(earlier)} run folder(s) of {notebook} in {root} holds a "
+                      f"checkpoint (newest: {earlier[-1].name}), so there is nothing to continue; set resume = False "
+                      "to start a new run")
 
 
 def notebook_defaults(notebook_path: Path) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Batch runs: execute the ordered notebooks with papermill under a profile (or their own defaults), into one run folder.
-Validates every notebook's parameters (and, on a GPU, its memory plan) before anything runs; stops at the first failing notebook."""
+"""Batch runs: execute the ordered notebooks with papermill under a profile (or their own defaults), into one run folder,
+and end with its page (index.md). Validates every notebook's parameters (and, on a GPU, its memory plan) before anything
+runs; stops at the first failing notebook."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from azlib import config
 from azlib.config import REPO_ROOT, NotebookParams, resolve
 from azlib.paths import repo_path
 from azlib.plan import check, gpu_memory, notebook_plan
-from azlib.runs import RunFolder, write_json
+from azlib.runs import RunFolder, write_json, write_page
 
 RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
 
@@ -127,6 +128,7 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
             break
 
     print(summary(run_dir, config["status"]))
+    print(f"\nthe run's page (numbers, figures and executed notebooks): {write_page(run_dir.path)}")
     if failed:
         print(f"\n{failed} failed; its partial output is {run_dir.path / failed}", file=sys.stderr)
         return 1

@@ -1,11 +1,13 @@
-"""The run folder: the one place where a run's config, metrics and figures are written.
+"""The run folder: the one place where a run's config, metrics and figures are written, and its page (index.md).
 JSON writes are atomic (temp file + rename): an interrupted run never leaves half a metrics.json."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -81,3 +83,77 @@ class RunFolder:
         path = self.figures_dir / f"{name}.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")
         return path
+
+
+PAGE = "index.md"
+PAGE_FIGURES = "index_files"  # the executed notebooks' figures, taken out of their outputs for the page
+PAGE_OPEN_ROWS = 40  # a notebook's numbers are shown as a table up to this many, folded beyond
+
+
+def write_page(folder: str | Path) -> Path:
+    """index.md in a run folder (config.json's notebooks, in run order): per notebook its status and time, a link
+    to the executed copy, its verdict and every number it recorded in metrics.json, the figures it showed (its
+    image/png outputs, written to index_files/) and the trees it saved (trees/<its number>_*.svg). Markdown, so
+    that JupyterLab, an editor or GitHub shows it with its pictures; the run's own record stays in its JSON."""
+    run = RunFolder(folder)
+    config = read_json(run.config_path)
+    metrics = run.metrics()
+    figures = run.path / PAGE_FIGURES
+    shutil.rmtree(figures, ignore_errors=True)  # the figures of the notebooks as they last ran, no others
+    statuses = config.get("status", {})
+    ok = sum(s["status"] == "ok" for s in statuses.values())
+    lines = [f"# Run {run.path.name}", "",
+             f"Profile **{config.get('profile') or 'none (the parameters cells’ defaults)'}**, commit "
+             f"`{config.get('git_commit', 'unknown')}`, started {config.get('created', 'at an unknown time')}: "
+             f"{ok} of {len(statuses)} notebooks ran to the end. Every run's parameters are in "
+             f"[config.json](config.json), its numbers in [metrics.json](metrics.json).", "",
+             "| notebook | status | minutes |", "|---|---|---|"]
+    lines += [f"| [{stem}](#{stem}) | {_cell(s['status'])} | {s['seconds'] / 60:.1f} |" for stem, s in statuses.items()]
+    for stem, s in statuses.items():
+        numbers = metrics.get(stem, {})
+        lines += ["", f"## {stem}", "",
+                  f"{_cell(s['status'])}, {s['seconds'] / 60:.1f} minutes: [the executed notebook]({stem}.ipynb)."]
+        if numbers.get("verdict"):
+            lines += ["", *(f"> {line}" for line in str(numbers["verdict"]).splitlines())]
+        table = ["| metric | value |", "|---|---|", *(f"| {k} | {_cell(_number(v))} |" for k, v in numbers.items())]
+        if len(numbers) > PAGE_OPEN_ROWS:
+            lines += ["", f"<details><summary>{len(numbers)} numbers recorded (metrics.json)</summary>", "", *table,
+                      "", "</details>"]
+        elif numbers:
+            lines += ["", *table]
+        for name in _extract_figures(run.path / f"{stem}.ipynb", figures, stem):
+            lines += ["", f"![{name}]({PAGE_FIGURES}/{name})"]
+        for tree in sorted((run.path / "trees").glob(f"{stem[:2]}_*.svg")):
+            lines += ["", f"Searched tree [{tree.name}](trees/{tree.name}) (its JSON beside it opens in "
+                      "azlib.viz.TreeWidget):", "", f"![{tree.stem}](trees/{tree.name})"]
+    page = run.path / PAGE
+    atomic_write_text(page, "\n".join(lines) + "\n")
+    return page
+
+
+def _extract_figures(notebook: Path, folder: Path, stem: str) -> list[str]:
+    """Write every image/png output of an executed notebook to folder/<stem>-cell<k>[-<n>].png; their names."""
+    if not notebook.is_file():
+        return []
+    names = []
+    for k, cell in enumerate(read_json(notebook).get("cells", [])):
+        pngs = [o["data"]["image/png"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        for n, png in enumerate(pngs):
+            name = f"{stem}-cell{k}" + (f"-{n + 1}" if len(pngs) > 1 else "") + ".png"
+            folder.mkdir(exist_ok=True)
+            (folder / name).write_bytes(base64.b64decode("".join(png) if isinstance(png, list) else png))
+            names.append(name)
+    return names
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _cell(text: str) -> str:
+    """Text that stays inside one Markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")

@@ -365,9 +365,7 @@ class Trainer(Resource):
                                   f"start a new run (resume=False, another folder). Differs: " + "; ".join(changed))
 
     def list_checkpoints(self) -> list[Path]:
-        if not self.checkpoints.is_dir():
-            return []
-        return sorted(p for p in self.checkpoints.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
+        return saved_checkpoints(self.checkpoints)
 
     def restore_latest(self) -> None:
         """Continue from the newest checkpoint (none yet: start from step 0)."""
@@ -401,6 +399,30 @@ class Trainer(Resource):
         self.policy_update.updates, self.replay = state["updates"], replay
         if self.teachers is not None:
             self.teachers.rule.load_state(saved_teachers)
+
+
+def saved_checkpoints(folder: str | Path) -> list[Path]:
+    """The whole checkpoints in a trainer's checkpoints/ folder, oldest step first (a partial one, still hidden
+    under its staging name, is none)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step a checkpoint folder (checkpoints/step-NNNNNN) was saved after."""
+    return int(checkpoint.name.removeprefix(CHECKPOINT_PREFIX))
+
+
+def trainings_in(run_folder: str | Path) -> dict[Path, Path]:
+    """Every training under a run folder that has saved a checkpoint (notebook 04's train-04/, each of notebook
+    05's arms): its folder -> its newest checkpoint."""
+    found = {}
+    for checkpoints in sorted(Path(run_folder).glob("**/checkpoints")):
+        if saved := saved_checkpoints(checkpoints):
+            found[checkpoints.parent] = saved[-1]
+    return found
 
 
 def training_problems(params) -> tuple[list[Row], str]:

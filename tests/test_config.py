@@ -212,15 +212,30 @@ def test_azlib_imports_no_optional_package():
     assert out.stdout.strip() == "[]"
 
 
-def test_each_interactive_run_gets_its_own_folder_and_resume_takes_the_newest(tmp_path, monkeypatch):
+def test_each_interactive_run_gets_its_own_folder_and_resume_needs_a_checkpoint(tmp_path, monkeypatch):
+    """Which folder a resume takes among folders with and without checkpoints: test_training.py, on a real one."""
     monkeypatch.setattr(config, "INTERACTIVE_RUNS", str(tmp_path / "interactive"))
     values = config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb") | {"output_dir": config.INTERACTIVE_RUNS}
     with pytest.raises(ParamsError, match="holds no earlier run of 04_gsm8k_run to continue"):
         config.from_namespace("04_gsm8k_run", values | {"resume": True})
     first, second = (config.from_namespace("04_gsm8k_run", values).output_dir for _ in range(2))
     assert first != second and all(Path(p).is_dir() and Path(p).parent == tmp_path / "interactive" for p in (first, second))
-    assert config.from_namespace("04_gsm8k_run", values | {"resume": True}).output_dir == second
+    with pytest.raises(ParamsError, match=rf"none of the 2 run folder\(s\) of 04_gsm8k_run .* holds a checkpoint "
+                                          rf"\(newest: {Path(second).name}\), so there is nothing to continue"):
+        config.from_namespace("04_gsm8k_run", values | {"resume": True})
     assert config.from_namespace("04_gsm8k_run", values | {"output_dir": "outputs/x"}).output_dir == "outputs/x"
+
+
+@pytest.mark.parametrize("path", sorted(config.NOTEBOOKS_DIR.glob("0*.ipynb")), ids=lambda p: p.stem)
+def test_every_notebooks_run_all_writes_a_folder_of_its_own(path, tmp_path, monkeypatch):
+    """Run All twice in JupyterLab: two folders under outputs/interactive, so a rerun never overwrites a run."""
+    monkeypatch.setattr(config, "INTERACTIVE_RUNS", str(tmp_path / "interactive"))
+    values = config.notebook_defaults(path)
+    assert values["output_dir"] == "outputs/interactive"
+    first, second = (config.from_namespace(path.stem, values | {"output_dir": config.INTERACTIVE_RUNS}).output_dir
+                     for _ in range(2))
+    assert first != second and {Path(first).parent, Path(second).parent} == {tmp_path / "interactive"}
+    assert Path(first).name.startswith(f"{path.stem}-")
 
 
 def _library_default(notebook: str, section: str | None, key: str) -> tuple[bool, object]:

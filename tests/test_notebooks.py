@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -64,6 +65,7 @@ def check_03(m):
     assert m["checker_agreement"] * m["checker_decided"] == pytest.approx(round(m["checker_agreement"] * m["checker_decided"])), \
         "agreement is a share of the decided texts"
     assert m["note"] == ""
+    assert {"right_children_mean_q", "wrong_children_mean_q"} <= set(m), "the trees' table of right and wrong children"
 
 
 def check_04(m):
@@ -123,7 +125,7 @@ FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"],
            "03": ["03_weights", "03_teacher_speed", "03_similarity"],
            "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy"],
            "06": ["06_teacher_rewards", "06_students"], "07": ["07_bits_per_char", "07_reward_diagnostics"]}
-TREES = {"02": ["02_tictactoe", "02_text"], "04": ["04_forked"]}
+TREES = {"02": ["02_tictactoe", "02_text"], "03": ["03_problem0", "03_problem1"], "04": ["04_forked"]}
 
 
 class SmokeRun:
@@ -170,6 +172,27 @@ class SmokeRun:
         assert {f"{name}.png" for p in self.prefixes for name in FIGURES.get(p, [])} <= set(figures)
         assert all((out / "figures" / f).stat().st_size > 10_000 for f in figures)
 
+    def test_the_run_page_shows_each_notebooks_numbers_figures_and_trees(self, smoke_run, notebook):
+        """index.md, written at the end of the run: the notebook's section links its executed copy, holds its
+        verdict and numbers, every figure it showed (as many as its image/png outputs) and the trees it saved."""
+        out, _, metrics = smoke_run
+        page = (out / "index.md").read_text()
+        assert f"| [{notebook.stem}](#{notebook.stem}) | ok |" in page
+        section = page.split(f"\n## {notebook.stem}\n")[1].split("\n## ")[0]
+        assert f"[the executed notebook]({notebook.name})" in section
+        numbers = metrics[notebook.stem]
+        assert all(f"| {name} |" in section for name in numbers)
+        if numbers.get("verdict"):
+            assert f"> {numbers['verdict']}" in section
+        executed = nbformat.read(out / notebook.name, as_version=4)
+        shown = sum("image/png" in o.get("data", {}) for c in executed.cells for o in c.get("outputs", []))
+        pictures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", section)
+        figures = [p for p in pictures if p.startswith("index_files/") and p.endswith(".png")]
+        trees = [p for p in pictures if p.startswith("trees/")]
+        assert shown > 0 and len(figures) == shown and len(figures) + len(trees) == len(pictures)
+        assert sorted(trees) == sorted(f"trees/{name}.svg" for name in TREES.get(notebook.name[:2], []))
+        assert all((out / p).is_file() for p in pictures)
+
 
 def pytest_generate_tests(metafunc):
     """`notebook`: each notebook of the class's smoke run."""
@@ -205,6 +228,18 @@ class TestSmokeRun03(SmokeRun):
         leaked = [str(p) for p in files if SECRET.encode() in p.read_bytes()]
         assert not leaked and SECRET not in stdout
         assert "AZLIB_SMOKE_KEY" in (out / "config.json").read_text(), "the variable's name is recorded, its value not"
+
+    def test_its_trees_are_saved_coloured_by_proposer(self, smoke_run):
+        from azlib.mcts import Tree
+        from azlib.viz import proposer_of
+
+        out, _, _ = smoke_run
+        for name in TREES["03"]:
+            tree = Tree.load(out / "trees" / f"{name}.json")
+            svg = (out / "trees" / f"{name}.svg").read_text()
+            kinds = set(re.findall(r'<rect class="azlib-kind"[^>]*/>\n<text[^>]*>([^<]*)</text>', svg))
+            assert kinds == {proposer_of(n) for n in tree.nodes[1:]}
+            assert "student" in kinds and any("tutor" in k for k in kinds), "the student's chunks and a teacher's"
 
 
 class TestSmokeRun06(SmokeRun):

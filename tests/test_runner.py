@@ -1,6 +1,7 @@
 """The papermill runner: validation before execution, failure handling, env overrides, CLI."""
 
 import json
+import re
 
 import nbformat
 import pytest
@@ -62,6 +63,36 @@ def test_a_failing_notebook_stops_the_run_and_keeps_its_partial_output(fake_kit,
     partial = nbformat.read(out / "02_broken.ipynb", as_version=4)
     assert any(o.get("ename") == "RuntimeError" for c in partial.cells for o in c.get("outputs", []))
     assert (out / "01_ok.ipynb").exists()
+    page = (out / "index.md").read_text()
+    assert "| [02_broken](#02_broken) | failed: RuntimeError: boom |" in page and "03_never" not in page
+
+
+def test_the_run_ends_with_a_page_of_its_numbers_figures_and_notebooks(fake_kit, monkeypatch, capsys):
+    """index.md: per notebook its status, a link to the executed copy, its verdict and numbers, and every figure
+    it showed, taken out of its outputs into index_files/."""
+    body = ("import matplotlib.pyplot as plt\n"
+            "from azlib.runs import RunFolder\n"
+            "RunFolder(output_dir).record_metrics('04_plots', {'verdict': 'a | b', 'share': 0.123456, 'none': None})\n"
+            "for k in (1, 2):\n"
+            "    plt.plot([0, k])\n"
+            "    plt.show()\n")
+    write_notebook(config.NOTEBOOKS_DIR / "04_plots.ipynb", "seed = 0\nsearch = {'max_tokens': 16}\noutput_dir = 'x'",
+                   body)
+    (config.PARAMS_DIR / "smoke" / "04_plots.yaml").write_text("{}\n")
+    monkeypatch.setitem(config.NOTEBOOK_PARAMS, "04_plots", BudgetParams)
+    out = fake_kit / "run"
+    assert main(["run", "--profile", "smoke", "--only", "01,04", "--out", str(out)]) == 0
+    assert f"the run's page (numbers, figures and executed notebooks): {out / 'index.md'}" in capsys.readouterr().out
+    page = (out / "index.md").read_text()
+    first, plots = page.split("\n## 01_ok\n")[1].split("\n## 04_plots\n")
+    assert "[the executed notebook](01_ok.ipynb)" in first and "| max_tokens | 32 |" in first
+    assert "![" not in first, "01_ok showed no figure"
+    assert "[the executed notebook](04_plots.ipynb)" in plots and "> a | b" in plots
+    assert "| verdict | a \\| b |" in plots and "| share | 0.1235 |" in plots and "| none | null |" in plots
+    figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", plots)
+    assert len(figures) == 2 and len(set(figures)) == 2
+    assert all((out / f).read_bytes().startswith(b"\x89PNG") for f in figures)
+    assert sorted(p.name for p in (out / "index_files").iterdir()) == sorted(f.split("/")[1] for f in figures)
 
 
 def test_no_profile_runs_the_parameters_cells_defaults(fake_kit):

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from azlib.models.serve import BatchingServer, ServeLimits
+from azlib.models.serve import BatchingServer, ServeLimits, serve_named
 
 CHAT = [{"role": "user", "content": "What is 12 + 7?"}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy, the model counts on: a request that uses all its tokens
@@ -153,6 +153,23 @@ def test_routes_keys_and_bodies_are_refused_in_openai_shape(refusing):
     assert exchange(refusing, b"NOT A REQUEST LINE AT ALL\r\n\r\n")[0] == 400
     assert exchange(refusing, post_head("/v1/chat/completions", None)[:-2] + b"Content-Length: -5\r\n\r\n")[0] == 400
     assert refusing.batches == 0
+
+
+def test_a_server_started_again_under_its_name_closes_the_one_before(hf):
+    """Notebook 03's server cell run twice: the first server stops listening, the second answers; another name is
+    another server."""
+    first = serve_named("test-server", BatchingServer(hf, "smol", limits=SMALL))
+    other = serve_named("test-other", BatchingServer(hf, "smol", limits=SMALL))
+    second = serve_named("test-server", BatchingServer(hf, "smol", limits=SMALL))
+    try:
+        assert first.url != second.url
+        with pytest.raises(httpx.ConnectError):
+            httpx.post(f"{first.url}/chat/completions", json=chat(max_tokens=1), timeout=10)
+        for server in (second, other):
+            assert httpx.post(f"{server.url}/chat/completions", json=chat(max_tokens=1), timeout=60).status_code == 200
+    finally:
+        second.close()
+        other.close()
 
 
 def test_a_long_answer_made_in_turns_equals_one_generate_call(hf):

@@ -9,11 +9,13 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 from azlib import config
+from azlib.__main__ import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
 from azlib.groups import sampled_groups, tree_groups
@@ -25,7 +27,8 @@ from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params
+from azlib.training import (CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params,
+                            training_problems)
 from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
@@ -280,6 +283,30 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
     (latest / "adapter" / "adapter_model.safetensors").write_bytes(b"garbage")
     with pytest.raises(ModelLoadError, match="the checkpoint is damaged"):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
+
+
+def test_resume_takes_the_newest_run_folder_that_holds_a_checkpoint(tmp_path, monkeypatch, tiny_model_dir, capsys):
+    """Notebook 04's resume = True in JupyterLab, over two real run folders: the older holds a 2-step run's
+    checkpoints, the newer only what a run stopped in its first step leaves. The resume takes the older, says which
+    folder and step, and the notebook's trainer there continues with step 3."""
+    monkeypatch.setattr(config, "INTERACTIVE_RUNS", str(tmp_path / "interactive"))
+    older, newer = (tmp_path / "interactive" / f"04_gsm8k_run-20250101-{t}" for t in ("090000", "100000"))
+    assignments = [f"model={tiny_model_dir}", "train.steps=2"]
+    assert main(["train", "--profile", "smoke", "--out", str(older), "--set", *assignments]) == 0
+    (newer / "train-04").mkdir(parents=True)
+    before = (older / "train-04" / "train_log.jsonl").read_text().splitlines()
+    values = config.resolve_library("04_gsm8k_run", "smoke", Path(config.INTERACTIVE_RUNS), assignments)[0].model_dump()
+    capsys.readouterr()
+
+    params = config.from_namespace("04_gsm8k_run", values | {"resume": True, "train": values["train"] | {"steps": 3}})
+    said = capsys.readouterr().out
+    assert params.output_dir == str(older)
+    assert f"resume = True: continuing {older}: train-04 from step 2" in said
+    assert f"passed over 1 newer run folder(s) without a checkpoint: {newer.name}" in said
+    with trainer_from_params(params, Path(params.output_dir) / "train-04", training_problems(params)[0]) as trainer:
+        log = trainer.run(resume=params.resume, progress=False)
+    assert [r["step"] for r in log] == [1, 2, 3] and log[:2] == [json.loads(line) for line in before], \
+        "steps 1 and 2 are the older run's, read back; only step 3 is new"
 
 
 def test_a_resumed_run_with_teachers_asks_and_weighs_them_as_the_uninterrupted_one(tmp_path, tiny_model_dir):

@@ -1,14 +1,18 @@
 """The tree pictures (azlib.viz.tree): the saved SVG has its legend and a label per node, pruning draws fewer nodes,
-and the widget's replay shows the statistics of the search stopped after that many simulations."""
+the widget's replay shows the statistics of the search stopped after that many simulations, and notebook 03's text
+trees are coloured by who proposed each chunk and by its branch (right or wrong)."""
 
 import random
 import re
 from dataclasses import replace
 import xml.etree.ElementTree as ET
 
-from azlib.mcts import SearchSettings, search
+import pytest
+
+from azlib.mcts import SearchSettings, Tree, search
 from azlib.mcts.envs import tictactoe
-from azlib.viz import TreeWidget, describe_board_node, save_tree, shown_nodes, tree_svg
+from azlib.viz import (TEXT_KINDS, TreeWidget, describe_board_node, describe_text_node, save_tree, shown_nodes,
+                       tree_svg)
 
 SVG = "{http://www.w3.org/2000/svg}"
 CONFIG = SearchSettings(num_simulations=120, max_depth=9, temperature=0)
@@ -57,3 +61,59 @@ def test_widget_replay_shows_the_search_stopped_at_that_step():
     widget.selected = len(tree.nodes) - 1
     assert "does not exist yet" in widget.details
     assert tree_svg(tree, "final") != widget.svg
+
+
+def teacher_tree() -> Tree:
+    """A tree as notebook 03's searches grow them (azlib.mcts.envs.text with teachers): each node's proposers
+    ("student", or "teacher:label") and its path code, whose last letter is the branch."""
+    tree = Tree.with_root({"problem": 0, "text": "", "code": ""})
+
+    def child(parent: int, code: str, proposers: list[str], chunk: str) -> int:
+        i = tree.add_child(parent, {"problem": 0, "text": chunk, "code": code}, chunk, 0.25,
+                           info={"chunk": chunk, "proposers": proposers, "pre": -1.0})
+        tree.nodes[i].visits = 1
+        return i
+
+    right = child(0, "1", ["tutor:1"], "3 + 4 = 7")
+    child(0, "0", ["tutor:0"], "3 + 4 = 8")
+    child(0, "1", ["student"], "Add 3 and 4")  # a student chunk that joined the right branch
+    child(0, "s", ["student"], "Let us see")  # no teacher asked at this node
+    child(right, "11", ["http-tutor:1", "student"], "#### 7")  # the same chunk from both
+    tree.root.visits = 5
+    return tree
+
+
+def fills(svg: str) -> tuple[dict[int, str], dict[str, str]]:
+    """(node id -> its fill, legend kind -> its colour) of a drawn tree."""
+    root = ET.fromstring(svg)
+    nodes = {int(c.get("data-id")): c.get("fill") for c in root.iter(f"{SVG}circle") if c.get("class") == "azlib-node"}
+    legend = list(root.find(f"{SVG}g[@class='azlib-legend']"))
+    kinds = {legend[k + 1].text: e.get("fill") for k, e in enumerate(legend) if e.get("class") == "azlib-kind"}
+    return nodes, kinds
+
+
+@pytest.mark.parametrize("colouring, expected", [
+    ("proposer", {1: "tutor", 2: "tutor", 3: "student", 4: "student", 5: "http-tutor + student"}),
+    ("right/wrong", {1: "right (1)", 2: "wrong (0)", 3: "right (1)", 4: "no teacher (s)", 5: "right (1)"}),
+])
+def test_a_teacher_tree_is_coloured_by_proposer_and_by_branch(colouring, expected):
+    tree = teacher_tree()
+    nodes, kinds = fills(tree_svg(tree, "t", describe_text_node, colour_by=TEXT_KINDS[colouring]))
+    assert set(kinds) == set(expected.values()) and len(set(kinds.values())) == len(kinds), "one colour per kind"
+    assert {i: fill for i, fill in nodes.items() if i} == {i: kinds[kind] for i, kind in expected.items()}
+    assert nodes[0] == "#ffffff", "the question is of no kind"
+
+
+def test_the_widget_colours_notebook_03s_tree_by_the_menus_choice(tmp_path):
+    tree = teacher_tree()
+    widget = TreeWidget(tree, "t", describe_text_node, colourings=TEXT_KINDS, colour="proposer")
+    assert widget.colourings == ["Q", "proposer", "right/wrong"]
+    assert set(fills(widget.svg)[1]) == {"tutor", "student", "http-tutor + student"}
+    widget.colour = "right/wrong"
+    assert set(fills(widget.svg)[1]) == {"right (1)", "wrong (0)", "no teacher (s)"}
+    widget.colour = "Q"
+    assert not fills(widget.svg)[1] and "the mean reward of the simulations" in widget.svg
+    with pytest.raises(ValueError, match="colour 'teacher': choose 'Q' or one of the colourings"):
+        TreeWidget(tree, "t", describe_text_node, colourings=TEXT_KINDS, colour="teacher")
+    saved = save_tree(tree, tmp_path, "t", "t", describe_text_node, colour_by=TEXT_KINDS["proposer"]).read_text()
+    assert set(fills(saved)[1]) == {"tutor", "student", "http-tutor + student"}

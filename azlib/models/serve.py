@@ -253,6 +253,18 @@ class BatchingServer:
         return Handler
 
 
+_NAMED: dict[str, BatchingServer] = {}  # the servers serve_named started in this process, by name
+
+
+def serve_named(name: str, server: BatchingServer) -> BatchingServer:
+    """Start `server` as this process's server called `name`, after closing the one started under that name before:
+    a notebook cell run again has one server running, not one more (and the model behind the old one can be freed)."""
+    if (previous := _NAMED.pop(name, None)) is not None:
+        previous.close()
+    _NAMED[name] = server.start()
+    return server
+
+
 class _Listener(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # connections not yet accepted: socketserver's 5 resets a burst of clients
@@ -286,3 +298,4 @@ def _response(samples: list[Sample], chat: bool, model: str) -> dict[str, Any]:
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     return {"id": f"azlib-{uuid.uuid4().hex[:12]}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": choices, "usage": usage}
+

@@ -5,8 +5,9 @@ computed elsewhere in azlib."""
 from azlib.viz.curves import plot_seed_curves
 from azlib.viz.game import PlayTicTacToe
 from azlib.viz.sliders import BanditSliders
-from azlib.viz.tree import (TreeWidget, describe_board_node, describe_node, describe_text_node, node_details, save_tree,
-                            shown_nodes, tree_svg)
+from azlib.viz.tree import (TEXT_KINDS, TreeWidget, branch_of, describe_board_node, describe_node, describe_text_node,
+                            node_details, proposer_of, save_tree, shown_nodes, tree_svg)
 
-__all__ = ["BanditSliders", "PlayTicTacToe", "TreeWidget", "describe_board_node", "describe_node", "describe_text_node",
-           "node_details", "plot_seed_curves", "save_tree", "shown_nodes", "tree_svg"]
+__all__ = ["BanditSliders", "PlayTicTacToe", "TEXT_KINDS", "TreeWidget", "branch_of", "describe_board_node",
+           "describe_node", "describe_text_node", "node_details", "plot_seed_curves", "proposer_of", "save_tree",
+           "shown_nodes", "tree_svg"]

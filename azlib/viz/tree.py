@@ -1,6 +1,7 @@
 """Search trees as pictures: one SVG drawing, saved with each run and shown by an interactive widget for JupyterLab
 (a slider replays the search simulation by simulation; click a node for its N, Q, prior and Q + U; prune to the most
-visited children). Draws only: the tree, its replay and the selection scores come from azlib.mcts."""
+visited children; colour by Q or by a kind of node, such as who proposed a text chunk). Draws only: the tree, its
+replay and the selection scores come from azlib.mcts."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from azlib.mcts.envs.tictactoe import to_move
 from azlib.mcts.tree import Node, Tree
 
 Describe = Callable[[Node], tuple[str, str]]  # node -> (short label, details shown on click)
+Kind = Callable[[Node], str | None]  # node -> the kind it is coloured by (None: white, not in the legend)
 VALUE_COLOURS = colormaps["RdYlGn"]
+KIND_COLOURS = colormaps["tab10"]
 LEGEND_HEIGHT = 64  # pixels under the tree
 
 
@@ -42,6 +45,24 @@ def describe_text_node(node: Node) -> tuple[str, str]:
         lines.append(f"terminal, reward {info.get('terminal_value', 0.0):.3f}")
     lines += ["", "chunk:", info.get("chunk", ""), "", "answer so far:", state["text"]]
     return first_words(info.get("chunk", "")), "\n".join(lines)
+
+
+def proposer_of(node: Node) -> str | None:
+    """Text search: who proposed the chunk: "student" or a teacher's name ("a + b" when both wrote the same chunk)."""
+    names = sorted({p.split(":")[0] for p in node.info.get("proposers", [])})
+    return " + ".join(names) if node.parent >= 0 else None
+
+
+def branch_of(node: Node) -> str | None:
+    """Text search: the branch the chunk is on, the last letter of its path code: a teacher's right (1) or wrong (0)
+    chunk, a student chunk joining the teacher chunk it resembles most, or a student chunk with no teacher asked."""
+    if node.parent < 0:
+        return None
+    return {"1": "right (1)", "0": "wrong (0)"}.get(node.state["code"][-1:], "no teacher (s)")
+
+
+# The kinds a text search's nodes can be coloured by, beside Q (TreeWidget's colourings)
+TEXT_KINDS: dict[str, Kind] = {"proposer": proposer_of, "right/wrong": branch_of}
 
 
 def describe_board_node(node: Node) -> tuple[str, str]:
@@ -132,12 +153,19 @@ def _rank_rule(top_k: int | None, unvisited: bool) -> str:
     return "all children" if unvisited else "the visited children"
 
 
+def kind_colours(tree: Tree, kind: Kind) -> dict[str, str]:
+    """Each kind of node in the whole tree -> its colour, in sorted order: a replay or a pruned view keeps them."""
+    kinds = sorted({k for n in tree.nodes if (k := kind(n)) is not None})
+    return {k: colors.to_hex(KIND_COLOURS(i % KIND_COLOURS.N)) for i, k in enumerate(kinds)}
+
+
 def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step: int | None = None,
              top_k: int | None = None, unvisited: bool = False, selected: int | None = None,
-             width: int = 900, height: int = 420) -> str:
+             colour_by: Kind | None = None, width: int = 900, height: int = 420) -> str:
     """The tree after `step` simulations (None: as it is) as a standalone SVG: each node labelled with its move or
-    first words and its N and Q, the path simulation `step` took in blue, and a legend (colour = Q, size = visits).
-    A hover shows a node's details. The picture grows with the number of leaves drawn."""
+    first words and its N and Q, the path simulation `step` took in blue, and a legend (colour = Q, or the node's
+    kind with `colour_by`; size = visits). A hover shows a node's details. The picture grows with the number of
+    leaves drawn."""
     then = tree_after(tree, step) if step is not None else tree
     path = {i for b in tree.history[step - 1] for i in b.path} if step else set()
     shown = shown_nodes(then, top_k, unvisited, path)
@@ -146,6 +174,7 @@ def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step
     width, height = max(width, 64 * leaves + 40), max(height, 52 * deepest + 70)
     low, high = q_range(tree)
     norm = colors.Normalize(low, high)
+    kinds = kind_colours(tree, colour_by) if colour_by else None
     most = max(tree.root.visits, 1)
 
     def radius(visits: int) -> float:
@@ -168,7 +197,10 @@ def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step
         parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" {style}/>')
     for i in shown:
         node, (x, y) = then.nodes[i], xy(i)
-        fill = colors.to_hex(VALUE_COLOURS(norm(node.q))) if node.visits else "#cccccc"
+        if kinds is not None:
+            fill = kinds.get(colour_by(node), "#ffffff")
+        else:
+            fill = colors.to_hex(VALUE_COLOURS(norm(node.q))) if node.visits else "#cccccc"
         ring = "#ff7f0e" if i == selected else "#1f77b4" if i in path else "black" if node.terminal else "none"
         label = describe(node)[0]
         parts += [f'<circle class="azlib-node" data-id="{i}" data-n="{node.visits}" cx="{x:.1f}" cy="{y:.1f}" '
@@ -177,23 +209,32 @@ def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step
                   f'<text x="{x:.1f}" y="{y - radius(node.visits) - 3:.1f}" text-anchor="middle">{html.escape(label)}</text>',
                   f'<text x="{x:.1f}" y="{y + radius(node.visits) + 9:.1f}" text-anchor="middle" fill="#333">'
                   f'N {node.visits} Q {node.q:+.2f}</text>']
-    parts += _legend(tree, height, low, high, radius, bool(path))
+    parts += _legend(tree, height, low, high, radius, bool(path), kinds)
     parts.append("</svg>")
     return "\n".join(parts)
 
 
-def _legend(tree: Tree, top: float, low: float, high: float, radius: Callable[[int], float], path: bool) -> list[str]:
-    """Under the tree: the colour scale of Q (and whose Q it is), sizes for a few visit counts, the rings."""
-    whose = ("Q for the player who moved into the node (the one to move at its parent): the sign flips each ply"
-             if tree.two_player else "Q, the mean reward of the simulations through the node")
+def _legend(tree: Tree, top: float, low: float, high: float, radius: Callable[[int], float], path: bool,
+            kinds: dict[str, str] | None) -> list[str]:
+    """Under the tree: the colour scale of Q (and whose Q it is) or the colour of each kind, sizes for a few visit
+    counts, the rings."""
     out = [f'<g class="azlib-legend" transform="translate(20,{top + 8})">', '<text x="0" y="10">colour:</text>']
-    for k in range(10):
-        value = low + (high - low) * (k + 0.5) / 10
-        out.append(f'<rect x="{45 + 12 * k}" y="1" width="12" height="12" '
-                   f'fill="{colors.to_hex(VALUE_COLOURS(colors.Normalize(low, high)(value)))}"/>')
-    out += [f'<text x="45" y="24">{low:+.2f}</text>', f'<text x="165" y="24" text-anchor="end">{high:+.2f}</text>',
-            f'<text x="175" y="10">{html.escape(whose)}; grey: not visited yet</text>',
-            '<text x="0" y="48">size:</text>']
+    if kinds is not None:
+        x = 45
+        for kind, fill in kinds.items():
+            out += [f'<rect class="azlib-kind" x="{x}" y="1" width="12" height="12" fill="{fill}"/>',
+                    f'<text x="{x + 15}" y="10">{html.escape(kind)}</text>']
+            x += 30 + 6 * len(kind)
+    else:
+        whose = ("Q for the player who moved into the node (the one to move at its parent): the sign flips each ply"
+                 if tree.two_player else "Q, the mean reward of the simulations through the node")
+        for k in range(10):
+            value = low + (high - low) * (k + 0.5) / 10
+            out.append(f'<rect x="{45 + 12 * k}" y="1" width="12" height="12" '
+                       f'fill="{colors.to_hex(VALUE_COLOURS(colors.Normalize(low, high)(value)))}"/>')
+        out += [f'<text x="45" y="24">{low:+.2f}</text>', f'<text x="165" y="24" text-anchor="end">{high:+.2f}</text>',
+                f'<text x="175" y="10">{html.escape(whose)}; grey: not visited yet</text>']
+    out.append('<text x="0" y="48">size:</text>')
     x = 45
     for visits in sorted({1, max(tree.root.visits // 10, 1), max(tree.root.visits, 1)}):
         out += [f'<circle cx="{x + radius(visits):.1f}" cy="44" r="{radius(visits):.1f}" fill="#cccccc"/>',
@@ -205,14 +246,14 @@ def _legend(tree: Tree, top: float, low: float, high: float, radius: Callable[[i
 
 
 def save_tree(tree: Tree, folder: str | Path, name: str, title: str, describe: Describe = describe_node,
-              top_k: int | None = 3) -> Path:
+              top_k: int | None = 3, colour_by: Kind | None = None) -> Path:
     """trees/<name>.json (loadable with Tree.load; every node) and trees/<name>.svg (the `top_k` most visited
-    children of each node, None for all visited ones); returns the SVG's path."""
+    children of each node, None for all visited ones; coloured by Q, or by `colour_by`); returns the SVG's path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tree.save(folder / f"{name}.json")
     svg = folder / f"{name}.svg"
-    svg.write_text(tree_svg(tree, title, describe, top_k=top_k))
+    svg.write_text(tree_svg(tree, title, describe, top_k=top_k, colour_by=colour_by))
     return svg
 
 
@@ -235,9 +276,15 @@ function render({ model, el }) {
                                ["2", "top 2 by visits"], ["3", "top 3 by visits"], ["5", "top 5 by visits"]]) {
     show.add(new Option(text, value));
   }
+  const colour = document.createElement("select");
+  colour.className = "azlib-tree-colour";
+  for (const name of model.get("colourings")) colour.add(new Option(name, name));
+  const colourLabel = document.createElement("label");
+  colourLabel.append("   colour by ", colour);
+  colourLabel.style.display = model.get("colourings").length > 1 ? "" : "none";
   const replay = document.createElement("label");
   replay.append("simulation ", slider, stepLabel);
-  controls.append(replay, "   show ", show);
+  controls.append(replay, "   show ", show, colourLabel);
   const row = document.createElement("div");
   row.style.cssText = "display:flex;gap:12px";
   const picture = document.createElement("div");
@@ -256,6 +303,7 @@ function render({ model, el }) {
     slider.value = model.get("step");
     stepLabel.textContent = ` ${model.get("step")} / ${last}`;
     show.value = model.get("unvisited") ? "all" : (model.get("top_k") ? String(model.get("top_k")) : "visited");
+    colour.value = model.get("colour");
     picture.innerHTML = model.get("svg");
     for (const c of picture.querySelectorAll("circle.azlib-node")) {
       c.style.cursor = "pointer";
@@ -270,6 +318,7 @@ function render({ model, el }) {
     model.set("unvisited", unvisited);
     model.save_changes();
   });
+  colour.addEventListener("change", () => { model.set("colour", colour.value); model.save_changes(); });
   for (const name of ["svg", "details", "max_step"]) model.on(`change:${name}`, draw);
   draw();
 }
@@ -280,7 +329,8 @@ export default { render };
 class TreeWidget(anywidget.AnyWidget):
     """Interactive tree for JupyterLab 4 / ipywidgets 8; all JavaScript is inline (no CDN). The kernel draws
     (tree_svg) and the browser shows: moving the slider to k redraws the tree after k simulations (tree_after), a
-    click asks for that node's details (node_details)."""
+    click asks for that node's details (node_details), a menu colours the nodes by Q or by one of `colourings`
+    (name -> a node's kind, e.g. TEXT_KINDS)."""
 
     _esm = _ESM
     svg = traitlets.Unicode("").tag(sync=True)
@@ -290,20 +340,26 @@ class TreeWidget(anywidget.AnyWidget):
     top_k = traitlets.Int(0).tag(sync=True)  # children drawn per node, most visited first; 0: no limit
     unvisited = traitlets.Bool(False).tag(sync=True)  # also draw children never visited
     selected = traitlets.Int(-1).tag(sync=True)
+    colourings = traitlets.List(traitlets.Unicode(), ["Q"]).tag(sync=True)  # the menu: "Q", then each kind's name
+    colour = traitlets.Unicode("Q").tag(sync=True)
 
     def __init__(self, tree: Tree, title: str = "", describe: Describe = describe_node, top_k: int | None = 3,
-                 unvisited: bool = False, **kwargs):
+                 unvisited: bool = False, colourings: dict[str, Kind] | None = None, colour: str = "Q", **kwargs):
         self._tree, self._title, self._describe = tree, title, describe
+        self._kinds = dict(colourings or {})
+        if colour != "Q" and colour not in self._kinds:
+            raise ValueError(f"colour {colour!r}: choose 'Q' or one of the colourings {sorted(self._kinds)}")
         last = len(tree.history)
-        super().__init__(step=last, max_step=last, top_k=top_k or 0, unvisited=unvisited, **kwargs)
-        self.observe(self._redraw, ["step", "top_k", "unvisited", "selected"])
+        super().__init__(step=last, max_step=last, top_k=top_k or 0, unvisited=unvisited,
+                         colourings=["Q", *self._kinds], colour=colour, **kwargs)
+        self.observe(self._redraw, ["step", "top_k", "unvisited", "selected", "colour"])
         self._redraw()
 
     def _redraw(self, _change=None) -> None:
         step = self.step if self.max_step else None
         then = tree_after(self._tree, step) if step is not None else self._tree
         self.svg = tree_svg(self._tree, self._title, self._describe, step=step, top_k=self.top_k or None,
-                            unvisited=self.unvisited, selected=self.selected)
+                            unvisited=self.unvisited, selected=self.selected, colour_by=self._kinds.get(self.colour))
         exists = self.selected == 0 or (0 < self.selected < len(then.nodes) and
                                         self.selected in then.nodes[then.nodes[self.selected].parent].children)
         self.details = (node_details(then, self.selected, self._describe) if exists else
