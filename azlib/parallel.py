@@ -25,9 +25,15 @@ def world() -> tuple[int, int]:
 
 
 def init_from_env() -> None:
-    """Under torchrun (WORLD_SIZE > 1) join the process group: gloo on CPU, nccl on CUDA."""
+    """Under torchrun (WORLD_SIZE > 1) join the process group: gloo on CPU; on CUDA nccl, with this rank's GPU (its
+    LOCAL_RANK) made the current device first, so the collectives and every tensor made on "cuda" use it rather
+    than all ranks' cuda:0. Call it before anything touches CUDA."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("nccl")
+        else:
+            dist.init_process_group("gloo")
 
 
 # What torchrun tells each process; accelerate (TRL's trainer) and torch.distributed read them to join a group.

@@ -199,3 +199,20 @@ def test_a_process_given_a_share_of_the_jobs_joins_no_group_and_sees_only_its_gp
         monkeypatch.setenv(name, value)
     with pytest.raises(RuntimeError, match="LOCAL_RANK 1, but CUDA_VISIBLE_DEVICES lists 1 GPUs"):
         independent_process()
+
+
+def test_joining_the_group_on_cuda_makes_the_ranks_gpu_current_first(monkeypatch):
+    """init_from_env() under torchrun on a CUDA machine (rank 1 of 2, LOCAL_RANK 1): the rank's GPU is made the
+    current device before the nccl group starts, so the collectives and tensors made on "cuda" are on cuda:1,
+    not every rank's cuda:0. The CUDA calls are recorded here (no GPU on this machine), their order checked."""
+    import azlib.parallel as parallel
+
+    calls = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(parallel.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(parallel.torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
+    monkeypatch.setattr(parallel.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(parallel.dist, "init_process_group", lambda backend: calls.append(("group", backend)))
+    parallel.init_from_env()
+    assert calls == [("set_device", 1), ("group", "nccl")]

@@ -214,7 +214,5 @@ def settings_from_params(params, vocab_size: int) -> tuple[GPTSettings, GPTSetti
 def arms_from_params(params, corpus: CharCorpus) -> Arms:
     """Notebook 07's run from its parameters: the arms, their shapes and the loop settings."""
     main, small, rl, cfg = settings_from_params(params, corpus.vocab_size)
-    device = local_device(params.device)
-    if device != "cpu":
-        torch.cuda.set_device(device)  # one GPU per torchrun process (nccl needs it set)
-    return Arms(arm_specs(main, small, rl, list(params.ablations), params.seed), corpus, cfg, device)
+    return Arms(arm_specs(main, small, rl, list(params.ablations), params.seed), corpus, cfg,
+                local_device(params.device))
