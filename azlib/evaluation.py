@@ -198,13 +198,14 @@ def evaluate(
     fewshot: Sequence[Row] = (),
     max_new_tokens: int = 256,
     seed: int = 0,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     records_path: str | Path | None = None,
 ) -> EvalResult:
     """Greedy answers to every row; records (id, prompt, output, extracted, gold, correct, tokens)
     go to `records_path` as JSONL. lm-eval-5shot draws its shots from `fewshot`, the whole train
     split, as lm-eval-harness does: the i-th row gets the i-th draw, so `rows` should be the test
-    split from its start (lm-eval's `--limit N` is the first N rows)."""
+    split from its start (lm-eval's `--limit N` is the first N rows). chunk_size: prompts per generate
+    call, by default the backend's `prompts_per_call` (vLLM: every row in one call)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {PROTOCOLS}")
     if protocol == "lm-eval-5shot" and len(fewshot) < LM_EVAL_SHOTS:
@@ -220,6 +221,7 @@ def evaluate(
     # Longest first within a sorted order: batches pad little, and a too-long prompt fails early.
     order = sorted(range(len(rows)), key=lambda i: -len(str(prompts[i])))
     outputs = [None] * len(rows)
+    chunk_size = chunk_size or backend.prompts_per_call or max(len(rows), 1)
     start = time.perf_counter()
     with tqdm(total=len(rows), desc=f"evaluate {protocol}", unit="problem") as bar:
         for at in range(0, len(order), chunk_size):

@@ -46,6 +46,18 @@ def test_vllm_score_matches_its_generation_and_hf(engine, hf):
         assert max(abs(a - b) for a, b in zip(v, h)) < 1e-3
 
 
+def test_an_evaluation_hands_vllm_the_whole_set_in_one_call(engine, monkeypatch):
+    """vLLM schedules its own batches: evaluate gives it every row at once (the hf backend gets 64 at a time)."""
+    from azlib.data import arithmetic_problems
+    from azlib.evaluation import evaluate
+
+    calls = []
+    run = engine._run
+    monkeypatch.setattr(engine, "_run", lambda token_lists, params: calls.append(len(token_lists)) or run(token_lists, params))
+    result = evaluate(engine, arithmetic_problems(70, seed=3, steps=(1,)), max_new_tokens=4)
+    assert calls == [70] and len(result.records) == 70
+
+
 def test_vllm_stop_strings(engine):
     (sample,), = engine.generate(["Question: What is 2 + 2?\nAnswer:"], max_new_tokens=30, stop=["\n"])
     assert "\n" not in sample.text and sample.finish_reason == "stop"

@@ -99,6 +99,9 @@ class Backend(Resource, ABC):
     """generate(prompts, n, ...) -> one list of n samples per prompt; score -> log-probs per token."""
 
     name: str
+    # How many prompts a caller with many (an evaluation) hands one generate call: a few of the backend's own
+    # batches at a time, so progress shows; None: all at once, for an engine that schedules its own batches.
+    prompts_per_call: int | None = 64
 
     def generate(
         self,

@@ -25,6 +25,7 @@ class VLLMBackend(TokenizerPrompts, Backend):
     the share of RAM (about 0.2 suits a 24 GiB machine)."""
 
     name = "vllm"
+    prompts_per_call = None  # the whole set in one call: vLLM's scheduler keeps its batch full
 
     def __init__(
         self,
