@@ -25,17 +25,20 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 H100_GIB = 81_559 / 1024  # an H100 80 GB as torch.cuda.mem_get_info reports its total (81,559 MiB)
 H200_GIB = 143_771 / 1024  # an H200 141 GB, likewise
 
-# Assumptions until a GPU run measures them.
-VLLM_RESERVE_GIB = 2.0  # per engine, inside its share: CUDA context, its profiling forward, CUDA graphs
-CUDA_CONTEXT_GIB = 0.5  # the notebook kernel's own CUDA context
+# Each figure measured on one H200 by benchmarks/gpu_smoke.py (docs/gpu.md, "Measured on a GPU") where it says so;
+# the others are assumptions until a GPU run measures them.
+VLLM_RESERVE_GIB = 2.0  # assumed: per engine, inside its share: CUDA context, its profiling forward, CUDA graphs
+CUDA_CONTEXT_GIB = 1.0  # measured: the device's used memory above torch's peak after loading and decoding, 0.75-1.06
+TRAINING_CACHE_GIB = 5.3  # measured: above that once training micro-batches ran (the allocator keeps their freed
+#                          blocks): 5.1-6.3 GiB above torch's peak in all
 PROMPT_TOKENS = 256  # a GSM8K question (or 06's question + solution) in the chat template, upper end
 SOLUTION_TOKENS = 256  # notebook 06: the reference solution the student scores after an explanation
-ASSUMED_TOKENS_PER_SECOND = {  # one H100, a 1.5B-parameter model in bf16; scaled by 1.5B / parameters
-    "vllm": 5_000,  # batched generation through a vLLM engine
-    "hf": 500,  # azlib's hf decode loop, 32 rows a batch
-    "train": 10_000,  # forward + backward of the LoRA student (gradient checkpointing on)
+TOKENS_PER_SECOND = {  # one GPU, a 1.5B-parameter model in bf16; scaled by 1.5B / parameters
+    "vllm": 5_000,  # assumed: batched generation through a vLLM engine
+    "hf": 350,  # measured: azlib's hf decode loop at 32 rows a batch, 348 (92 ms a step, overhead-bound)
+    "train": 7_000,  # measured: forward + backward of the LoRA student (checkpointing on), GRPO 7,073 once warm
 }
-ASSUMED_GPT_CHARS_PER_SECOND = 500_000  # notebook 07: one arm of the small character GPT
+GPT_CHARS_PER_SECOND = 450_000  # measured: notebook 07, one main-size arm of the character GPT, 427k-462k
 
 
 class PlanError(ValueError):
@@ -247,7 +250,7 @@ class NotebookPlan:
 # -- the notebooks' plans -------------------------------------------------------------------------------------
 
 def _rate(kind: str, shape: ModelShape) -> float:
-    return ASSUMED_TOKENS_PER_SECOND[kind] * 1.5e9 / shape.parameters
+    return TOKENS_PER_SECOND[kind] * 1.5e9 / shape.parameters
 
 
 def _weights(role: str, shape: ModelShape, dtype: str) -> Part:
@@ -317,7 +320,7 @@ def _search_plan(notebook: str, params) -> NotebookPlan:
     engines = tuple(_teacher_engines(params)) if hasattr(params, "teacher_tier") else ()
     return NotebookPlan(
         notebook, models, (_weights("student", shape, params.dtype),
-                           Part("CUDA context (assumed)", CUDA_CONTEXT_GIB * GIB)), engines,
+                           Part("CUDA context (measured)", CUDA_CONTEXT_GIB * GIB)), engines,
         (("hf generation", (_hf_generation(BATCH_SIZE, PROMPT_TOKENS + answer, shape, params.dtype),)),),
         (Work("search tokens (all at the student's hf rate)", problems * params.search.max_tokens,
               _rate("hf", shape)),))
@@ -331,7 +334,8 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
     length, mb = settings.sampling.max_new_tokens, params.grpo.micro_batch_size
     resident = (_weights("student", shape, params.dtype),
                 _adapter(shape, params.lora, params.grpo.optimizer, params.reference == "snapshot"),
-                Part("CUDA context (assumed)", CUDA_CONTEXT_GIB * GIB))
+                Part("CUDA context and the allocator's cache after training (measured)",
+                     (CUDA_CONTEXT_GIB + TRAINING_CACHE_GIB) * GIB))
     engines = [Engine("student", shape, params.generation_memory, GENERATION_MAX_MODEL_LEN,
                       DTYPE_BYTES[params.dtype])] if params.generation == "vllm" else []
     engines += _teacher_engines(params)
@@ -345,15 +349,27 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
             f"no-gradient scoring of 2 problems' search ({rows} answers)", rows, length, shape, params.dtype),)))
     per_step = min(params.search.max_tokens, params.train.problems_per_step * params.search.num_simulations
                    * params.text.student_samples * params.train.max_new_tokens)
-    generated = params.train.token_budget * len(params.arms) * len(params.seeds) if notebook == "05_base_vs_trained" \
-        else params.train.steps * per_step
+    if notebook == "05_base_vs_trained":  # the TRL arm generates with transformers' generate, below
+        generated = params.train.token_budget * len(params.arms) * len(params.seeds)
+        by_student = params.train.token_budget * (len(params.arms) - params.arms.count("trl")) * len(params.seeds)
+    else:
+        generated = by_student = params.train.steps * per_step
     # a server (generation "server") runs on a GPU of its own, at a vLLM engine's rate, outside this plan's memory
-    work = [Work(f"generation ({params.generation})", generated,
+    work = [Work(f"generation ({params.generation})", by_student,
                  _rate("vllm" if params.generation == "server" else params.generation, shape)),
             Work("training", generated, _rate("train", shape))]
-    if notebook == "05_base_vs_trained":
-        answers = (1 + len(params.arms) * len(params.seeds)) * (2 * params.eval_problems + params.eval_gsm8k_problems)
-        work.append(Work("evaluation (hf)", answers * params.eval_max_new_tokens, _rate("hf", shape)))
+    if notebook == "05_base_vs_trained":  # azlib.experiment.task_sets: GSM8K has no transfer set
+        per_model = (2 if params.task == "arithmetic" else 1) * params.eval_problems + params.eval_gsm8k_problems
+        # the base and the TRL arm answer through hf; the other arms through their student's backend
+        on_hf = 1 + params.arms.count("trl") * len(params.seeds)
+        on_student = (len(params.arms) - params.arms.count("trl")) * len(params.seeds)
+        tokens = per_model * params.eval_max_new_tokens
+        work.append(Work("evaluation of the base and the TRL arm (hf)", on_hf * tokens, _rate("hf", shape)))
+        work.append(Work(f"evaluation of the other arms ({params.generation})", on_student * tokens,
+                         _rate("vllm" if params.generation == "server" else params.generation, shape)))
+        if "trl" in params.arms:  # TRL's GRPOTrainer generates with transformers' generate (no vLLM here)
+            work.append(Work("the TRL arm's generation (hf)", params.train.token_budget * len(params.seeds),
+                             _rate("hf", shape)))
     return NotebookPlan(notebook, models, resident, tuple(engines), tuple(phases), tuple(work))
 
 
@@ -366,7 +382,8 @@ def _rlt_plan(notebook: str, params) -> NotebookPlan:
     resident = (_weights("teacher", teacher, params.dtype),
                 _adapter(teacher, params.lora, params.grpo.optimizer),
                 _weights("student", student, params.dtype),
-                Part("CUDA context (assumed)", CUDA_CONTEXT_GIB * GIB))
+                Part("CUDA context and the allocator's cache after training (measured)",
+                     (CUDA_CONTEXT_GIB + TRAINING_CACHE_GIB) * GIB))
     phases = (("teacher's micro-batch", (
         activations(mb, PROMPT_TOKENS + length, teacher, params.dtype, params.gradient_checkpointing),
         training_logits("teacher's micro-batch", mb, length, teacher, params.dtype))),
@@ -388,17 +405,18 @@ def _referee_plan(notebook: str, params) -> NotebookPlan:
     each ablation); 12 L d^2 parameters each (nanoGPT's count; the character embeddings left out)."""
     if params.device != "cuda":
         return NotebookPlan(notebook, "on the CPU: no GPU parts")
-    arms = 2 + len(params.ablations)
+    arms = 2 + len(params.ablations)  # ce, rl and an RL arm per ablation, all of the main size
     n = 12 * params.n_layer * params.n_embd ** 2
+    small = 12 * params.referee_n_layer * params.referee_n_embd ** 2 if "rl_small_referee" in params.ablations else 0
     tokens = params.batch_size * params.block_size
     return NotebookPlan(
-        notebook, f"{arms} GPTs of {n / 1e6:.1f}M parameters",
-        (Part(f"{arms} GPTs: fp32 weights + gradients + AdamW state", arms * n * 16),
-         Part("CUDA context (assumed)", CUDA_CONTEXT_GIB * GIB)),
+        notebook, f"{arms} GPTs of {n / 1e6:.1f}M parameters" + (f" and a referee of {small / 1e6:.1f}M" if small else ""),
+        (Part(f"{arms + bool(small)} GPTs: fp32 weights + gradients + AdamW state", (arms * n + small) * 16),
+         Part("CUDA context (measured)", CUDA_CONTEXT_GIB * GIB)),
         phases=(("one arm's step", (Part(f"activations: {tokens} characters x 34 x {params.n_embd} x 4 bytes x "
                                          f"{params.n_layer} layers (Korthikanti et al. 2022 §4.1, fp32)",
                                          tokens * 34 * params.n_embd * 4 * params.n_layer),)),),
-        work=(Work("training (all arms)", arms * params.steps * tokens, ASSUMED_GPT_CHARS_PER_SECOND),))
+        work=(Work("training (all arms)", arms * params.steps * tokens, GPT_CHARS_PER_SECOND),))
 
 
 def notebook_plan(notebook: str, params) -> NotebookPlan:
@@ -439,7 +457,8 @@ def print_plan(profile: str, memory_gib: float) -> int:
     memory = memory_gib * GIB
     print(f"GPU memory plan of profile {profile} on {memory_gib:.2f} GiB: predictions until a GPU run measures "
           f"them; assumed: vLLM reserve {VLLM_RESERVE_GIB:g} GiB per engine, prompts of {PROMPT_TOKENS} tokens, "
-          f"tokens/s on one H100 for a 1.5B model {ASSUMED_TOKENS_PER_SECOND} (scaled by size)\n")
+          f"tokens/s on one GPU for a 1.5B model {TOKENS_PER_SECOND} (scaled by size; hf and train measured on an "
+          f"H200)\n")
     fits = True
     for nb in list_notebooks():
         params, _ = resolve(NOTEBOOKS_DIR / nb.name, profile, Path("outputs/plan"))

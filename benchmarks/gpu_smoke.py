@@ -298,7 +298,7 @@ def decode_phase(rows: int):
     def phase(check: Check, entry: dict) -> None:
         """Steady-state decode of `rows` rows in one batch, the answer-line stop on (a random model never writes an
         answer line, so every row runs to the limit), against the plan's assumed rate."""
-        from azlib.plan import ASSUMED_TOKENS_PER_SECOND, model_shape
+        from azlib.plan import TOKENS_PER_SECOND, model_shape
 
         backend = check.need_student().backend
         batch, backend.batch_size = backend.batch_size, rows
@@ -312,7 +312,7 @@ def decode_phase(rows: int):
         tokens = sum(s[0].completion_tokens for s in samples)
         shape, _ = model_shape(check.model_dir)
         entry |= {"rows": rows, "tokens": tokens, "tokens_per_second": round(tokens / seconds, 1),
-                  "plan_tokens_per_second": round(ASSUMED_TOKENS_PER_SECOND["hf"] * 1.5e9 / shape.parameters, 1)}
+                  "plan_tokens_per_second": round(TOKENS_PER_SECOND["hf"] * 1.5e9 / shape.parameters, 1)}
     return phase
 
 
@@ -507,7 +507,7 @@ REFEREE_TINY = ["n_layer=1", "n_head=2", "n_embd=32", "block_size=32", "referee_
 
 def phase_notebook_07(check: Check, entry: dict) -> None:
     """Notebook 07's arms at the profile's shapes for a few dozen steps, on the repository's few GSM8K rows."""
-    from azlib.plan import ASSUMED_GPT_CHARS_PER_SECOND
+    from azlib.plan import GPT_CHARS_PER_SECOND
     from azlib.referee import load_corpus
     from azlib.referee.train import arms_from_params
 
@@ -522,7 +522,7 @@ def phase_notebook_07(check: Check, entry: dict) -> None:
     entry |= {"arms": len(arms.specs), "steps": len(log), "val_bits_end": {k: round(v, 3) for k, v in evals[-1].items()
                                                                             if isinstance(v, float)},
               "chars_per_second_per_arm": {name: round(chars / s, 1) for name, s in arms.seconds.items()},
-              "plan_chars_per_second": ASSUMED_GPT_CHARS_PER_SECOND}
+              "plan_chars_per_second": GPT_CHARS_PER_SECOND}
 
 
 # -- vLLM engines ----------------------------------------------------------------------------------------------

@@ -74,7 +74,8 @@ def test_the_runner_refuses_a_plan_larger_than_the_free_memory_before_anything_r
     out = tmp_path / "run"
     assert main(["run", "--profile", "h100", "--only", "04", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "04_gsm8k_run: predicted peak 34.0 GiB exceeds the 20.0 GiB free by 14.0 GiB" in err
+    # 34.0 GiB of weights, adapter, engine and micro-batch + 1.0 context + 5.3 allocator cache after training
+    assert "04_gsm8k_run: predicted peak 39.8 GiB exceeds the 20.0 GiB free by 19.8 GiB" in err
     assert "its largest part: vLLM engine student (15.9 GiB)" in err
     assert not (out / "config.json").exists()
 
@@ -87,3 +88,27 @@ def test_plan_cli_prints_every_notebook_of_h100_and_says_h100_original_needs_mor
     assert "DOES NOT FIT" not in text
     assert main(["plan", "--profile", "h100-original"]) == 1
     assert "needs a GPU of at least" in capsys.readouterr().out
+
+
+def test_notebook_05s_time_counts_what_each_model_answers_through_which_backend():
+    """The h100 profile's 05: GSM8K has no transfer set, so a model answers 500 held-out + 1,319 GSM8K test
+    problems (1,819 x 384 = 698,496 tokens); the base and the 3 TRL seeds through hf (4 x 698,496 = 2,793,984),
+    the 5 other arms x 3 seeds through their vLLM engines (15 x 698,496 = 10,477,440); the TRL arm generates its
+    3 x 400,000 training tokens with transformers' generate, the other 15 runs 6,000,000 through vLLM."""
+    from azlib.config import resolve_library
+
+    params = resolve_library("05_base_vs_trained", "h100", "outputs/plan")[0]
+    work = {w.what: w.tokens for w in plan.notebook_plan("05_base_vs_trained", params).work}
+    assert work == {"generation (vllm)": 6_000_000, "training": 7_200_000,
+                    "evaluation of the base and the TRL arm (hf)": 2_793_984,
+                    "evaluation of the other arms (vllm)": 10_477_440, "the TRL arm's generation (hf)": 1_200_000}
+
+
+def test_notebook_07_holds_its_small_referee_beside_the_main_size_arms():
+    """h100: ce, rl, rl_gt_only, rl_small_referee at 12 x 6 x 384^2 = 10,616,832 parameters and the small
+    referee at 12 x 3 x 192^2 = 1,327,104: (4 x 10,616,832 + 1,327,104) x 16 bytes = 700,710,912."""
+    from azlib.config import resolve_library
+
+    params = resolve_library("07_referee_rl", "h100", "outputs/plan")[0]
+    weights = plan.notebook_plan("07_referee_rl", params).resident[0]
+    assert weights.name.startswith("5 GPTs") and weights.bytes == 700_710_912
