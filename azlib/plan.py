@@ -242,7 +242,7 @@ class NotebookPlan:
         elif self.engines or self.phases:
             lines.append(f"  fits, {(memory - self.peak(memory)) / GIB:.1f} GiB to spare")
         if self.work:
-            lines.append(f"  predicted time {self.hours():.2f} h (assumed rates): " + "; ".join(
+            lines.append(f"  predicted time {self.hours():.2f} h (azlib.plan.TOKENS_PER_SECOND): " + "; ".join(
                 f"{w.what} {w.tokens / 1e6:.2f}M tokens at {w.per_second:,.0f}/s" for w in self.work))
         return "\n".join(lines)
 
