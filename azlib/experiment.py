@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
@@ -161,25 +160,47 @@ class Experiment:
         return [(arm, seed) for seed in self.params.seeds for arm in self.params.arms]
 
     def run(self, progress: bool = True, rank: int = 0, ranks: int = 1) -> Experiment:
-        """Train and evaluate what is not on disk yet: a finished (arm, seed) leaves `result.json` in its own
-        folder, so an interrupted experiment continues where it stopped and loses no finished arm. Processes
-        sharing the folder split the work (`torchrun -m azlib experiment`, one GPU each): rank 0 of `ranks`
-        evaluates the base, rank r trains jobs r, r + ranks, ...; each arm is a whole training, so nothing passes
-        between them, and `wait()` then reads what all have finished."""
+        """Train, then evaluate, what is not on disk yet: a trained (arm, seed) leaves its adapter and
+        `trained.json` in its own folder, an evaluated one `result.json`, so an interrupted experiment continues
+        where it stopped and loses no finished arm. Every model answers through one instrument (`instrument()`),
+        opened once the training is done. Processes sharing the folder split the work (`torchrun -m azlib
+        experiment`, one GPU each): rank r trains and evaluates jobs r, r + ranks, ..., rank 0 the base too; each
+        arm is a whole training, so nothing passes between them, and `wait()` then reads what all have finished."""
+        self._same_problems()
+        mine = self.jobs[rank::ranks]
+        for arm, seed in tqdm(mine, desc="arms x seeds", unit="run", disable=not progress):
+            self._train(arm, seed)
+            free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
+        unanswered = [job for job in mine if not self._done(*job)]
+        if unanswered or (rank == 0 and not self._base_done()):
+            with self.instrument() as backend:
+                if rank == 0:
+                    backend.use_adapter(None)
+                    self._evaluate(backend, self.folder / "base")
+                for arm, seed in tqdm(unanswered, desc="evaluating", unit="run", disable=not progress):
+                    folder = self._arm_folder(arm, seed)
+                    backend.use_adapter(_adapter(folder))
+                    self._evaluate(backend, folder)
+                    atomic_write_text(folder / "result.json", (folder / "trained.json").read_text())  # on disk: finished
+        if rank == 0:
+            self.base = self._evaluate(None, self.folder / "base")
+        self.runs = {job: self._arm(*job) for job in mine}
+        return self
+
+    def instrument(self) -> Backend:
+        """The one backend every model of the run answers through, so that a difference between two models is
+        theirs and not their instruments': the base weights in the run's dtype, and each arm's adapter put on them
+        in turn (`use_adapter`). With generation "vllm" one vLLM engine as the arms' students generate with (the
+        adapters as LoRA ids), else the hf decode loop."""
         from azlib.models import make_backend
         from azlib.parallel import local_device
+        from azlib.training import generation_engine
 
         p = self.params
-        self._same_problems()
-        if rank == 0 and self._base_done():
-            self.base = self._evaluate(None, self.folder / "base")
-        elif rank == 0:
-            with make_backend("hf", p.model, dtype=p.dtype, device=local_device(p.device)) as base:
-                self.base = self._evaluate(base, self.folder / "base")
-        for arm, seed in tqdm(self.jobs[rank::ranks], desc="arms x seeds", unit="run", disable=not progress):
-            self.runs[(arm, seed)] = self._arm(arm, seed)
-            free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
-        return self
+        if p.generation == "vllm":
+            return make_backend("vllm", p.model, enable_lora=True, max_lora_rank=max(p.lora.r, 8),
+                                **generation_engine(p))
+        return make_backend("hf", p.model, dtype=p.dtype, device=local_device(p.device))
 
     def wait(self, poll_seconds: float = 10.0, progress: bool = True) -> Experiment:
         """`load()` once the base and every job are on disk: the other processes' share of a shared run. The
@@ -221,51 +242,55 @@ class Experiment:
                              "continue it with the settings (and azlib) that started it, or use another folder")
         atomic_write_text(path, json.dumps(ids))  # whole or absent: processes sharing the folder read it
 
-    def _evaluate(self, backend: Backend, folder: Path) -> dict[str, list[dict]]:
-        out = {}
-        for name, rows in self.eval_sets.items():
-            path = folder / f"records-{name}.jsonl"
-            if not path.exists():
-                folder.mkdir(parents=True, exist_ok=True)
-                partial = path.with_suffix(".partial")
-                evaluate(backend, rows, "chat-0shot", max_new_tokens=self.params.eval_max_new_tokens,
-                         seed=self.params.seed, records_path=partial)
-                partial.rename(path)
-            out[name] = load_records(path)
-        return out
+    def _evaluate(self, backend: Backend | None, folder: Path) -> dict[str, list[dict]]:
+        """Each evaluation set's records in `folder`: read back where on disk, else answered by `backend` in one
+        evaluation, each problem once however many sets hold it (GSM8K's held-out problems are among its test
+        problems; the transfer set's rewordings are other prompts)."""
+        missing = {name: rows for name, rows in self.eval_sets.items()
+                   if not (folder / f"records-{name}.jsonl").exists()}
+        if missing:
+            unique = list({_key(r["info"].get("id"), r["prompt"]): r for rows in missing.values() for r in rows}.values())
+            answers = evaluate(backend, unique, "chat-0shot", max_new_tokens=self.params.eval_max_new_tokens,
+                               seed=self.params.seed).records
+            by_key = {_key(r["id"], r["prompt"]): r for r in answers}
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, rows in missing.items():  # whole or absent: a set's file is its answers, every one
+                atomic_write_text(folder / f"records-{name}.jsonl", "".join(
+                    json.dumps(by_key[_key(r["info"].get("id"), r["prompt"])]) + "\n" for r in rows))
+        return {name: load_records(folder / f"records-{name}.jsonl") for name in self.eval_sets}
 
     def _arm(self, arm: str, seed: int) -> ArmResult:
         folder = self._arm_folder(arm, seed)
-        done = folder / "result.json"
-        if done.exists():
-            saved = json.loads(done.read_text())
-            return ArmResult(arm, seed, saved["tokens"], saved["log"], self._evaluate(None, folder))
+        saved = json.loads((folder / "result.json").read_text())
+        return ArmResult(arm, seed, saved["tokens"], saved["log"], self._evaluate(None, folder))
+
+    def _train(self, arm: str, seed: int) -> None:
+        """Train one arm with one seed to the budget, unless it is trained already: its adapter to
+        `train/adapter/` (TRL's too), then its tokens and step log to `trained.json` (whole or absent)."""
+        folder = self._arm_folder(arm, seed)
+        if (folder / "trained.json").exists() or self._done(arm, seed):
+            return
         p = self.params
-        budget = p.train.token_budget
-        # The arm's engines close when the block ends, however it ends, and after its result is on disk:
-        # on one GPU the next arm's engine needs their memory.
-        with ExitStack() as owned:
-            if arm == "trl":
-                from azlib.peers import train_with_trl
+        if arm == "trl":
+            from azlib.peers import train_with_trl
 
-                peer = train_with_trl(p.model_copy(update={"seed": seed}), self.problems, folder / "train",
-                                      token_budget=budget)
-                backend, tokens, log = owned.enter_context(peer.backend), peer.tokens, peer.log
-            else:
-                from azlib.training import trainer_from_params
+            peer = train_with_trl(p.model_copy(update={"seed": seed}), self.problems, folder / "train",
+                                  token_budget=p.train.token_budget)  # its adapter to train/adapter/
+            tokens, log = peer.tokens, peer.log
+        else:
+            from azlib.training import trainer_from_params
 
-                fork, train = arm_settings(arm, p.fork)
-                # only the arms that ask teachers start their engines (the run's teachers are theirs)
-                arm_params = p.model_copy(update={"seed": seed, "fork": fork}
-                                          if asks_teachers(train.get("groups", p.train.groups), fork.writer) else
-                                          {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
-                trainer = owned.enter_context(trainer_from_params(arm_params, folder / "train", self.problems,
-                                                                  steps=10**6, **train))
+            fork, train = arm_settings(arm, p.fork)
+            # only the arms that ask teachers start their engines (the run's teachers are theirs)
+            arm_params = p.model_copy(update={"seed": seed, "fork": fork}
+                                      if asks_teachers(train.get("groups", p.train.groups), fork.writer) else
+                                      {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
+            # the arm's engines close when the block ends, however it ends: on one GPU the next arm's need them
+            with trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train) as trainer:
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)
-                backend, tokens = trainer.student.backend, trainer.tokens
-            records = self._evaluate(backend, folder)
-            atomic_write_text(done, json.dumps({"tokens": tokens, "log": log}))  # on disk: a finished run
-        return ArmResult(arm, seed, tokens, log, records)
+                tokens = trainer.tokens
+                trainer.student.save_adapter(_adapter(folder))
+        atomic_write_text(folder / "trained.json", json.dumps({"tokens": tokens, "log": log}))
 
     # -- what the runs say ------------------------------------------------------------------------------
     def accuracies(self) -> list[dict]:
@@ -333,6 +358,16 @@ class Experiment:
                         "teacher_share": sum(r["verified_by_teacher"] for r in run.log) / max(verified, 1)
                         if taught else None})
         return out
+
+
+def _key(problem_id, prompt: str) -> tuple:
+    """A problem as the evaluation answers it: its id and its wording."""
+    return problem_id, prompt
+
+
+def _adapter(folder: Path) -> Path:
+    """Where an arm's trained LoRA adapter is kept (beside its checkpoints; azlib.peers saves TRL's there too)."""
+    return folder / "train" / "adapter"
 
 
 def _accuracy(records: Sequence[dict]) -> float:

@@ -10,7 +10,7 @@ from typing import Sequence
 from azlib.data.rows import Row
 from azlib.extras import require
 from azlib.prompts import ANSWER_LINE, chat_prompt
-from azlib.models.hf import HFBackend, newline_tokens
+from azlib.models.hf import newline_tokens
 from azlib.models.loading import resolve_model_path
 from azlib.rewards import complete_answer, hard_reward
 from azlib.rewards.trl import completion_text
@@ -18,7 +18,7 @@ from azlib.rewards.trl import completion_text
 
 @dataclass
 class PeerRun:
-    backend: HFBackend  # the trained model, for azlib's evaluation
+    adapter: Path  # the trained LoRA adapter (a peft folder), for azlib's evaluation
     steps: int
     tokens: int  # completion tokens generated
     log: list[dict]  # TRL's per-step log (reward, lengths, clip ratios, ...)
@@ -61,7 +61,9 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
 
     path = resolve_model_path(params.model)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(path)
+    import torch
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, params.dtype))  # the arms' dtype
     eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
         model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
     spent = [0]
@@ -102,6 +104,7 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     stop = answer_line_stop(tokenizer, trainer.model.get_output_embeddings().weight.shape[0])
     trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
     trainer.train()
-    trained = trainer.model.eval()
+    adapter = Path(folder) / "adapter"
+    trainer.model.save_pretrained(str(adapter), save_embedding_layers=False)
     log = [entry for entry in trainer.state.log_history if "reward" in entry]
-    return PeerRun(HFBackend.wrapping(trained, tokenizer, device=params.device), trainer.state.global_step, spent[0], log)
+    return PeerRun(adapter, trainer.state.global_step, spent[0], log)

@@ -33,6 +33,7 @@ TRAINING_CACHE_GIB = 5.3  # measured: above that once training micro-batches ran
 #                          blocks): 5.1-6.3 GiB above torch's peak in all
 PROMPT_TOKENS = 256  # a GSM8K question (or 06's question + solution) in the chat template, upper end
 SOLUTION_TOKENS = 256  # notebook 06: the reference solution the student scores after an explanation
+GSM8K_TEST_PROBLEMS = 1_319  # GSM8K's test split
 TOKENS_PER_SECOND = {  # one GPU, a 1.5B-parameter model in bf16; scaled by 1.5B / parameters
     "vllm": 5_000,  # assumed: batched generation through a vLLM engine
     "hf": 350,  # measured: azlib's hf decode loop at 32 rows a batch, 348 (92 ms a step, overhead-bound)
@@ -358,15 +359,20 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
     work = [Work(f"generation ({params.generation})", by_student,
                  _rate("vllm" if params.generation == "server" else params.generation, shape)),
             Work("training", generated, _rate("train", shape))]
-    if notebook == "05_base_vs_trained":  # azlib.experiment.task_sets: GSM8K has no transfer set
-        per_model = (2 if params.task == "arithmetic" else 1) * params.eval_problems + params.eval_gsm8k_problems
-        # the base and the TRL arm answer through hf; the other arms through their student's backend
-        on_hf = 1 + params.arms.count("trl") * len(params.seeds)
-        on_student = (len(params.arms) - params.arms.count("trl")) * len(params.seeds)
-        tokens = per_model * params.eval_max_new_tokens
-        work.append(Work("evaluation of the base and the TRL arm (hf)", on_hf * tokens, _rate("hf", shape)))
-        work.append(Work(f"evaluation of the other arms ({params.generation})", on_student * tokens,
-                         _rate("vllm" if params.generation == "server" else params.generation, shape)))
+    if notebook == "05_base_vs_trained":
+        # azlib.experiment: every model (the base, each arm and seed) answers through one instrument, the run's
+        # generation kind, each problem once: arithmetic's held-out and transfer sets are other prompts, GSM8K's
+        # held-out problems are among its test problems (all of them when the whole test split is evaluated)
+        if params.task == "arithmetic":
+            per_model = 2 * params.eval_problems + params.eval_gsm8k_problems
+        elif params.eval_gsm8k_problems >= GSM8K_TEST_PROBLEMS:
+            per_model = params.eval_gsm8k_problems
+        else:
+            per_model = params.eval_problems + params.eval_gsm8k_problems
+        models = 1 + len(params.arms) * len(params.seeds)
+        kind = "vllm" if params.generation == "vllm" else "hf"
+        work.append(Work(f"evaluation of {models} models ({kind})", models * per_model * params.eval_max_new_tokens,
+                         _rate(kind, shape)))
         if "trl" in params.arms:  # TRL's GRPOTrainer generates with transformers' generate (no vLLM here)
             work.append(Work("the TRL arm's generation (hf)", params.train.token_budget * len(params.seeds),
                              _rate("hf", shape)))

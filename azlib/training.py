@@ -439,6 +439,12 @@ def asks_teachers(groups: str, writer: str) -> bool:
     return groups == "answers" or writer == "teachers"
 
 
+def generation_engine(params) -> dict:
+    """The vLLM engine options of a TrainingParams' student (generation "vllm"): its dtype, share and length."""
+    return {"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
+            "max_model_len": GENERATION_MAX_MODEL_LEN}
+
+
 def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **train_changes) -> Trainer:
     """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
     `train_changes` replace fields of its `train` section (05's equal-budget arms). The caller closes the
@@ -455,8 +461,7 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
                       device=local_device(params.device), gradient_checkpointing=params.gradient_checkpointing,
                       use_unsloth=params.use_unsloth, generation=params.generation,
                       server={"base_url": params.generation_url, "model": params.model},
-                      vllm_options={"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
-                                    "max_model_len": GENERATION_MAX_MODEL_LEN})
+                      vllm_options=generation_engine(params))
     teachers = None
     if specs:  # their own copies: a teacher must not drift with the student
         try:

@@ -120,8 +120,11 @@ def test_an_unreadable_gsm8k_is_an_error_unless_the_fallback_is_allowed(tmp_path
 
 
 @pytest.mark.model
-def test_each_arm_is_closed_after_its_result_is_on_disk(tmp_path, monkeypatch):
-    from azlib import config
+def test_every_model_answers_through_one_instrument_opened_after_the_training(tmp_path, monkeypatch):
+    """The base, an azlib arm and the TRL arm are evaluated by one backend (hf here: generation "hf"), each
+    arm's saved adapter put on the base weights in turn: one instrument for every model compared. Each arm's
+    student is closed before the next trains, and the instrument after every result is on disk."""
+    from azlib import config, experiment as experiment_module
     from azlib.experiment import task_sets
     from azlib.models.hf import HFBackend
     from azlib.models.student import Student
@@ -130,6 +133,7 @@ def test_each_arm_is_closed_after_its_result_is_on_disk(tmp_path, monkeypatch):
     params = params.model_copy(update={"seeds": [0], "arms": ["rft", "trl"], "eval_problems": 2})
     problems, sets, _ = task_sets(params)
     closed = []  # per close: the owner and the arms whose result was on disk then
+    answered = []  # per evaluation (the base, rft, trl): the backend and the weights it answered with
 
     def spy(cls):
         original = cls.close
@@ -141,8 +145,38 @@ def test_each_arm_is_closed_after_its_result_is_on_disk(tmp_path, monkeypatch):
 
     spy(Student)
     spy(HFBackend)
+    evaluate = experiment_module.evaluate
+
+    def recorded(backend, rows, *args, **kwargs):
+        answered.append((backend, type(backend.model).__name__))
+        return evaluate(backend, rows, *args, **kwargs)
+
+    monkeypatch.setattr(experiment_module, "evaluate", recorded)
     experiment = Experiment(params, problems, {"heldout": sets["heldout"]}, tmp_path).run(progress=False)
-    assert closed == [("HFBackend", []),  # the base model, once evaluated
-                      ("Student", ["rft"]), ("HFBackend", ["rft"]),  # the student, then its generator
-                      ("HFBackend", ["rft", "trl"])], "each arm's models closed, after its result was written"
+    assert closed == [("Student", []), ("HFBackend", []),  # rft's student and its generator, once trained
+                      ("HFBackend", ["rft", "trl"])], "each student closed after its training, the instrument last"
+    assert len({id(backend) for backend, _ in answered}) == 1, "one backend answered for every model"
+    assert [weights for _, weights in answered] == ["LlamaForCausalLM", "PeftModelForCausalLM", "PeftModelForCausalLM"]
     assert set(experiment.runs) == {("rft", 0), ("trl", 0)}
+    assert all((tmp_path / "seed-0" / arm / "train" / "adapter" / "adapter_config.json").is_file() for arm in ("rft", "trl"))
+
+
+@pytest.mark.model
+def test_a_problem_in_several_sets_is_answered_once(tmp_path, monkeypatch, hf):
+    """GSM8K's held-out problems are among its test problems: the base answers the union once (one evaluation,
+    each problem once), and each set's records are its own problems' answers in its order."""
+    from azlib import experiment as experiment_module
+    from azlib.data import arithmetic_problems
+
+    rows = arithmetic_problems(4, seed=5, steps=(1,))
+    sets = {"heldout": rows[:2], "gsm8k": rows[::-1]}
+    evaluated = []
+    evaluate = experiment_module.evaluate
+    monkeypatch.setattr(experiment_module, "evaluate",
+                        lambda backend, problems, *a, **k: evaluated.append(len(problems)) or evaluate(backend, problems, *a, **k))
+    params = SimpleNamespace(seeds=[0], arms=[], seed=0, eval_max_new_tokens=8)
+    records = Experiment(params, [], sets, tmp_path)._evaluate(hf, tmp_path / "base")
+    assert evaluated == [4]
+    assert {name: [r["prompt"] for r in recs] for name, recs in records.items()} == {
+        name: [r["prompt"] for r in rows] for name, rows in sets.items()}
+    assert records["heldout"] == records["gsm8k"][:-3:-1], "the same answer in both sets"

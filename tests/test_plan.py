@@ -91,17 +91,16 @@ def test_plan_cli_prints_every_notebook_of_h100_and_says_h100_original_needs_mor
 
 
 def test_notebook_05s_time_counts_what_each_model_answers_through_which_backend():
-    """The h100 profile's 05: GSM8K has no transfer set, so a model answers 500 held-out + 1,319 GSM8K test
-    problems (1,819 x 384 = 698,496 tokens); the base and the 3 TRL seeds through hf (4 x 698,496 = 2,793,984),
-    the 5 other arms x 3 seeds through their vLLM engines (15 x 698,496 = 10,477,440); the TRL arm generates its
-    3 x 400,000 training tokens with transformers' generate, the other 15 runs 6,000,000 through vLLM."""
+    """The h100 profile's 05: 19 models (the base, 6 arms x 3 seeds) answer through the one vLLM instrument, each
+    the 1,319 GSM8K test problems once (its 500 held-out problems among them): 19 x 1,319 x 384 = 9,623,424
+    tokens; the TRL arm generates its 3 x 400,000 training tokens with transformers' generate, the other 15 runs
+    6,000,000 through vLLM."""
     from azlib.config import resolve_library
 
     params = resolve_library("05_base_vs_trained", "h100", "outputs/plan")[0]
     work = {w.what: w.tokens for w in plan.notebook_plan("05_base_vs_trained", params).work}
-    assert work == {"generation (vllm)": 6_000_000, "training": 7_200_000,
-                    "evaluation of the base and the TRL arm (hf)": 2_793_984,
-                    "evaluation of the other arms (vllm)": 10_477_440, "the TRL arm's generation (hf)": 1_200_000}
+    assert work == {"generation (vllm)": 6_000_000, "training": 7_200_000, "evaluation of 19 models (vllm)": 9_623_424,
+                    "the TRL arm's generation (hf)": 1_200_000}
 
 
 def test_notebook_07_holds_its_small_referee_beside_the_main_size_arms():

@@ -173,3 +173,37 @@ def test_an_engine_failure_is_a_backend_error_and_a_bad_request_is_not():
     backend.llm = Engine(ValueError("max_tokens must be at least 1"))
     with pytest.raises(ValueError, match="max_tokens"):
         backend._run([[1, 2, 3]], None)
+
+
+def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_does(tmp_path, monkeypatch):
+    """Notebook 05's instrument with generation "vllm": one engine, the base and two arms' adapters as LoRA ids
+    in turn, greedy outputs equal to the hf instrument's with the same adapters (fp32 on the CPU)."""
+    from types import SimpleNamespace
+
+    import azlib.training
+    from azlib.experiment import Experiment
+    from azlib.grpo import Example, GRPOSettings, PolicyUpdate
+    from azlib.models.student import LoraSettings, Student
+
+    adapters = []
+    for shift in (1, 2):  # two arms: imitation of the greedy answers with every id shifted, a step each
+        with Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16)) as student:
+            greedy = student.backend.generate(CHATS, max_new_tokens=8)
+            PolicyUpdate(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0)).sft_step(
+                [Example(student.backend.encode_prompt(c), [(t + shift) % len(student.tokenizer) for t in s[0].token_ids],
+                         1.0, i) for i, (c, s) in enumerate(zip(CHATS, greedy))])
+            student.save_adapter(tmp_path / f"arm-{shift}")
+        adapters.append(tmp_path / f"arm-{shift}")
+    params = SimpleNamespace(model=DEFAULT_MODEL, dtype="float32", device="cpu", generation_memory=0.2,
+                             lora=LoraSettings(r=8, alpha=16), generation="vllm")
+    monkeypatch.setattr(azlib.training, "generation_engine", lambda p: CPU_ENGINE)  # eager: no compile on the CPU
+    answers = {}
+    for generation in ("vllm", "hf"):
+        params.generation = generation
+        with Experiment(params, [], {}, tmp_path).instrument() as backend:
+            assert backend.name == generation
+            for adapter in (None, *adapters):
+                backend.use_adapter(adapter)
+                answers[generation, adapter] = [s[0].token_ids for s in backend.generate(CHATS, max_new_tokens=16)]
+    assert all(answers["vllm", a] == answers["hf", a] for a in (None, *adapters))
+    assert len({tuple(map(tuple, answers["vllm", a])) for a in (None, *adapters)}) == 3, "each adapter answers its own"

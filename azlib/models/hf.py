@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -42,6 +43,7 @@ class HFBackend(TokenizerPrompts, Backend):
 
             weights = PeftModel.from_pretrained(weights, adapter).merge_and_unload()
         self._attach(weights, tokenizer, device, batch_size, scoring_memory)
+        self.owns_weights = True
 
     @classmethod
     def wrapping(cls, model, tokenizer, *, device: str = "cpu", batch_size: int = BATCH_SIZE,
@@ -49,7 +51,22 @@ class HFBackend(TokenizerPrompts, Backend):
         """A backend over a model already in memory (the student being trained: no second copy)."""
         backend = cls.__new__(cls)
         backend._attach(model, tokenizer, device, batch_size, scoring_memory)
+        backend.owns_weights = False
         return backend
+
+    @one_call_at_a_time
+    def use_adapter(self, folder: str | Path | None) -> None:
+        """Generate and score with the peft LoRA adapter saved in `folder` on this backend's weights, kept apart
+        from them as a student trains it (in its own dtype), or with the weights alone (None): one backend
+        answers for a base model and each of its adapters in turn. Only a backend that loaded its weights."""
+        from peft import PeftModel
+
+        if not self.owns_weights:
+            raise ValueError("this backend wraps a model it does not own (a student's): change the student's adapter")
+        if isinstance(self.model, PeftModel):
+            self.model = self.model.unload()  # the LoRA layers out, the weights as loaded
+        if folder is not None:
+            self.model = PeftModel.from_pretrained(self.model, str(folder)).eval()
 
     def _attach(self, model, tokenizer, device: str, batch_size: int, scoring_memory: int) -> None:
         self.model, self.tokenizer = model, tokenizer

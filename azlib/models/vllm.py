@@ -50,12 +50,15 @@ class VLLMBackend(TokenizerPrompts, Backend):
         self.lora_request = None  # the adapter every call uses (use_adapter), None: the base weights
         self.adapters_loaded = 0
 
-    def use_adapter(self, folder: str | Path) -> None:
+    def use_adapter(self, folder: str | Path | None) -> None:
         """Generate and score with the peft LoRA adapter saved in `folder` from now on (the engine needs
-        enable_lora=True and max_lora_rank >= r). A new id each time: vLLM loads the new weights
-        instead of serving its cached copy of an older adapter."""
+        enable_lora=True and max_lora_rank >= r), or with the base weights (None). A new id each time: vLLM
+        loads the new weights instead of serving its cached copy of an older adapter."""
         from vllm.lora.request import LoRARequest
 
+        if folder is None:
+            self.lora_request = None
+            return
         self.adapters_loaded += 1
         self.lora_request = LoRARequest(f"adapter-{self.adapters_loaded}", self.adapters_loaded, str(folder))
 
