@@ -214,5 +214,7 @@ def settings_from_params(params, vocab_size: int) -> tuple[GPTSettings, GPTSetti
 def arms_from_params(params, corpus: CharCorpus) -> Arms:
     """Notebook 07's run from its parameters: the arms, their shapes and the loop settings."""
     main, small, rl, cfg = settings_from_params(params, corpus.vocab_size)
-    return Arms(arm_specs(main, small, rl, list(params.ablations), params.seed), corpus, cfg,
-                local_device(params.device))
+    device = local_device(params.device)
+    if device.startswith("cuda"):  # fp32 GPTs from scratch: TF32 matmuls, as nanoGPT trains them (not on the CPU)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    return Arms(arm_specs(main, small, rl, list(params.ablations), params.seed), corpus, cfg, device)
