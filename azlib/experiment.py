@@ -269,11 +269,11 @@ class Experiment:
 
     # -- what the runs say ------------------------------------------------------------------------------
     def accuracies(self) -> list[dict]:
-        """One row per (model, seed, set): accuracy, tokens trained, tokens per answer."""
-        rows = [{"model": "base", "seed": None, "set": name, "accuracy": _accuracy(records), "tokens": 0,
+        """One row per (model, seed, set): accuracy (`correct` of `problems`), tokens trained, tokens per answer."""
+        rows = [{"model": "base", "seed": None, "set": name, **_score(records), "tokens": 0,
                  "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in self.base.items()]
         for (arm, seed), run in self.runs.items():
-            rows += [{"model": arm, "seed": seed, "set": name, "accuracy": run.accuracy(name), "tokens": run.tokens,
+            rows += [{"model": arm, "seed": seed, "set": name, **_score(records), "tokens": run.tokens,
                       "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in run.records.items()]
         return rows
 
@@ -335,8 +335,20 @@ class Experiment:
         return out
 
 
+def comparison_pairs(arms: Sequence[str]) -> list[tuple[str, str]]:
+    """The comparisons notebook 05 and benchmarks/tree_vs_sampling.py report, as (a, b) for b - a: every other
+    arm against the tree (where the tree is one of the arms), then every arm against the base. Holm's correction
+    runs over all of them, on every set."""
+    against_tree = [(arm, "tree") for arm in arms if arm != "tree"] if "tree" in arms else []
+    return against_tree + [("base", arm) for arm in arms]
+
+
 def _accuracy(records: Sequence[dict]) -> float:
     return sum(r["correct"] for r in records) / max(len(records), 1)
+
+
+def _score(records: Sequence[dict]) -> dict:
+    return {"accuracy": _accuracy(records), "correct": sum(bool(r["correct"]) for r in records), "problems": len(records)}
 
 
 def _mean(values) -> float:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from azlib.experiment import Experiment
+from azlib.experiment import Experiment, comparison_pairs
 
 
 def write_run(folder, correct: dict[str, list[int]], log=None):
@@ -40,6 +40,8 @@ def experiment(tmp_path):
 def test_load_reads_only_finished_runs(experiment):
     assert sorted(experiment.runs) == [("rft", 0), ("rft", 1), ("tree", 0), ("tree", 1), ("tree", 2)]
     assert experiment.runs[("tree", 1)].accuracy("heldout") == pytest.approx(4 / 6)
+    row = next(r for r in experiment.accuracies() if (r["model"], r["seed"], r["set"]) == ("tree", 1, "heldout"))
+    assert (row["correct"], row["problems"]) == (4, 6), "the counts behind the accuracy, for its Wilson interval"
 
 
 def test_comparisons_over_the_seeds_both_finished(experiment):
@@ -146,3 +148,9 @@ def test_each_arm_is_closed_after_its_result_is_on_disk(tmp_path, monkeypatch):
                       ("Student", ["rft"]), ("HFBackend", ["rft"]),  # the student, then its generator
                       ("HFBackend", ["rft", "trl"])], "each arm's models closed, after its result was written"
     assert set(experiment.runs) == {("rft", 0), ("trl", 0)}
+
+
+def test_the_reported_comparisons_are_each_arm_against_the_tree_then_against_the_base():
+    assert comparison_pairs(["tree", "rft", "grpo"]) == [("rft", "tree"), ("grpo", "tree"), ("base", "tree"),
+                                                         ("base", "rft"), ("base", "grpo")]
+    assert comparison_pairs(["rft", "grpo"]) == [("base", "rft"), ("base", "grpo")], "no tree: nothing against it"
