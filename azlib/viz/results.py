@@ -34,7 +34,7 @@ def plot_experiment(experiment: Experiment, label: str, pairs: list[tuple[str, s
     comparisons = experiment.comparisons(pairs if pairs is not None else comparison_pairs(arms))
     sets = list(experiment.eval_sets)
     per_set = max(1, len(comparisons) // max(len(sets), 1))
-    fig, axes = plt.subplots(2, len(sets), figsize=(6.8 * len(sets), 2.2 + 0.3 * (len(models) + per_set)),
+    fig, axes = plt.subplots(2, len(sets), figsize=(6.8 * len(sets), 3.2 + 0.3 * (len(models) + per_set)),
                              squeeze=False, gridspec_kw={"height_ratios": [len(models) + 1.5, per_set + 1.5]})
     seeds = sorted({seed for _, seed in experiment.runs})
     for column, name in enumerate(sets):
@@ -51,7 +51,7 @@ def plot_experiment(experiment: Experiment, label: str, pairs: list[tuple[str, s
                                label="95% interval (accuracy: Wilson, pooled answers; difference: t over seeds)"),
                         Line2D([], [], color=SIGNIFICANT, marker="D", ls="", label="significant after Holm (p < 0.05) *")],
                loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.75 / fig.get_figheight(), 1, 1))  # the legend's two rows below the panels
     return fig
 
 
