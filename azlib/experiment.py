@@ -17,6 +17,7 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
 from azlib.models.generation import Backend
@@ -27,9 +28,13 @@ from azlib.runs import atomic_write_text
 from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
 
 # Notebook 05's defaults (azlib.config.BaseVsTrainedParams): a quick look at the pipeline, minutes on 2 CPU cores
-# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself.
-QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=8,
-                            checkpoint_every=5, group_size=4, max_new_tokens=96)  # steps: the budget ends every arm
+# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself. Small steps (2
+# problems, answers of at most 64 tokens: the base student's right answers are mostly shorter), temperature 0.3
+# (about 2.5 times the right answers per token of 0.7's) and a one-step warm-up at the cpu profile's learning
+# rate, so that every arm has answers to imitate from its second step and takes several optimiser steps.
+QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=2,  # steps:
+                            checkpoint_every=5, group_size=4, max_new_tokens=64, temperature=0.3)  # the budget ends every arm
+QUICK_GRPO = GRPOSettings(learning_rate=2e-4, warmup_steps=1)
 QUICK_SEARCH = replace(TRAINING_SEARCH, num_simulations=4, max_depth=8, max_tokens=20000, leaves_per_step=2)
 QUICK_TEXT = TextSearchSettings(student_samples=2)
 # forks only from answers that finished within the cap (README, "Does the tree earn its place?")

@@ -246,6 +246,7 @@ class Trainer(Resource):
                   "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
+                  "updates": self.policy_update.updates,  # optimiser steps so far (imitation skips a step with nothing verified)
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
         if s.groups in FORKED_GROUPS:  # the student's own accuracy (see _explore); whose verified answers these are
             record["sampled_accuracy"] = sum(independent) / max(len(independent), 1)
