@@ -23,7 +23,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
                       ValidationError, field_validator, model_validator)
 
 from azlib.data.arithmetic import STEP_COUNTS
-from azlib.experiment import QUICK_FORK, QUICK_SEARCH, QUICK_TEXT, QUICK_TRAIN, arm_asks_teachers
+from azlib.experiment import QUICK_FORK, QUICK_GRPO, QUICK_SEARCH, QUICK_TEXT, QUICK_TRAIN, arm_asks_teachers
 from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
@@ -302,12 +302,14 @@ class BaseVsTrainedParams(TrainingParams):
     experiment itself."""
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
-    arithmetic_steps: ArithmeticSteps = Field([2], description="step counts of the arithmetic task, within 1..4")
+    arithmetic_steps: ArithmeticSteps = Field([1, 2], description="step counts of the arithmetic task, within 1..4")
     search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchSettings fields")
     text: TextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
     fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.mcts.forking.ForkSettings fields")
     train: Train = Field(QUICK_TRAIN, description="azlib.training.TrainSettings fields (the arms set groups and "
                                                   "update); train.token_budget ends every arm")
+    grpo: GRPO = Field(QUICK_GRPO, description="azlib.grpo.GRPOSettings fields: every arm's update (the trl arm's "
+                                               "GRPOTrainer takes its learning rate, warm-up and loss settings too)")
     arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
                        "grpo", "trl"]] = Field(
         ["tree", "rft"], min_length=1,

@@ -16,6 +16,7 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
 from azlib.models.generation import Backend
@@ -26,9 +27,13 @@ from azlib.runs import atomic_write_text
 from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
 
 # Notebook 05's defaults (azlib.config.BaseVsTrainedParams): a quick look at the pipeline, minutes on 2 CPU cores
-# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself.
-QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=8,
-                            checkpoint_every=5, group_size=4, max_new_tokens=96)  # steps: the budget ends every arm
+# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself. Small steps (2
+# problems, answers of at most 64 tokens: the base student's right answers are mostly shorter), temperature 0.3
+# (about 2.5 times the right answers per token of 0.7's) and a one-step warm-up at the cpu profile's learning
+# rate, so that every arm has answers to imitate from its second step and takes several optimiser steps.
+QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=2,  # steps:
+                            checkpoint_every=5, group_size=4, max_new_tokens=64, temperature=0.3)  # the budget ends every arm
+QUICK_GRPO = GRPOSettings(learning_rate=2e-4, warmup_steps=1)
 QUICK_SEARCH = replace(TRAINING_SEARCH, num_simulations=4, max_depth=8, max_tokens=20000, leaves_per_step=2)
 QUICK_TEXT = TextSearchSettings(student_samples=2)
 # forks only from answers that finished within the cap (docs/results.md, "Does the tree earn its place?")
@@ -294,11 +299,11 @@ class Experiment:
 
     # -- what the runs say ------------------------------------------------------------------------------
     def accuracies(self) -> list[dict]:
-        """One row per (model, seed, set): accuracy, tokens trained, tokens per answer."""
-        rows = [{"model": "base", "seed": None, "set": name, "accuracy": _accuracy(records), "tokens": 0,
+        """One row per (model, seed, set): accuracy (`correct` of `problems`), tokens trained, tokens per answer."""
+        rows = [{"model": "base", "seed": None, "set": name, **_score(records), "tokens": 0,
                  "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in self.base.items()]
         for (arm, seed), run in self.runs.items():
-            rows += [{"model": arm, "seed": seed, "set": name, "accuracy": run.accuracy(name), "tokens": run.tokens,
+            rows += [{"model": arm, "seed": seed, "set": name, **_score(records), "tokens": run.tokens,
                       "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in run.records.items()]
         return rows
 
@@ -360,6 +365,14 @@ class Experiment:
         return out
 
 
+def comparison_pairs(arms: Sequence[str]) -> list[tuple[str, str]]:
+    """The comparisons notebook 05 and benchmarks/tree_vs_sampling.py report, as (a, b) for b - a: every other
+    arm against the tree (where the tree is one of the arms), then every arm against the base. Holm's correction
+    runs over all of them, on every set."""
+    against_tree = [(arm, "tree") for arm in arms if arm != "tree"] if "tree" in arms else []
+    return against_tree + [("base", arm) for arm in arms]
+
+
 def _key(problem_id, prompt: str) -> tuple:
     """A problem as the evaluation answers it: its id and its wording."""
     return problem_id, prompt
@@ -372,6 +385,10 @@ def _adapter(folder: Path) -> Path:
 
 def _accuracy(records: Sequence[dict]) -> float:
     return sum(r["correct"] for r in records) / max(len(records), 1)
+
+
+def _score(records: Sequence[dict]) -> dict:
+    return {"accuracy": _accuracy(records), "correct": sum(bool(r["correct"]) for r in records), "problems": len(records)}
 
 
 def _mean(values) -> float:

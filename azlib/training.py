@@ -46,6 +46,15 @@ RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_ever
 GENERATION_MAX_MODEL_LEN = 4096  # tokens of one sequence in the student's vLLM engine (prompt + answer)
 
 
+def accuracy_column(groups: str) -> str:
+    """The step log's accuracy for a run of these `train.groups`: "sampled_accuracy" (the share of the student's own
+    independent answers that were right, before the step's update) where the answers are sampled or forked, else
+    "answer_accuracy" (the share of problems whose search answer was right: search plus verifier)."""
+    if groups not in GROUP_KINDS:
+        raise ValueError(f"groups must be one of {GROUP_KINDS}, got {groups!r}")
+    return "sampled_accuracy" if groups in FORKED_GROUPS else "answer_accuracy"
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing a file or does not load."""
 
@@ -237,6 +246,7 @@ class Trainer(Resource):
                   "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
                   "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
+                  "updates": self.policy_update.updates,  # optimiser steps so far (imitation skips a step with nothing verified)
                   "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
         if s.groups in FORKED_GROUPS:  # the student's own accuracy (see _explore); whose verified answers these are
             record["sampled_accuracy"] = sum(independent) / max(len(independent), 1)
@@ -289,7 +299,7 @@ class Trainer(Resource):
                 if self.step % s.checkpoint_every == 0 or self.step == s.steps:
                     self.save_checkpoint()
                 bar.update(1)
-                accuracy = "answer_accuracy" if "answer_accuracy" in record else "sampled_accuracy"  # search, forks
+                accuracy = accuracy_column(s.groups)
                 bar.set_postfix({"reward": f"{record['reward_mean']:+.3f}", accuracy: f"{record[accuracy]:.2f}"})
         if log and self.step % s.checkpoint_every:
             self.save_checkpoint()

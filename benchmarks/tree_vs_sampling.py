@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from azlib.config import ParamsError, resolve_library
-from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, task_sets
+from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, comparison_pairs, task_sets
 from azlib.models import make_backend
 from azlib.paths import REPO_ROOT
 
@@ -113,8 +113,7 @@ def main() -> None:
             per_arm[arm] = {k: sum(m[k] for m in runs) / len(runs)
                             for k in ("verified_per_1k", "solved_per_1k", "prefill_per_generated", "truncated")}
             print(f"  {arm:10s} " + ", ".join(f"{k} {v:.3f}" for k, v in per_arm[arm].items()))
-    pairs = [(arm, "tree") for arm in params.arms if arm != "tree"] + [("base", arm) for arm in params.arms]
-    comparisons = experiment.comparisons(pairs)
+    comparisons = experiment.comparisons(comparison_pairs(params.arms))
     print("\ncomparisons (b - a, mean over seeds, 95% t-interval, Holm over all of these):")
     for c in comparisons:
         print(f"  {c['set']:9s} {c['a']:>9s} -> {c['b']:9s} {c['difference'] * 100:+6.1f} points "

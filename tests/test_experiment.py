@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from azlib.experiment import Experiment
+from azlib.experiment import Experiment, comparison_pairs
 
 
 def write_run(folder, correct: dict[str, list[int]], log=None):
@@ -40,6 +40,8 @@ def experiment(tmp_path):
 def test_load_reads_only_finished_runs(experiment):
     assert sorted(experiment.runs) == [("rft", 0), ("rft", 1), ("tree", 0), ("tree", 1), ("tree", 2)]
     assert experiment.runs[("tree", 1)].accuracy("heldout") == pytest.approx(4 / 6)
+    row = next(r for r in experiment.accuracies() if (r["model"], r["seed"], r["set"]) == ("tree", 1, "heldout"))
+    assert (row["correct"], row["problems"]) == (4, 6), "the counts behind the accuracy, for its Wilson interval"
 
 
 def test_comparisons_over_the_seeds_both_finished(experiment):
@@ -180,3 +182,9 @@ def test_a_problem_in_several_sets_is_answered_once(tmp_path, monkeypatch, hf):
     assert {name: [r["prompt"] for r in recs] for name, recs in records.items()} == {
         name: [r["prompt"] for r in rows] for name, rows in sets.items()}
     assert records["heldout"] == records["gsm8k"][:-3:-1], "the same answer in both sets"
+
+
+def test_the_reported_comparisons_are_each_arm_against_the_tree_then_against_the_base():
+    assert comparison_pairs(["tree", "rft", "grpo"]) == [("rft", "tree"), ("grpo", "tree"), ("base", "tree"),
+                                                         ("base", "rft"), ("base", "grpo")]
+    assert comparison_pairs(["rft", "grpo"]) == [("base", "rft"), ("base", "grpo")], "no tree: nothing against it"

@@ -21,7 +21,7 @@ from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import Trainer, TrainerSettings, TrainSettings
+from azlib.training import Trainer, TrainerSettings, TrainSettings, accuracy_column
 
 
 def answer(reward: float, ids=(9,)) -> Answer:
@@ -150,7 +150,7 @@ def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
         trainer.policy_update.sft_step = lambda examples: {}  # the answers, not the update, are compared
         record = trainer.train_step()
         # the step log's accuracy is the student's own (its independent answers); answer_accuracy is a search's
-        assert "sampled_accuracy" in record and "answer_accuracy" not in record, sorted(record)
+        assert accuracy_column(groups) == "sampled_accuracy" in record and "answer_accuracy" not in record, sorted(record)
         return trainer.replay, trainer.forking.grow([0, 1, 2], 2, seed=9)
 
     sampled, again = first_step("sampling")

@@ -27,8 +27,8 @@ from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import (CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params,
-                            training_problems)
+from azlib.training import (CheckpointError, Trainer, TrainerSettings, TrainSettings, accuracy_column,
+                            trainer_from_params, training_problems)
 from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
@@ -255,6 +255,15 @@ def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
                 p.copy_(old)
     assert stats["sequences"] == 1 and after > before + 1.0
 
+
+def test_the_accuracy_column_is_the_one_each_kind_of_run_logs(student, tmp_path):
+    """What the progress bar and notebook 04's curves read: a search's answer accuracy, or the student's own."""
+    for groups in ("answers", "sampling"):
+        record = small_trainer(student, tmp_path / groups, groups=groups, group_size=2).train_step()
+        assert accuracy_column(groups) in record, (groups, sorted(record))
+    assert accuracy_column("answers") != accuracy_column("sampling")
+    with pytest.raises(ValueError, match="groups must be one of .* got 'sample'"):
+        accuracy_column("sample")
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
     trainer = small_trainer(student, tmp_path, steps=1)
