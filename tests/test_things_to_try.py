@@ -83,14 +83,6 @@ RUNS = {
 }
 # Runs that crash until a fix made elsewhere is in: (the error, why). Strict: the mark goes once the fix is in; any
 # other failure of the run fails the test.
-NEEDS_FIX = {"04-sampling": ("KeyError: \"['answer_accuracy'] not in index\"",
-                             "notebook 04's cells 11 and 12 read answer_accuracy, which sampling groups do not log")}
-
-
-class AwaitedFix(Exception):
-    """The crash a NEEDS_FIX entry names."""
-
-
 def suggestions(notebook: str) -> list[str]:
     """The bullets of the notebook's "Things to try" cell."""
     nb = nbformat.read(NOTEBOOKS[notebook], as_version=4)
@@ -140,15 +132,11 @@ def run_changes(name: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(raises=AwaitedFix, reason=NEEDS_FIX[n][1],
-                                                                         strict=True))
-                                  if n in NEEDS_FIX else n for n in RUNS])
+@pytest.mark.parametrize("name", list(RUNS))
 def test_suggestions_that_change_the_code_run_run(name, tmp_path, tiny_model_dir):
     notebook, extra = RUNS[name]
     sets = [s.format(tiny=tiny_model_dir) for s in extra] + run_changes(name)
     code = runner.run("smoke", only=[notebook], out=tmp_path, assignments=sets)
     status = read_json(tmp_path / "config.json")["status"][NOTEBOOKS[notebook].stem]["status"]
-    if name in NEEDS_FIX and NEEDS_FIX[name][0] in status:
-        raise AwaitedFix(status)
     assert code == 0, f"{name} ({' '.join(sets)}): {status}"
     assert RunFolder(tmp_path).metrics()[NOTEBOOKS[notebook].stem]
