@@ -13,7 +13,7 @@ import nbformat
 
 from azlib import config
 
-ORDINARY = {"CPU", "GPU", "GPUs", "HTTP", "NaN", "README", "GLOSSARY"}
+ORDINARY = {"CPU", "GPU", "GPUs", "HTTP", "NaN", "GLOSSARY"}
 
 _TERM = re.compile(r"(?<![\w-])(?:[A-Za-z]+-)?[A-Za-z]*[A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*")
 _CITED = re.compile(r"\b([A-Z][a-z]+) (?:et al\.|\(?\d{4}\b)")

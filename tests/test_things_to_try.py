@@ -44,10 +44,11 @@ TRIES = [
         ('teachers=[{"name": "local-vllm", "backend": "openai", "model": "...", "tier": "production", '
          '"base_url": "http://127.0.0.1:8000/v1", "api_key_env": "MY_KEY"}]',),
         covered="the remote path runs in every 03 smoke run (its http-tutor, a real HTTP server)"),
-    Try("04", '`train.groups = "sampling"` (plain GRPO)', ("train.groups=sampling",), run="04-sampling"),
+    Try("04", '`train.groups = "sampling"` (no tree', ("train.groups=sampling",), run="04-sampling"),
+    Try("04", 'add `train.update = "grpo"` for plain GRPO', ("train.groups=sampling", "train.update=grpo")),
     Try("04", 'or `"siblings"`', ("train.groups=siblings",), run="04-siblings"),
-    Try("04", '`grpo.loss_type = "grpo"`', ("grpo.loss_type=grpo",)),
-    Try("04", 'vs `"dr_grpo"`', ("grpo.loss_type=dr_grpo",)),
+    Try("04", '`train.update = "grpo"` with `grpo.loss_type = "grpo"`', ("train.update=grpo", "grpo.loss_type=grpo")),
+    Try("04", 'vs `"dr_grpo"`', ("train.update=grpo", "grpo.loss_type=dr_grpo")),
     Try("04", '`teacher_tier = "cpu"`', ("teacher_tier=cpu",),
         covered="training with the cpu teachers: notebook 05's smoke run (its mcts and tree_teachers arms) and "
                 "test_training.py; notebook 04 has no cell of its own for them (a run here: 57 s)"),
@@ -81,8 +82,6 @@ RUNS = {
     "05-one-seed": ("05", ["model={tiny}", "arms=[tree, rft]", "teacher_tier=none"]),
     "05-original": ("05", ["model={tiny}", "teacher_tier=none", "seeds=[0]"]),
 }
-# Runs that crash until a fix made elsewhere is in: (the error, why). Strict: the mark goes once the fix is in; any
-# other failure of the run fails the test.
 def suggestions(notebook: str) -> list[str]:
     """The bullets of the notebook's "Things to try" cell."""
     nb = nbformat.read(NOTEBOOKS[notebook], as_version=4)
