@@ -88,7 +88,7 @@ class FakeStudent:
 
 class FakeUpdate:
     def __init__(self):
-        self.handed = []
+        self.handed, self.updates = [], 0
 
     def step(self, examples):
         self.handed.append(list(examples))
