@@ -254,14 +254,15 @@ class Experiment:
         missing = {name: rows for name, rows in self.eval_sets.items()
                    if not (folder / f"records-{name}.jsonl").exists()}
         if missing:
-            unique = list({_key(r["info"].get("id"), r["prompt"]): r for rows in missing.values() for r in rows}.values())
+            # a problem is its id and its wording
+            unique = list({(r["info"].get("id"), r["prompt"]): r for rows in missing.values() for r in rows}.values())
             answers = evaluate(backend, unique, "chat-0shot", max_new_tokens=self.params.eval_max_new_tokens,
                                seed=self.params.seed).records
-            by_key = {_key(r["id"], r["prompt"]): r for r in answers}
+            by_key = {(r["id"], r["prompt"]): r for r in answers}
             folder.mkdir(parents=True, exist_ok=True)
             for name, rows in missing.items():  # whole or absent: a set's file is its answers, every one
                 atomic_write_text(folder / f"records-{name}.jsonl", "".join(
-                    json.dumps(by_key[_key(r["info"].get("id"), r["prompt"])]) + "\n" for r in rows))
+                    json.dumps(by_key[r["info"].get("id"), r["prompt"]]) + "\n" for r in rows))
         return {name: load_records(folder / f"records-{name}.jsonl") for name in self.eval_sets}
 
     def _arm(self, arm: str, seed: int) -> ArmResult:
@@ -371,11 +372,6 @@ def comparison_pairs(arms: Sequence[str]) -> list[tuple[str, str]]:
     runs over all of them, on every set."""
     against_tree = [(arm, "tree") for arm in arms if arm != "tree"] if "tree" in arms else []
     return against_tree + [("base", arm) for arm in arms]
-
-
-def _key(problem_id, prompt: str) -> tuple:
-    """A problem as the evaluation answers it: its id and its wording."""
-    return problem_id, prompt
 
 
 def _adapter(folder: Path) -> Path:

@@ -245,11 +245,22 @@ def training_assignments(check: Check) -> list[str]:
         f"search.max_tokens={8 * length}", "text.student_samples=2")
 
 
-def device_memory_mb(check: Check) -> int:
-    if check.cuda:
+def memory_mb(cuda: bool) -> float:
+    """Memory in use now, what the phases record beside their peaks: on a GPU the device's used memory (every
+    process's), on the CPU the RSS of this process and its children (vLLM's engine core and workers are child
+    processes)."""
+    if cuda:
         free, total = torch.cuda.mem_get_info()
-        return round((total - free) / 2**20)
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        return (total - free) / 2**20
+    import psutil
+
+    total = 0
+    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            total += process.memory_info().rss
+        except psutil.NoSuchProcess:  # exited between the listing and the reading
+            pass
+    return total / 2**20
 
 
 # -- the phases ------------------------------------------------------------------------------------------------
@@ -397,10 +408,10 @@ def phase_release_student(check: Check, entry: dict) -> None:
     """The notebooks' phases build their own models: the student's memory goes back first."""
     from azlib.models.loading import free_memory
 
-    before = device_memory_mb(check)
+    before = round(memory_mb(check.cuda))
     check.student = None
     free_memory()
-    entry |= {"memory_before_mb": before, "memory_after_mb": device_memory_mb(check)}
+    entry |= {"memory_before_mb": before, "memory_after_mb": round(memory_mb(check.cuda))}
 
 
 def phase_notebook_04(check: Check, entry: dict) -> None:
@@ -415,7 +426,7 @@ def phase_notebook_04(check: Check, entry: dict) -> None:
     with trainer_from_params(params, folder, problems) as trainer:
         log = trainer.run(progress=False)
         entry |= {"steps": len(log), "tokens": trainer.tokens, "optimizer": type(trainer.policy_update.optimizer).__name__,
-                  "checkpoints": [p.name for p in trainer.list_checkpoints()], "memory_trainer_mb": device_memory_mb(check)}
+                  "checkpoints": [p.name for p in trainer.list_checkpoints()], "memory_trainer_mb": round(memory_mb(check.cuda))}
         settings = trainer.settings
     more = params.model_copy(update={"train": dataclasses.replace(params.train, steps=2)})
     with trainer_from_params(more, folder, problems) as again:
@@ -449,7 +460,7 @@ def phase_notebook_05(check: Check, entry: dict) -> None:
             entry[arm] = {"tokens": run.tokens, "steps": len(run.log), "heldout_accuracy": run.accuracy("heldout")}
         except Exception as err:  # noqa: BLE001 - one arm's failure is recorded, the next arm runs
             entry[arm] = {"error": f"{type(err).__name__}: {err}"[:1000]}
-        entry[arm] |= {"seconds": round(time.perf_counter() - start, 1), "memory_after_mb": device_memory_mb(check)}
+        entry[arm] |= {"seconds": round(time.perf_counter() - start, 1), "memory_after_mb": round(memory_mb(check.cuda))}
     failed = [arm for arm in ("tree", "grpo", "trl") if "error" in entry[arm]]
     if failed:
         raise RuntimeError(f"arms failed: {failed}")
@@ -480,7 +491,7 @@ def phase_notebook_06(check: Check, entry: dict) -> None:
         log = TeacherTrainer(teacher, student, problems, params.rlt, update, seed=params.seed).run(params.teacher_steps)
         entry |= {"teacher_step_seconds": round(time.perf_counter() - start, 1), "explanations":
                   params.rlt.problems_per_step * params.rlt.group_size, "r": round(log[0]["r"], 4),
-                  "memory_teacher_mb": device_memory_mb(check)}
+                  "memory_teacher_mb": round(memory_mb(check.cuda))}
         rows = problems[: params.sft_batch_size]
         explanations = [g[0] for g in explain(teacher.backend, rows, max_new_tokens=params.rlt.max_explanation_tokens,
                                               temperature=params.rlt.temperature, seed=params.seed)]
@@ -493,7 +504,7 @@ def phase_notebook_06(check: Check, entry: dict) -> None:
     start = time.perf_counter()
     sft_log = sft_to_budget(sft, examples, sum(len(e.completion_ids) for e in examples), params.sft_batch_size)
     entry |= {"sft_steps": len(sft_log), "sft_tokens": sft_log[-1]["tokens"],
-              "sft_seconds": round(time.perf_counter() - start, 1), "memory_sft_mb": device_memory_mb(check)}
+              "sft_seconds": round(time.perf_counter() - start, 1), "memory_sft_mb": round(memory_mb(check.cuda))}
     result = evaluate(learner.backend, problems[:16], "chat-0shot", max_new_tokens=params.eval_max_new_tokens,
                       seed=params.seed)
     entry |= {"evaluated": len(result.records), "eval_tokens": result.tokens_generated}
@@ -526,23 +537,6 @@ def phase_notebook_07(check: Check, entry: dict) -> None:
 
 
 # -- vLLM engines ----------------------------------------------------------------------------------------------
-
-def memory_mb(cuda: bool) -> float:
-    """What the engines are measured by: on a GPU the device's used memory (every process's), on the CPU the RSS
-    of this process and its children (vLLM's engine core and workers are child processes)."""
-    if cuda:
-        free, total = torch.cuda.mem_get_info()
-        return (total - free) / 2**20
-    import psutil
-
-    total = 0
-    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        try:
-            total += process.memory_info().rss
-        except psutil.NoSuchProcess:  # exited between the listing and the reading
-            pass
-    return total / 2**20
-
 
 def child_processes() -> dict[int, str]:
     """This process's live (not zombie) children: pid -> name. multiprocessing's resource tracker, which the

@@ -298,4 +298,3 @@ def _response(samples: list[Sample], chat: bool, model: str) -> dict[str, Any]:
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     return {"id": f"azlib-{uuid.uuid4().hex[:12]}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": choices, "usage": usage}
-
