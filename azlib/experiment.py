@@ -193,19 +193,8 @@ class Experiment:
         return self
 
     def instrument(self) -> Backend:
-        """The one backend every model of the run answers through, so that a difference between two models is
-        theirs and not their instruments': the base weights in the run's dtype, and each arm's adapter put on them
-        in turn (`use_adapter`). With generation "vllm" one vLLM engine as the arms' students generate with (the
-        adapters as LoRA ids), else the hf decode loop."""
-        from azlib.models import make_backend
-        from azlib.parallel import local_device
-        from azlib.training import generation_engine
-
-        p = self.params
-        if p.generation == "vllm":
-            return make_backend("vllm", p.model, enable_lora=True, max_lora_rank=max(p.lora.r, 8),
-                                **generation_engine(p))
-        return make_backend("hf", p.model, dtype=p.dtype, device=local_device(p.device))
+        """The run's one instrument (`instrument`)."""
+        return instrument(self.params)
 
     def wait(self, poll_seconds: float = 10.0, progress: bool = True) -> Experiment:
         """`load()` once the base and every job are on disk: the other processes' share of a shared run. The
@@ -390,3 +379,18 @@ def _score(records: Sequence[dict]) -> dict:
 def _mean(values) -> float:
     values = list(values)
     return sum(values) / max(len(values), 1)
+
+
+def instrument(params) -> Backend:
+    """The one backend every model of a comparison answers through, so that a difference between two models is
+    theirs and not their instruments': the base weights (`params.model`) in the run's dtype, and each trained
+    adapter put on them in turn (`use_adapter`). With generation "vllm" one vLLM engine as the trained models
+    generate with (the adapters as LoRA ids), else the hf decode loop. Notebook 05's models, notebook 06's students."""
+    from azlib.models import make_backend
+    from azlib.parallel import local_device
+    from azlib.training import generation_engine
+
+    if params.generation == "vllm":
+        return make_backend("vllm", params.model, enable_lora=True, max_lora_rank=max(params.lora.r, 8),
+                            **generation_engine(params))
+    return make_backend("hf", params.model, dtype=params.dtype, device=local_device(params.device))

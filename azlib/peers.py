@@ -44,10 +44,38 @@ def answer_line_stop(tokenizer, vocab_size: int = 0):
     return StoppingCriteriaList([AnswerLineStop()])
 
 
+def trl_config(params, folder: str | Path, tokenizer):
+    """TRL's GRPOConfig for the TRL arm, from the run's TrainingParams: one optimiser step per
+    `train.problems_per_step` x `train.group_size` answers, generated at once and trained in micro-batches of at
+    most `grpo.micro_batch_size` rows (gradient accumulation), as azlib's update does. With generation "vllm"
+    TRL generates through its own vLLM engine in this process (colocate mode) with the run's share of the GPU;
+    vLLM's sampling takes stop strings, not the answer line's pattern, so there a row ends at EOS or the length
+    cap and its tokens after the answer line count against the budget."""
+    trl = require("trl", "the TRL arm")
+    from azlib.training import GENERATION_MAX_MODEL_LEN
+
+    t, g = params.train, params.grpo
+    batch = t.group_size * t.problems_per_step
+    micro = max(m for m in range(1, min(g.micro_batch_size, batch) + 1) if batch % m == 0)
+    engine = (dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=params.generation_memory,
+                   vllm_max_model_length=GENERATION_MAX_MODEL_LEN) if params.generation == "vllm"
+              else dict(generation_kwargs={"pad_token_id": tokenizer.eos_token_id}))  # a stopped row ends in EOS
+    return trl.GRPOConfig(
+        output_dir=str(folder), use_cpu=params.device == "cpu", report_to=[], seed=params.seed,
+        loss_type=g.loss_type, beta=g.beta, epsilon=g.epsilon_low, epsilon_high=g.epsilon_high,
+        scale_rewards=g.scale_rewards, num_iterations=g.num_iterations, weight_decay=g.weight_decay,
+        max_grad_norm=g.max_grad_norm, learning_rate=g.learning_rate, warmup_steps=g.warmup_steps,
+        lr_scheduler_type="constant_with_warmup", num_generations=t.group_size,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro, generation_batch_size=batch,
+        max_completion_length=t.max_new_tokens, temperature=t.temperature, max_steps=10_000, logging_steps=1,
+        save_strategy="no", gradient_checkpointing=params.gradient_checkpointing, **engine)
+
+
 def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_budget: int) -> PeerRun:
     """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated.
-    The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0. Rows stop at
-    their answer line as azlib's do; the end-of-sequence token generate pads a stopped row with is not counted.
+    The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0. Under hf
+    generation rows stop at their answer line as azlib's do (vLLM's: `trl_config`); the end-of-sequence token
+    generate pads a stopped row with is not counted.
     `params`: a TrainingParams (model, seed; its lora section; the grpo section's loss, clip range, KL weight,
     reward scaling, iterations, learning rate, weight decay and grad-norm clip (TRL has no advantage clip and
     no equal-group filter, so clip_advantages and drop_equal_groups do not reach it); the train section's
@@ -57,7 +85,7 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    GRPOConfig, GRPOTrainer = trl.GRPOConfig, trl.GRPOTrainer
+    GRPOTrainer = trl.GRPOTrainer
 
     path = resolve_model_path(params.model)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
@@ -82,27 +110,16 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
             control.should_training_stop = spent[0] >= token_budget
 
     data = Dataset.from_list([{"prompt": chat_prompt(r["prompt"]), "answer": r["answer"]} for r in problems])
-    t, g = params.train, params.grpo
-    batch = t.group_size * t.problems_per_step
-    config = GRPOConfig(output_dir=str(folder), use_cpu=params.device == "cpu", report_to=[], seed=params.seed,
-                        loss_type=g.loss_type, beta=g.beta, epsilon=g.epsilon_low, epsilon_high=g.epsilon_high,
-                        scale_rewards=g.scale_rewards, num_iterations=g.num_iterations, weight_decay=g.weight_decay,
-                        max_grad_norm=g.max_grad_norm, learning_rate=g.learning_rate, warmup_steps=g.warmup_steps,
-                        lr_scheduler_type="constant_with_warmup", num_generations=t.group_size,
-                        per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-                        max_completion_length=t.max_new_tokens, temperature=t.temperature,
-                        max_steps=10_000, logging_steps=1, save_strategy="no",
-                        generation_kwargs={"pad_token_id": tokenizer.eos_token_id},  # a stopped row ends in EOS
-                        gradient_checkpointing=params.gradient_checkpointing)
-    trainer = GRPOTrainer(model=model, reward_funcs=finished_correctness, args=config, train_dataset=data,
-                          processing_class=tokenizer, callbacks=[StopAtBudget()],
+    trainer = GRPOTrainer(model=model, reward_funcs=finished_correctness, args=trl_config(params, folder, tokenizer),
+                          train_dataset=data, processing_class=tokenizer, callbacks=[StopAtBudget()],
                           peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
                                                  lora_dropout=params.lora.dropout, target_modules="all-linear",
                                                  task_type="CAUSAL_LM"))
-    # the model TRL unwraps on one device; its vocabulary can be wider than the tokenizer's
-    generate = trainer.model.generate
-    stop = answer_line_stop(tokenizer, trainer.model.get_output_embeddings().weight.shape[0])
-    trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
+    if params.generation != "vllm":
+        # the model TRL unwraps on one device; its vocabulary can be wider than the tokenizer's
+        generate = trainer.model.generate
+        stop = answer_line_stop(tokenizer, trainer.model.get_output_embeddings().weight.shape[0])
+        trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
     trainer.train()
     adapter = Path(folder) / "adapter"
     trainer.model.save_pretrained(str(adapter), save_embedding_layers=False)

@@ -369,41 +369,52 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
             per_model = params.eval_gsm8k_problems
         else:
             per_model = params.eval_problems + params.eval_gsm8k_problems
-        models = 1 + len(params.arms) * len(params.seeds)
+        answering = 1 + len(params.arms) * len(params.seeds)
         kind = "vllm" if params.generation == "vllm" else "hf"
-        work.append(Work(f"evaluation of {models} models ({kind})", models * per_model * params.eval_max_new_tokens,
-                         _rate(kind, shape)))
-        if "trl" in params.arms:  # TRL's GRPOTrainer generates with transformers' generate (no vLLM here)
-            work.append(Work("the TRL arm's generation (hf)", params.train.token_budget * len(params.seeds),
-                             _rate("hf", shape)))
+        work.append(Work(f"evaluation of {answering} models ({kind})",
+                         answering * per_model * params.eval_max_new_tokens, _rate(kind, shape)))
+        if "trl" in params.arms:  # TRL's own generation: its colocated vLLM engine (the student's share, while
+            # no azlib student holds one) or transformers' generate, at azlib's hf rate until a GPU measures it;
+            # its micro-batches are the grpo section's (azlib.peers.trl_config), the phase above
+            kind = "vllm" if params.generation == "vllm" else "hf"
+            work.append(Work(f"the TRL arm's generation ({kind})", params.train.token_budget * len(params.seeds),
+                             _rate(kind, shape)))
     return NotebookPlan(notebook, models, resident, tuple(engines), tuple(phases), tuple(work))
 
 
 def _rlt_plan(notebook: str, params) -> NotebookPlan:
-    """Notebook 06: the LoRA teacher (hf generation) trained by GRPO, the frozen student scoring its explanations."""
+    """Notebook 06: the LoRA teacher trained by GRPO (generating through its own weights, or a vLLM engine with
+    generation "vllm"), the frozen student scoring its explanations; then the students, each answering through
+    one instrument (azlib.experiment.instrument: an engine of the student model with generation "vllm"), which
+    starts once the teacher's engine is closed."""
     teacher, source = model_shape(params.teacher_model)
     student, _ = model_shape(params.model)
     length, mb = params.rlt.max_explanation_tokens, params.grpo.micro_batch_size
     scored = params.rlt.max_explanation_tokens + SOLUTION_TOKENS
+    kind = "vllm" if params.generation == "vllm" else "hf"
     resident = (_weights("teacher", teacher, params.dtype),
                 _adapter(teacher, params.lora, params.grpo.optimizer),
                 _weights("student", student, params.dtype),
                 Part("CUDA context and the allocator's cache after training (measured)",
                      (CUDA_CONTEXT_GIB + TRAINING_CACHE_GIB) * GIB))
-    phases = (("teacher's micro-batch", (
+    engines = (Engine("teacher", teacher, params.generation_memory, GENERATION_MAX_MODEL_LEN,
+                      DTYPE_BYTES[params.dtype]),) if kind == "vllm" else ()
+    phases = [("teacher's micro-batch", (
         activations(mb, PROMPT_TOKENS + length, teacher, params.dtype, params.gradient_checkpointing),
         training_logits("teacher's micro-batch", mb, length, teacher, params.dtype))),
-        ("scoring explanations", (scoring_logits("scoring (hf)", BATCH_SIZE, scored, student, params.dtype),)),
-        ("teacher's hf generation", (_hf_generation(BATCH_SIZE, PROMPT_TOKENS + length, teacher, params.dtype),)))
+        ("scoring explanations", (scoring_logits("scoring (hf)", BATCH_SIZE, scored, student, params.dtype),))]
+    if kind == "hf":
+        phases.append(("teacher's hf generation",
+                       (_hf_generation(BATCH_SIZE, PROMPT_TOKENS + length, teacher, params.dtype),)))
     explained = params.teacher_steps * params.rlt.problems_per_step * params.rlt.group_size * length
     sft = 2 * params.sft_problems * length  # explanations of the untrained and the trained teacher
     return NotebookPlan(notebook, f"teacher {params.teacher_model}, student {params.model}, shapes from {source}",
-                        resident, (), phases,
-                        (Work("teacher generation (hf)", explained + sft, _rate("hf", teacher)),
+                        resident, engines, tuple(phases),
+                        (Work(f"teacher generation ({kind})", explained + sft, _rate(kind, teacher)),
                          Work("teacher training", explained, _rate("train", teacher)),
                          Work("students' SFT", 3 * params.sft_epochs * sft, _rate("train", student)),
-                         Work("evaluation (hf)", 3 * params.eval_problems * params.eval_max_new_tokens,
-                              _rate("hf", student))))
+                         Work(f"evaluation of the base and 3 students ({kind})",
+                              4 * params.eval_problems * params.eval_max_new_tokens, _rate(kind, student))))
 
 
 def _referee_plan(notebook: str, params) -> NotebookPlan:
@@ -465,10 +476,12 @@ def print_plan(profile: str, memory_gib: float) -> int:
           f"them; assumed: vLLM reserve {VLLM_RESERVE_GIB:g} GiB per engine, prompts of {PROMPT_TOKENS} tokens, "
           f"tokens/s on one GPU for a 1.5B model {TOKENS_PER_SECOND} (scaled by size; hf and train measured on an "
           f"H200)\n")
-    fits = True
+    fits, hours = True, 0.0
     for nb in list_notebooks():
         params, _ = resolve(NOTEBOOKS_DIR / nb.name, profile, Path("outputs/plan"))
         plan = notebook_plan(nb.stem, params)
         print(plan.table(memory) + "\n")
         fits &= not plan.problems(memory)
+        hours += plan.hours()
+    print(f"the whole profile: predicted {hours:.2f} h")
     return 0 if fits else 1

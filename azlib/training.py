@@ -450,7 +450,8 @@ def asks_teachers(groups: str, writer: str) -> bool:
 
 
 def generation_engine(params) -> dict:
-    """The vLLM engine options of a TrainingParams' student (generation "vllm"): its dtype, share and length."""
+    """The vLLM engine options of a trained model that generates through one (generation "vllm": notebook 04 and
+    05's student, 06's teacher): its dtype, share and length."""
     return {"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
             "max_model_len": GENERATION_MAX_MODEL_LEN}
 

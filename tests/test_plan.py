@@ -1,6 +1,8 @@
 """The GPU memory plan: its arithmetic on known configurations (numbers computed by hand in the comments), the
 runner refusing a plan that does not fit, and the CLI printing every notebook. No model is loaded."""
 
+from pathlib import Path
+
 import pytest
 
 from azlib import plan, runner
@@ -93,14 +95,44 @@ def test_plan_cli_prints_every_notebook_of_h100_and_says_h100_original_needs_mor
 def test_notebook_05s_time_counts_what_each_model_answers_through_which_backend():
     """The h100 profile's 05: 19 models (the base, 6 arms x 3 seeds) answer through the one vLLM instrument, each
     the 1,319 GSM8K test problems once (its 500 held-out problems among them): 19 x 1,319 x 384 = 9,623,424
-    tokens; the TRL arm generates its 3 x 400,000 training tokens with transformers' generate, the other 15 runs
-    6,000,000 through vLLM."""
+    tokens; the TRL arm generates its 3 x 400,000 training tokens through TRL's own colocated vLLM engine, the
+    other 15 runs 6,000,000 through azlib's."""
     from azlib.config import resolve_library
 
     params = resolve_library("05_base_vs_trained", "h100", "outputs/plan")[0]
     work = {w.what: w.tokens for w in plan.notebook_plan("05_base_vs_trained", params).work}
     assert work == {"generation (vllm)": 6_000_000, "training": 7_200_000, "evaluation of 19 models (vllm)": 9_623_424,
-                    "the TRL arm's generation (hf)": 1_200_000}
+                    "the TRL arm's generation (vllm)": 1_200_000}
+
+
+def test_notebook_06s_teacher_writes_through_an_engine_and_its_students_answer_through_one():
+    """The h100 profile's 06: 50 steps x 8 problems x 16 explanations x 256 tokens = 1,638,400, and the untrained
+    and trained teachers' 1,000 SFT explanations each (512,000) through the teacher's engine (0.2 of the GPU);
+    the base and the 3 students answer 500 problems x 512 tokens each through one engine of the student model;
+    no hf generation phase is left."""
+    from azlib.config import NOTEBOOKS_DIR, resolve
+
+    params = resolve(NOTEBOOKS_DIR / "06_rlt_teachers.ipynb", "h100", Path("outputs/plan"))[0]
+    notebook = plan.notebook_plan("06_rlt_teachers", params)
+    work = {w.what: w.tokens for w in notebook.work}
+    assert work["teacher generation (vllm)"] == 1_638_400 + 512_000
+    assert work["evaluation of the base and 3 students (vllm)"] == 4 * 500 * 512
+    assert [(e.name, e.utilization) for e in notebook.engines] == [("teacher", 0.2)]
+    assert [name for name, _ in notebook.phases] == ["teacher's micro-batch", "scoring explanations"]
+
+
+def test_the_h100_profile_is_planned_within_three_hours_and_fits_an_h100_with_a_tenth_spare(capsys):
+    from azlib.config import NOTEBOOKS_DIR, resolve
+
+    hours = 0.0
+    for nb in runner.list_notebooks():
+        params = resolve(NOTEBOOKS_DIR / nb.name, "h100", Path("outputs/plan"))[0]
+        notebook = plan.notebook_plan(nb.stem, params)
+        assert notebook.peak(plan.H100_GIB * plan.GIB) <= 0.9 * plan.H100_GIB * plan.GIB, nb.stem
+        hours += notebook.hours()
+    assert hours <= 3.0
+    assert main(["plan", "--profile", "h100"]) == 0
+    assert f"the whole profile: predicted {hours:.2f} h" in capsys.readouterr().out
 
 
 def test_notebook_07_holds_its_small_referee_beside_the_main_size_arms():

@@ -207,3 +207,32 @@ def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_d
                 answers[generation, adapter] = [s[0].token_ids for s in backend.generate(CHATS, max_new_tokens=16)]
     assert all(answers["vllm", a] == answers["hf", a] for a in (None, *adapters))
     assert len({tuple(map(tuple, answers["vllm", a])) for a in (None, *adapters)}) == 3, "each adapter answers its own"
+
+
+def test_an_rlt_teacher_writes_and_scores_through_its_engine_as_its_own_weights_would(hf):
+    """Notebook 06 with generation "vllm": the teacher's explanations come from an engine that loads its adapter
+    after each GRPO step (and are scored under the weights themselves); after two steps the engine's greedy
+    explanations are the trained weights' own (fp32 on the CPU)."""
+    from azlib.data import arithmetic_problems
+    from azlib.grpo import GRPOSettings, PolicyUpdate
+    from azlib.models.hf import HFBackend
+    from azlib.models.student import LoraSettings, Student
+    from azlib.rlt import RLTSettings, TeacherTrainer, explain
+
+    rows = arithmetic_problems(4, seed=1)
+    settings = RLTSettings(group_size=3, problems_per_step=2, max_explanation_tokens=8, temperature=1.0)
+    with Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16, dropout=0.0), generation="vllm",
+                 vllm_options=CPU_ENGINE) as teacher:
+        engine = teacher.backend
+        trainer = TeacherTrainer(teacher, hf, rows, settings,
+                                 PolicyUpdate(teacher, GRPOSettings(learning_rate=5e-2, warmup_steps=0)))
+        for step in (1, 2):
+            trainer.step()
+            assert engine.adapters_loaded == step + 1, "the engine loads the adapter after every step"
+        weights = HFBackend.wrapping(teacher.model, teacher.tokenizer)
+        from_engine = [g[0] for g in explain(engine, rows, max_new_tokens=12, temperature=0.0)]
+        from_weights = [g[0] for g in explain(weights, rows, max_new_tokens=12, temperature=0.0)]
+        assert [e.ids for e in from_engine] == [e.ids for e in from_weights]
+        assert [e.text for e in from_engine] == [e.text for e in from_weights]
+        base = [g[0].ids for g in explain(hf, rows, max_new_tokens=12, temperature=0.0)]
+        assert base != [e.ids for e in from_engine], "two GRPO steps at this rate move the teacher's greedy text"

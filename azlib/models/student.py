@@ -49,7 +49,8 @@ class LoraSettings:
 
 
 class Student(Resource):
-    """model: embedded:..., a hub name or a folder. `backend` generates with the current adapters."""
+    """model: embedded:..., a hub name or a folder. `backend` generates with the current adapters; `scorer` is an
+    hf backend over the weights themselves (the same object as `backend` when generation is "hf")."""
 
     def __init__(self, model: str, *, lora: LoraSettings = LoraSettings(),
                  reference: Literal["adapters_off", "snapshot"] = "adapters_off", dtype: str = "float32",
@@ -86,9 +87,11 @@ class Student(Resource):
         self.model.set_adapter("default")
         self.model.eval()
         self.generation = generation
+        # the trained weights themselves: the log-probs the update computes, whichever way the student generates
+        self.scorer = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size,
+                                         scoring_memory=scoring_memory)
         if generation == "hf":
-            self.backend = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size,
-                                              scoring_memory=scoring_memory)
+            self.backend = self.scorer
         elif generation == "vllm":
             from azlib.models.vllm import VLLMBackend
 

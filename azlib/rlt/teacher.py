@@ -106,8 +106,9 @@ def score(teacher: Backend, student: Backend, explanations: Sequence[Explanation
 
 
 class TeacherTrainer:
-    """step() -> stats: G explanations for each of `problems_per_step` problems (cycled), each scored
-    r = r_SS - lambda r_KL by the frozen student, then one GRPO step on the teacher's adapter with the
+    """step() -> stats: G explanations for each of `problems_per_step` problems (cycled), written through the
+    teacher's backend (its vLLM engine when it generates through one), each scored r = r_SS - lambda r_KL by the
+    frozen student and the teacher's own weights, then one GRPO step on the teacher's adapter with the
     question's G explanations as a group. The student is only ever scored (no gradient, no optimiser)."""
 
     def __init__(self, teacher, student: Backend, problems: Sequence[Row], settings: RLTSettings, grpo: PolicyUpdate, *,
@@ -130,7 +131,7 @@ class TeacherTrainer:
         groups = explain(backend, rows, n=s.group_size, max_new_tokens=s.max_explanation_tokens,
                          temperature=s.temperature, seed=self.seed + len(self.log))
         flat = [e for group in groups for e in group]
-        scores = score(backend, self.student, flat, s)
+        scores = score(self.teacher.scorer, self.student, flat, s)  # r_KL under the log-probs the update uses
         eos = [backend.tokenizer.eos_token_id]
         prompts = [backend.encode_prompt(teacher_prompt(r["prompt"], r["info"]["solution"])) for r in rows]
         examples = [Example(prompts[i // s.group_size], e.ids + (eos if e.finished else []), float(r),
