@@ -324,7 +324,7 @@ class BaseVsTrainedParams(TrainingParams):
                     "tree with forks written by the teacher ensemble (teachers or teacher_tier), PUCT MCTS, "
                     "rejection-sampling fine-tuning, plain GRPO, TRL's GRPOTrainer")
     seeds: list[int] = Field([0, 1], min_length=1, description="training seeds: every arm is trained once per seed")
-    calibration_problems: int = Field(2, ge=0, description="problems per step count in the calibration table (0: none)")
+    calibration_problems: int = Field(1, ge=0, description="problems per step count in the calibration table (0: none)")
     calibration_samples: int = Field(8, ge=1, description="sampled answers per problem for the calibration's pass@k")
     eval_problems: int = Field(24, ge=1, description="problems in each held-out set: in-template and transfer "
                                                  "(arithmetic), or the first of GSM8K's test split")
