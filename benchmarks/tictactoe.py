@@ -1,7 +1,7 @@
 """Tic-tac-toe: pure-Python search speed (goal >= 10,000 simulations/s) and the never-lose check
 over every reachable position where the player to move can force a draw or a win. With --against COMMIT,
 only the speed, of this checkout and of COMMIT's azlib in the same run (each in its own process, taking turns,
-best of --repeats), and their ratio.
+best of --repeats, per CPU second), and their ratio.
 
     .venv/bin/python benchmarks/tictactoe.py [--simulations 4000]
     .venv/bin/python benchmarks/tictactoe.py --against 38963bd [--repeats 5]
@@ -32,14 +32,14 @@ from azlib import mcts
 from azlib.mcts.envs import tictactoe as ttt
 Settings = getattr(mcts, "SearchSettings", None) or mcts.SearchConfig
 settings = Settings(num_simulations={SPEED_SIMULATIONS}, max_depth=9, temperature=0)
-start = time.perf_counter()
+start = time.process_time()
 (result,) = mcts.search(ttt.TicTacToe(), [ttt.EMPTY], settings, random.Random(0))
-print(result.simulations / (time.perf_counter() - start))
+print(result.simulations / (time.process_time() - start))
 """
 
 
 def speed_in_process(azlib_parent: Path) -> float:
-    """Simulations/s of one search, in a new interpreter that imports azlib from `azlib_parent`."""
+    """Simulations per CPU second of one search, in a new interpreter that imports azlib from `azlib_parent`."""
     env = {**os.environ, "PYTHONPATH": str(azlib_parent), "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", SPEED], env=env, cwd=tempfile.gettempdir(), check=True,
                          capture_output=True, text=True)
@@ -47,8 +47,9 @@ def speed_in_process(azlib_parent: Path) -> float:
 
 
 def against(commit: str, repeats: int) -> None:
-    """This checkout's search speed beside `commit`'s, runs alternating, best of `repeats` each (on a shared
-    machine the fastest run is the one least disturbed)."""
+    """This checkout's search speed beside `commit`'s, runs alternating, best of `repeats` each. Speed in
+    simulations per second of the process's CPU time, so that other jobs on a shared machine slow the two alike
+    (they still disturb caches: the fastest run is the one least disturbed)."""
     with tempfile.TemporaryDirectory() as old:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "azlib"], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
@@ -60,11 +61,11 @@ def against(commit: str, repeats: int) -> None:
                           text=True).stdout.strip()
     changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "azlib"], capture_output=True,
                              text=True).stdout.strip()
-    print(f"tic-tac-toe from the empty board, {SPEED_SIMULATIONS:,} simulations, best of {repeats}: "
-          f"{commit} {max(then):,.0f} simulations/s, this checkout ({head}{' + changes' if changed else ''}) "
+    print(f"tic-tac-toe from the empty board, {SPEED_SIMULATIONS:,} simulations, best of {repeats}, simulations per CPU second: "
+          f"{commit} {max(then):,.0f}, this checkout ({head}{' + changes' if changed else ''}) "
           f"{max(here):,.0f}; "
           f"ratio {max(here) / max(then):.2f}x")
-    print(f"every run, simulations/s: {commit} {[round(x) for x in then]}, this checkout {[round(x) for x in here]}")
+    print(f"every run: {commit} {[round(x) for x in then]}, this checkout {[round(x) for x in here]}")
 
 
 def main() -> None:
