@@ -25,22 +25,12 @@ from tqdm.auto import tqdm
 from traitlets import Type
 
 from azlib import config
-from azlib.config import REPO_ROOT, NotebookParams, resolve
+from azlib.config import REPO_ROOT, NotebookParams, list_notebooks, resolve
 from azlib.paths import repo_path
 from azlib.plan import check, gpu_memory, notebook_plan
 from azlib.runs import RunFolder, write_json, write_page
 
 RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
-
-
-def list_notebooks(only: list[str] | None = None) -> list[Path]:
-    """Notebooks in run order; `only` keeps those whose names start with one of the prefixes."""
-    notebooks = sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        notebooks = [nb for nb in notebooks if any(nb.name.startswith(p) for p in only)]
-        if not notebooks:
-            raise SystemExit(f"--only {','.join(only)} matches no notebook in {config.NOTEBOOKS_DIR}")
-    return notebooks
 
 
 def _versions() -> dict[str, str]:

@@ -3,7 +3,7 @@ runner refusing a plan that does not fit, and the CLI printing every notebook. N
 
 import pytest
 
-from azlib import plan, runner
+from azlib import config as azlib_config, plan, runner
 from azlib.__main__ import main
 from azlib.models.student import LoraSettings
 from azlib.teachers import tier_teachers
@@ -83,7 +83,7 @@ def test_the_runner_refuses_a_plan_larger_than_the_free_memory_before_anything_r
 def test_plan_cli_prints_every_notebook_of_h100_and_says_h100_original_needs_more(capsys):
     assert main(["plan", "--profile", "h100"]) == 0
     text = capsys.readouterr().out
-    assert [nb.stem for nb in runner.list_notebooks()] == [line.split()[0] for line in text.splitlines()
+    assert [nb.stem for nb in azlib_config.list_notebooks()] == [line.split()[0] for line in text.splitlines()
                                                            if line[:2].isdigit()]
     assert "DOES NOT FIT" not in text
     assert main(["plan", "--profile", "h100-original"]) == 1

@@ -127,9 +127,9 @@ def test_invalid_params_stop_everything_before_execution(fake_kit, capsys):
 
 
 def test_only_selects_by_prefix(fake_kit):
-    assert [p.name for p in runner.list_notebooks(["01", "03"])] == ["01_ok.ipynb", "03_never.ipynb"]
+    assert [p.name for p in config.list_notebooks(["01", "03"])] == ["01_ok.ipynb", "03_never.ipynb"]
     with pytest.raises(SystemExit, match="--only 09 matches no notebook"):
-        runner.list_notebooks(["09"])
+        config.list_notebooks(["09"])
 
 
 def test_bad_env_override_is_reported(fake_kit, monkeypatch, capsys):
