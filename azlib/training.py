@@ -346,19 +346,19 @@ class Trainer(Resource):
             raise CheckpointError(f"checkpoint {latest} is damaged ({err}); delete it to resume from the one "
                                   "before") from err
         if "config" not in state:
-            raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its settings are not saved, so "
-                                  "a resume cannot check them); start a new run")
+            raise CheckpointError(f"checkpoint {latest} holds no settings (state.json has no 'config'), so a resume "
+                                  "cannot check them; start a new run")
         self._check_same_run(state, latest)
         saved_teachers = state.get("teachers")
         if bool(saved_teachers) != (self.teachers is not None):
             raise CheckpointError(f"checkpoint {latest} belongs to a run {'with' if saved_teachers else 'without'} "
-                                  f"teachers (or to an older azlib), and this one has {'none' if self.teachers is None else 'teachers'}; "
+                                  f"teachers, and this one has {'none' if self.teachers is None else 'teachers'}; "
                                   "resume it as it was, or start a new run")
         try:
             replay = [Completion(**c) for c in state["replay"]]
         except TypeError as err:
-            raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its replay buffer has no token "
-                                  f"ids: {err}); resume it with that version or start a new run") from None
+            raise CheckpointError(f"checkpoint {latest} holds a replay buffer without token ids ({err}); start a new "
+                                  "run") from None
         self.student.load_adapter(latest / "adapter")
         self.policy_update.optimizer.load_state_dict(optimizer)
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]

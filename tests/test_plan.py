@@ -43,7 +43,7 @@ def test_qwen_1_5b_student_on_one_h100_by_hand():
                                            "its largest part: demo logits")
 
 
-def test_the_original_systems_teachers_on_one_h100_match_the_issues_measurements():
+def test_the_original_systems_teachers_on_one_h100_are_sized_as_measured():
     engines = {e.name: e for e in plan._teacher_engines(type("P", (), {"teacher_tier": "vllm-original"}))}
     llama, gemma = engines["llama-3.1-8b"], engines["gemma-2-9b"]
     assert llama.weights() / GIB == pytest.approx(14.96, abs=0.005)  # more than the weights fill the 15.93

@@ -173,7 +173,7 @@ def test_two_kernels_started_at_once_from_one_folder_answer_each_for_itself(tmp_
 def test_a_reply_whose_wake_up_never_comes_is_still_read():
     """The runner's kernel channels do not depend on the socket's wake-up: here the event loop stops watching the
     socket, as if a wake-up were missed, before the reply arrives. jupyter_client's own channel, which nbclient
-    asks to wait without a timeout, never returns (what hung notebook 01 in 4 of 50 runs on busy cores);
+    asks to wait without a timeout, never returns (what can hang notebook 01 on busy cores);
     the runner's returns the reply within its one-second wait."""
     import asyncio
 
