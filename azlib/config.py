@@ -1,5 +1,5 @@
-"""Typed parameters of every notebook, profiles that set them, env-var overrides, validation.
-Defaults live in each notebook's `parameters` cell; this module only checks and resolves values.
+"""Typed parameters of every notebook, profiles that set them, env-var overrides, validation. Not model code: it
+imports settings types only (azlib.settings, azlib.mcts.SearchSettings, ...), which hold the components' defaults.
 
 A parameter that configures one library component is a *section*: a dict of that component's settings
 (`search` = SearchSettings' fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
@@ -23,20 +23,16 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
                       ValidationError, field_validator, model_validator)
 
 from azlib.data.arithmetic import STEP_COUNTS
-from azlib.experiment import QUICK_FORK, QUICK_GRPO, QUICK_SEARCH, QUICK_TEXT, QUICK_TRAIN, arm_asks_teachers
-from azlib.grpo import GRPOSettings
 from azlib.mcts.envs.text import TextSearchSettings
 from azlib.mcts.forking import ForkSettings
 from azlib.mcts.search import SearchSettings
 from azlib.models import DEFAULT_MODEL
-from azlib.models.student import LoraSettings
 from azlib.paths import REPO_ROOT, repo_path
-from azlib.referee.gpt import GPTSettings
-from azlib.referee.objective import RefereeRLSettings
-from azlib.referee.train import RefereeTrainSettings, settings_from_params
-from azlib.rlt import RLTSettings
+from azlib.runs import checkpoint_step, trainings_in
+from azlib.settings import (TRAINING_SEARCH, GPTSettings, GRPOSettings, LoraSettings, RefereeRLSettings,
+                            RefereeTrainSettings, RLTSettings, TrainSettings, arm_asks_teachers, asks_teachers,
+                            settings_from_params)
 from azlib.teachers.spec import TeacherSpec
-from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers, checkpoint_step, trainings_in
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMS_DIR = REPO_ROOT / "params"
@@ -45,6 +41,17 @@ PROFILES = ("smoke", "cpu", "h100", "h100-original")
 # (<notebook>-<time>); with resume = True, the newest of that notebook's that holds a checkpoint. The runner
 # names its own folders.
 INTERACTIVE_RUNS = "outputs/interactive"
+
+
+def list_notebooks(only: list[str] | None = None) -> list[Path]:
+    """Notebooks in run order; `only` keeps those whose names start with one of the prefixes."""
+    notebooks = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        notebooks = [nb for nb in notebooks if any(nb.name.startswith(p) for p in only)]
+        if not notebooks:
+            raise SystemExit(f"--only {','.join(only)} matches no notebook in {NOTEBOOKS_DIR}")
+    return notebooks
+
 
 # Budgets the original system read from the environment: fields of the `search` section, winning over
 # profiles (recorded in config.json).
@@ -272,15 +279,15 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     fork: Fork = Field(ForkSettings(), description="azlib.mcts.forking.ForkSettings fields: the forking tree of "
                                                    "train.groups 'forked' and 'treerl' (rounds, points, branches, "
                                                    "where, fork_from, writer)")
-    grpo: GRPO = Field(GRPOSettings(), description="azlib.grpo.GRPOSettings fields (the answers' temperature and "
+    grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields (the answers' temperature and "
                                                    "length are the train section's)")
-    lora: Lora = Field(LoraSettings(), description="azlib.models.student.LoraSettings fields: r, alpha, dropout")
+    lora: Lora = Field(LoraSettings(), description="azlib.settings.LoraSettings fields: r, alpha, dropout")
     train: Train = Field(
-        TrainSettings(), description="azlib.training.TrainSettings fields: signal, update, steps, sampling")
+        TrainSettings(), description="azlib.settings.TrainSettings fields: signal, update, steps, sampling")
 
     @property
     def has_teachers(self) -> bool:
-        """A tier of them or a list of served ones (whether a run asks them is azlib.training.asks_teachers)."""
+        """A tier of them or a list of served ones (whether a run asks them is azlib.settings.asks_teachers)."""
         return self.teacher_tier != "none" or bool(self.teachers)
 
     @model_validator(mode="after")
@@ -301,9 +308,23 @@ class TrainingRunParams(TrainingParams):
                                             "train.reward (azlib.training.Trainer.add_reward)")
 
 
+# Notebook 05's defaults (azlib.config.BaseVsTrainedParams): a quick look at the pipeline, minutes on 2 CPU cores
+# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself. Small steps (2
+# problems, answers of at most 64 tokens: the base student's right answers are mostly shorter), temperature 0.3
+# (about 2.5 times the right answers per token of 0.7's) and a one-step warm-up at the cpu profile's learning
+# rate, so that every arm has answers to imitate from its second step and takes several optimiser steps.
+QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=2,  # steps:
+                            checkpoint_every=5, group_size=4, max_new_tokens=64, temperature=0.3)  # the budget ends every arm
+QUICK_GRPO = GRPOSettings(learning_rate=2e-4, warmup_steps=1)
+QUICK_SEARCH = dataclasses.replace(TRAINING_SEARCH, num_simulations=4, max_depth=8, max_tokens=20000, leaves_per_step=2)
+QUICK_TEXT = TextSearchSettings(student_samples=2)
+# forks only from answers that finished within the cap (docs/results.md, "Does the tree earn its place?")
+QUICK_FORK = ForkSettings(fork_from="finished")
+
+
 class BaseVsTrainedParams(TrainingParams):
     """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base.
-    Its defaults are a quick look at the pipeline (azlib.experiment's QUICK_* sections); the cpu profile holds the
+    Its defaults are a quick look at the pipeline (the QUICK_* sections above); the cpu profile holds the
     experiment itself."""
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
@@ -311,14 +332,14 @@ class BaseVsTrainedParams(TrainingParams):
     search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchSettings fields")
     text: TextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
     fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.mcts.forking.ForkSettings fields")
-    train: Train = Field(QUICK_TRAIN, description="azlib.training.TrainSettings fields (the arms set groups and "
+    train: Train = Field(QUICK_TRAIN, description="azlib.settings.TrainSettings fields (the arms set groups and "
                                                   "update); train.token_budget ends every arm")
-    grpo: GRPO = Field(QUICK_GRPO, description="azlib.grpo.GRPOSettings fields: every arm's update (the trl arm's "
+    grpo: GRPO = Field(QUICK_GRPO, description="azlib.settings.GRPOSettings fields: every arm's update (the trl arm's "
                                                "GRPOTrainer takes its learning rate, warm-up and loss settings too)")
     arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
                        "grpo", "trl"]] = Field(
         ["tree", "rft"], min_length=1,
-        description="arms (azlib.experiment.ARMS): forking tree + imitation, forking tree + TreeRL GRPO, the tree's "
+        description="arms (azlib.settings.ARMS): forking tree + imitation, forking tree + TreeRL GRPO, the tree's "
                     "allocation without prefixes, the tree with forks written by the hint teacher (the student "
                     "reading the reference solution), STaR's rationalization (the hint teacher's whole answers), the "
                     "tree with forks written by the teacher ensemble (teachers or teacher_tier), PUCT MCTS, "
@@ -412,7 +433,7 @@ class RLTParams(StudentParams, GSM8KParams, EngineParams):
     arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
     num_train_problems: int = Field(ge=1, description="problems the teacher explains in training (cycled through)")
     teacher_steps: int = Field(ge=1, description="GRPO steps of the teacher")
-    rlt: RLT = Field(description="azlib.rlt.RLTSettings fields: alpha, kl_weight (lambda), group_size (G), lengths")
+    rlt: RLT = Field(description="azlib.settings.RLTSettings fields: alpha, kl_weight (lambda), group_size (G), lengths")
     grpo: GRPO = Field(description="the teacher's GRPOSettings (its explanations' temperature and length are the rlt "
                                    "section's); warmup_steps and micro_batch_size also serve the SFT")
     lora: Lora = Field(description="LoraSettings of the teacher and of every distilled student")

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 from scipy import stats
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
@@ -67,8 +69,9 @@ def mean_difference(a: Sequence[float], b: Sequence[float], z: float = 1.96) -> 
 
 def seed_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict:
     """Two arms' accuracies paired by training seed (a[i], b[i] share seed i; any pairing unit works):
-    mean of b - a, its standard error sd / sqrt(n), a Student-t interval and the two-sided paired
-    t-test p-value on n - 1 degrees of freedom (Student 1908; 3 seeds: t = 4.303 at 95%).
+    mean of b - a, its standard error sd / sqrt(n), the Student-t interval and the two-sided paired
+    t-test p-value on n - 1 degrees of freedom (Student 1908; 3 seeds: t = 4.303 at 95%), both scipy's
+    `ttest_rel(b, a)`.
     One seed has no spread to measure: se is nan, the interval (-inf, inf), p 1.0, and `note` says so.
     Differences all equal (accuracies are counts, so seeds can tie exactly) make the t statistic infinite and
     scipy's p 0, which is no evidence: p is then the exact two-sided sign test's (n seeds one way: 2 x 0.5^n,
@@ -81,24 +84,20 @@ def seed_difference(a: Sequence[float], b: Sequence[float], confidence: float = 
         return out | {"se": math.nan, "ci_low": -math.inf, "ci_high": math.inf, "p": 1.0,
                       "note": "one seed: no spread across seeds, so no interval and no test"}
     se = statistics.stdev(differences) / math.sqrt(n)
-    half = stats.t.ppf((1 + confidence) / 2, n - 1) * se
     if se > 1e-12 * max(1.0, *map(abs, differences)):  # accuracies tie exactly, up to their float rounding
-        return out | {"se": se, "ci_low": diff - half, "ci_high": diff + half,
-                      "p": float(2 * stats.t.sf(abs(diff) / se, n - 1))}
+        test = stats.ttest_rel(b, a)
+        interval = test.confidence_interval(confidence)
+        return out | {"se": se, "ci_low": float(interval.low), "ci_high": float(interval.high),
+                      "p": float(test.pvalue)}
     note = "" if diff == 0 else "every seed differs by the same amount: the t-test is degenerate, p is the sign test's"
     return out | {"se": se, "ci_low": diff, "ci_high": diff, "p": 1.0 if diff == 0 else min(1.0, 2 * 0.5**n),
                   "note": note}
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in the input order (Holm 1979, step-down): sorted ascending,
-    adj_(i) = max over j <= i of min(1, (m - j) p_(j)), j counted from 0; reject where adj < alpha."""
-    m, order = len(p_values), sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted, running_max = [0.0] * m, 0.0
-    for j, i in enumerate(order):
-        running_max = max(running_max, min(1.0, (m - j) * p_values[i]))
-        adjusted[i] = running_max
-    return adjusted
+    """Holm-Bonferroni adjusted p-values, in the input order (Holm 1979, step-down; statsmodels' multipletests):
+    sorted ascending, adj_(i) = max over j <= i of min(1, (m - j) p_(j)), j counted from 0; reject where adj < alpha."""
+    return [float(p) for p in multipletests(p_values, method="holm")[1]] if len(p_values) else []
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
@@ -263,11 +262,9 @@ def headline_correct(record: dict) -> bool:
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar p-value: the discordant pairs as Binomial(b + c, 1/2)."""
-    n, k = only_a + only_b, min(only_a, only_b)
-    if n == 0:
-        return 1.0
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+    """Two-sided exact McNemar p-value: the discordant pairs as Binomial(b + c, 1/2) (statsmodels' mcnemar, exact);
+    only the discordant cells count, so the table's diagonal is left at 0."""
+    return float(mcnemar([[0, only_a], [only_b, 0]], exact=True).pvalue)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -16,62 +16,14 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
-from azlib.grpo import GRPOSettings
-from azlib.mcts.envs.text import TextSearchSettings
-from azlib.mcts.forking import ForkSettings
 from azlib.models.generation import Backend
 from azlib.models.loading import free_memory
 from azlib.prompts import chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
 from azlib.runs import atomic_write_text
-from azlib.training import TRAINING_SEARCH, TrainSettings, asks_teachers
+from azlib.settings import arm_settings, asks_teachers
 
-# Notebook 05's defaults (azlib.config.BaseVsTrainedParams): a quick look at the pipeline, minutes on 2 CPU cores
-# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself. Small steps (2
-# problems, answers of at most 64 tokens: the base student's right answers are mostly shorter), temperature 0.3
-# (about 2.5 times the right answers per token of 0.7's) and a one-step warm-up at the cpu profile's learning
-# rate, so that every arm has answers to imitate from its second step and takes several optimiser steps.
-QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=2,  # steps:
-                            checkpoint_every=5, group_size=4, max_new_tokens=64, temperature=0.3)  # the budget ends every arm
-QUICK_GRPO = GRPOSettings(learning_rate=2e-4, warmup_steps=1)
-QUICK_SEARCH = replace(TRAINING_SEARCH, num_simulations=4, max_depth=8, max_tokens=20000, leaves_per_step=2)
-QUICK_TEXT = TextSearchSettings(student_samples=2)
-# forks only from answers that finished within the cap (docs/results.md, "Does the tree earn its place?")
-QUICK_FORK = ForkSettings(fork_from="finished")
 EXPERIMENT_FOLDER = "05-experiment"  # its folder in a run folder (notebook 05, `python -m azlib experiment`)
-
-# What each arm searches or samples, and how it updates: a key that names a ForkSettings field sets the fork
-# section, the rest the train section. Every arm but "trl" runs azlib's Trainer.
-ARMS = {
-    "tree": {"groups": "forked", "update": "sft"},  # forking tree, imitation of its verified answers
-    "tree_grpo": {"groups": "treerl", "update": "grpo"},  # forking tree, TreeRL's per-token advantages
-    "resample": {"groups": "forked", "update": "sft", "where": "root"},  # the tree's allocation, no prefixes
-    # the forking tree whose forks the hint teacher (the student reading the reference solution) writes
-    "tree_hint": {"groups": "forked", "update": "sft", "writer": "hint"},
-    # STaR's rationalization, no tree: the hint teacher writes whole answers to the problems not all solved
-    "rationalize": {"groups": "forked", "update": "sft", "where": "root", "writer": "hint"},
-    # the forking tree whose forks the teacher ensemble writes ("right" and "wrong" continuations of the
-    # student's prefix: the original system's teachers; needs teachers, the only arm besides mcts given them)
-    "tree_teachers": {"groups": "forked", "update": "sft", "writer": "teachers"},
-    "mcts": {"groups": "answers"},  # PUCT over first lines with rollouts (the update of the params)
-    "rft": {"groups": "sampling", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
-    "grpo": {"groups": "sampling", "update": "grpo"},  # plain GRPO
-    "trl": {},  # TRL's GRPOTrainer
-}
-
-
-def arm_settings(arm: str, fork: ForkSettings) -> tuple[ForkSettings, dict]:
-    """An arm's fork section (the run's, with the fields the arm names) and its changes to the train section."""
-    spec = dict(ARMS[arm])
-    named = {f.name: spec.pop(f.name) for f in fields(ForkSettings) if f.name in spec}
-    return replace(fork, **named), spec
-
-
-def arm_asks_teachers(arm: str, fork: ForkSettings, groups: str) -> bool:
-    """Whether the arm asks the run's teachers, given the run's fork section and train.groups."""
-    arm_fork, train = arm_settings(arm, fork)
-    return asks_teachers(train.get("groups", groups), arm_fork.writer)
-
 
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
     """(training problems, held-out sets, a note). For the arithmetic task: "heldout", problems whose chain

@@ -36,9 +36,8 @@ from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, tr
 from azlib.mcts.search import SearchResult
 from azlib.models.generation import AnswerSampling, Backend, Prompt
 from azlib.rewards import RewardFunction, RewardKind, RewardWeights, call_reward, reward_name
+from azlib.settings import GroupKind
 
-GROUP_KINDS = ("answers", "paths", "siblings", "visits", "sampling", "forked", "treerl")
-GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling", "forked", "treerl"]
 # Signals whose completions are whole (or root-to-leaf) answers, each trained on its reward: what a reward
 # function of (prompts, completions) can score. Sibling steps are not answers; "treerl" trains on the tree's
 # own per-token advantages, which the answers' rewards made before any function added to them.

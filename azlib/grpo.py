@@ -18,54 +18,14 @@ ratio token loss with a k3 KL to the reference, four aggregations), or imitation
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 
 from azlib.extras import require
 from azlib.models.generation import AnswerSampling
 from azlib.parallel import shard, sum_gradients, sum_over_ranks
-
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "original")
-
-
-@dataclass(frozen=True)
-class GRPOSettings:
-    """Defaults: what the kit's runs use. TRL 1.16's loss aggregation (dapo: no length bias), the k3 KL at
-    beta 0.04, DAPO's clip-higher (ratio clipped to [0.8, 1.28]), advantages clipped at 3, grad norm 1.0, lr
-    5e-5 with 3 warmup steps (published LoRA-RL practice: 1e-5 to 1e-4). The original system's choices, one
-    field away: beta 0.1, lr 2e-4, adamw_8bit (the h100-original profile sets them)."""
-
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "original"] = "dapo"
-    beta: float = 0.04  # weight of the k3 KL to the reference policy
-    kl_ratio_correction: bool = True  # multiply k3 by the (differentiable) ratio, as TRL 1.16 does
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.28  # DAPO's clip-higher; 0.2: PPO's symmetric clip
-    scale_rewards: Literal["group", "batch", "none"] = "group"  # std used to divide advantages
-    clip_advantages: float | None = 3.0
-    drop_equal_groups: bool = False  # DAPO: a group whose rewards are all equal teaches nothing
-    learning_rate: float = 5e-5
-    warmup_steps: int = 3  # linear warmup of the learning rate over the first optimiser steps
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a step)
-    num_iterations: int = 1  # policy updates per batch (>1 makes the ratio and its clip matter)
-    optimizer: Literal["adamw", "adamw_8bit"] = "adamw"
-
-    def __post_init__(self):
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
-        if self.scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}")
-        if min(self.epsilon_low, self.epsilon_high) <= 0 or self.beta < 0 or self.learning_rate <= 0:
-            raise ValueError("epsilon_low and epsilon_high must be > 0, beta >= 0, learning_rate > 0")
-        if self.warmup_steps < 0 or self.micro_batch_size < 1 or self.num_iterations < 1:
-            raise ValueError(f"need warmup_steps >= 0, micro_batch_size >= 1 and num_iterations >= 1, got "
-                             f"{self.warmup_steps}, {self.micro_batch_size}, {self.num_iterations}")
-        if (self.clip_advantages is not None and self.clip_advantages <= 0) or self.max_grad_norm <= 0 \
-                or self.weight_decay < 0:
-            raise ValueError("need clip_advantages > 0 (or None), max_grad_norm > 0 and weight_decay >= 0")
-
+from azlib.settings import GRPOSettings
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: str = "group", eps: float = 1e-4,
                      clip: float | None = None) -> torch.Tensor:

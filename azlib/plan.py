@@ -468,8 +468,7 @@ def gpu_memory() -> tuple[float, float] | None:
 
 def print_plan(profile: str, memory_gib: float) -> int:
     """`python -m azlib plan`: every notebook's plan under the profile; exit status 1 when one does not fit."""
-    from azlib.config import NOTEBOOKS_DIR, resolve
-    from azlib.runner import list_notebooks
+    from azlib.config import NOTEBOOKS_DIR, list_notebooks, resolve
 
     memory = memory_gib * GIB
     print(f"GPU memory plan of profile {profile} on {memory_gib:.2f} GiB: predictions until a GPU run measures "

@@ -25,22 +25,12 @@ from tqdm.auto import tqdm
 from traitlets import Type
 
 from azlib import config
-from azlib.config import REPO_ROOT, NotebookParams, resolve
+from azlib.config import REPO_ROOT, NotebookParams, list_notebooks, resolve
 from azlib.paths import repo_path
 from azlib.plan import check, gpu_memory, notebook_plan
 from azlib.runs import RunFolder, write_json, write_page
 
 RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
-
-
-def list_notebooks(only: list[str] | None = None) -> list[Path]:
-    """Notebooks in run order; `only` keeps those whose names start with one of the prefixes."""
-    notebooks = sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        notebooks = [nb for nb in notebooks if any(nb.name.startswith(p) for p in only)]
-        if not notebooks:
-            raise SystemExit(f"--only {','.join(only)} matches no notebook in {config.NOTEBOOKS_DIR}")
-    return notebooks
 
 
 def _versions() -> dict[str, str]:
@@ -139,10 +129,9 @@ class _WakefulChannel(AsyncZMQSocketChannel):
     """A kernel channel whose endless wait is a series of one-second waits. An asyncio zmq socket learns of a
     message through its file descriptor's wake-up, and a send on the same socket can consume that wake-up: nbclient
     sends comm messages on the shell socket while it waits there for a cell's reply (its stand-in for an Output
-    widget, which notebook 01's sliders use), and with no timeout it then waited forever for a reply that sat
-    unread in the socket (4 runs of notebook 01 in 50 on 2 busy cores). Each new wait first asks the socket
-    itself whether a message is there, so a missed wake-up costs at most a second (measured: in 8 of 14 runs of
-    notebook 01 an execute_reply was read that way, and no run hung)."""
+    widget, which notebook 01's sliders use), and with no timeout it would wait forever for a reply that sits
+    unread in the socket (notebook 01 on busy cores can hang so). Each new wait first asks the socket itself
+    whether a message is there, so a missed wake-up costs at most a second."""
 
     async def get_msg(self, timeout: float | None = None) -> dict:
         if timeout is not None:

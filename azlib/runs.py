@@ -14,6 +14,8 @@ from typing import Any
 
 from azlib.paths import repo_path
 
+CHECKPOINT_PREFIX = "step-"  # a training's checkpoints/step-NNNNNN folders
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,3 +159,27 @@ def _number(value: Any) -> str:
 def _cell(text: str) -> str:
     """Text that stays inside one Markdown table cell."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def saved_checkpoints(folder: str | Path) -> list[Path]:
+    """The whole checkpoints in a trainer's checkpoints/ folder, oldest step first (a partial one, still hidden
+    under its staging name, is none)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step a checkpoint folder (checkpoints/step-NNNNNN) was saved after."""
+    return int(checkpoint.name.removeprefix(CHECKPOINT_PREFIX))
+
+
+def trainings_in(run_folder: str | Path) -> dict[Path, Path]:
+    """Every training under a run folder that has saved a checkpoint (notebook 04's train-04/, each of notebook
+    05's arms): its folder -> its newest checkpoint."""
+    found = {}
+    for checkpoints in sorted(Path(run_folder).glob("**/checkpoints")):
+        if saved := saved_checkpoints(checkpoints):
+            found[checkpoints.parent] = saved[-1]
+    return found

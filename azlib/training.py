@@ -20,25 +20,25 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Literal, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
-from azlib.grpo import PolicyUpdate, GRPOSettings
-from azlib.groups import (GROUP_KINDS, SCORABLE_GROUPS, Completion, GroupKind, best_verified, forked_groups,
+from azlib.grpo import PolicyUpdate
+from azlib.groups import (SCORABLE_GROUPS, Completion, best_verified, forked_groups,
                           tree_groups, verified, with_rewards)
 from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
 from azlib.mcts.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchSettings, search
 from azlib.models.generation import AnswerSampling, Resource
-from azlib.models.student import LoraSettings, Student
+from azlib.models.student import Student
 from azlib.parallel import barrier, gather, local_device, shard, world
-from azlib.rewards import (REWARD_KINDS, RewardBreakdown, RewardFunction, RewardKind, RewardWeights,
-                           check_reward_function, reward_name)
+from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_reward_function, reward_name
+from azlib.runs import CHECKPOINT_PREFIX, saved_checkpoints
+from azlib.settings import GROUP_KINDS, TRAINING_SEARCH, GRPOSettings, LoraSettings, TrainSettings
 
-CHECKPOINT_PREFIX = "step-"
 FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.mcts.forking, not by the MCTS search
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.
@@ -57,50 +57,6 @@ def accuracy_column(groups: str) -> str:
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing a file or does not load."""
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """The loop: its training signal and update, its length, and how every answer of the run is sampled."""
-
-    groups: GroupKind = "answers"
-    # sft: imitate the verified completions (expert iteration; what learns fastest on the embedded model),
-    # or grpo: the policy-gradient update (the original system's)
-    update: Literal["grpo", "sft"] = "sft"
-    # sft: imitate the last `replay_size` verified answers found so far each step (AlphaZero's replay
-    # buffer: a finding is learned from more than once); 0 imitates only the step's own.
-    replay_size: int = 256
-    reward: RewardKind = "correctness"  # of every answer: sampled or written by the search
-    steps: int = 10
-    problems_per_step: int = 2
-    checkpoint_every: int = 1  # steps; every step by default, so a kill loses no finished step
-    group_size: int = 8  # samples per problem for "sampling" groups
-    max_new_tokens: int = 128  # answer length: sampled answers and search rollouts
-    temperature: float = 0.7  # of answers, rollouts and chunks; GRPO's log-probs are taken at it
-    token_budget: int | None = None  # stop once this many tokens were generated (equal-budget comparisons)
-    reference_refresh: int = 50  # steps between reference snapshots (reference="snapshot")
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.groups not in GROUP_KINDS:
-            raise ValueError(f"groups must be one of {GROUP_KINDS}, got {self.groups!r}")
-        if self.update not in ("grpo", "sft") or self.reward not in REWARD_KINDS:
-            raise ValueError(f"update must be 'grpo' or 'sft' and reward one of {REWARD_KINDS}, "
-                             f"got {self.update!r}, {self.reward!r}")
-        if self.replay_size < 0 or min(self.steps, self.problems_per_step, self.checkpoint_every) < 1:
-            raise ValueError("steps, problems_per_step and checkpoint_every must be >= 1, replay_size >= 0")
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (a group of one has no advantage), got {self.group_size}")
-        if self.max_new_tokens < 1 or self.reference_refresh < 1 or self.temperature <= 0:
-            raise ValueError(f"need max_new_tokens >= 1, reference_refresh >= 1 and temperature > 0, got "
-                             f"{self.max_new_tokens}, {self.reference_refresh}, {self.temperature}")
-        if self.token_budget is not None and self.token_budget < 1:
-            raise ValueError(f"token_budget must be >= 1 (or None), got {self.token_budget}")
-
-
-# A training run's search: a solved subtree is not entered again, and an unvisited child is valued at its parent
-# (SearchSettings' own defaults, raw Q and no skipping, are the game searches').
-TRAINING_SEARCH = SearchSettings(skip_solved=True, q_transform="parent_value")
 
 
 @dataclass(frozen=True)
@@ -390,19 +346,19 @@ class Trainer(Resource):
             raise CheckpointError(f"checkpoint {latest} is damaged ({err}); delete it to resume from the one "
                                   "before") from err
         if "config" not in state:
-            raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its settings are not saved, so "
-                                  "a resume cannot check them); start a new run")
+            raise CheckpointError(f"checkpoint {latest} holds no settings (state.json has no 'config'), so a resume "
+                                  "cannot check them; start a new run")
         self._check_same_run(state, latest)
         saved_teachers = state.get("teachers")
         if bool(saved_teachers) != (self.teachers is not None):
             raise CheckpointError(f"checkpoint {latest} belongs to a run {'with' if saved_teachers else 'without'} "
-                                  f"teachers (or to an older azlib), and this one has {'none' if self.teachers is None else 'teachers'}; "
+                                  f"teachers, and this one has {'none' if self.teachers is None else 'teachers'}; "
                                   "resume it as it was, or start a new run")
         try:
             replay = [Completion(**c) for c in state["replay"]]
         except TypeError as err:
-            raise CheckpointError(f"checkpoint {latest} was written by an older azlib (its replay buffer has no token "
-                                  f"ids: {err}); resume it with that version or start a new run") from None
+            raise CheckpointError(f"checkpoint {latest} holds a replay buffer without token ids ({err}); start a new "
+                                  "run") from None
         self.student.load_adapter(latest / "adapter")
         self.policy_update.optimizer.load_state_dict(optimizer)
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
@@ -411,42 +367,12 @@ class Trainer(Resource):
             self.teachers.rule.load_state(saved_teachers)
 
 
-def saved_checkpoints(folder: str | Path) -> list[Path]:
-    """The whole checkpoints in a trainer's checkpoints/ folder, oldest step first (a partial one, still hidden
-    under its staging name, is none)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """The step a checkpoint folder (checkpoints/step-NNNNNN) was saved after."""
-    return int(checkpoint.name.removeprefix(CHECKPOINT_PREFIX))
-
-
-def trainings_in(run_folder: str | Path) -> dict[Path, Path]:
-    """Every training under a run folder that has saved a checkpoint (notebook 04's train-04/, each of notebook
-    05's arms): its folder -> its newest checkpoint."""
-    found = {}
-    for checkpoints in sorted(Path(run_folder).glob("**/checkpoints")):
-        if saved := saved_checkpoints(checkpoints):
-            found[checkpoints.parent] = saved[-1]
-    return found
-
-
 def training_problems(params) -> tuple[list[Row], str]:
     """The training rows a TrainingParams names, and a note when GSM8K was unreachable (gsm8k_fallback)."""
     from azlib.data import task_problems
 
     return task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
                          fallback=params.gsm8k_fallback, steps=tuple(params.arithmetic_steps))
-
-
-def asks_teachers(groups: str, writer: str) -> bool:
-    """Whether a run with these signals asks its teachers: the search (groups "answers") and forks written by
-    teachers do, and the student then scores the text they write (its prior and perplexity of it)."""
-    return groups == "answers" or writer == "teachers"
 
 
 def generation_engine(params) -> dict:

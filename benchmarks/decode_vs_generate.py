@@ -7,7 +7,7 @@ training wordings), G answers per problem at T 0.7, at most 96 new tokens, every
 Peers: `generate` with a static cache (`cache_implementation="static"`, what transformers recommends for fast
 decoding) and with its default dynamic cache. The runs alternate, repeated, and each method's best time counts.
 Prints generated tokens per second, greedy (the same tokens for every method: pure speed) and sampled (training's
-setting; token counts differ a little), each ratio to the best `generate` (issue goal: the loop stays the default
+setting; token counts differ a little), each ratio to the best `generate` (the goal: the loop stays the default
 only if it is >= 1.3x), and how many rows the loop and `generate` decode greedily to the same tokens.
 
     .venv/bin/python benchmarks/decode_vs_generate.py [--problems 16] [--group 4] [--repeats 3] [--threads 1]

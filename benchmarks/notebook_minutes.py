@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from azlib.config import ENV_OVERRIDES
-from azlib.runner import list_notebooks, run
+from azlib.config import list_notebooks
+from azlib.runner import run
 
 GOAL_MINUTES = {"05": 10.0}  # every other notebook: DEFAULT_GOAL
 DEFAULT_GOAL = 5.0

@@ -25,7 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from azlib.config import ParamsError, resolve_library
-from azlib.experiment import ARMS, Experiment, calibration, calibration_sets, comparison_pairs, task_sets
+from azlib.experiment import Experiment, calibration, calibration_sets, comparison_pairs, task_sets
+from azlib.settings import ARMS
 from azlib.models import make_backend
 from azlib.paths import REPO_ROOT
 
@@ -47,7 +48,7 @@ def main() -> None:
                         help="change fields of the profile's fork section (azlib.mcts.forking.ForkSettings), e.g. "
                              "fork_from=finished; values read as YAML")
     parser.add_argument("--eval-problems", type=int, default=None,
-                        help="problems in each held-out set (default: the profile's 200; the issue asks for >= 500)")
+                        help="problems in each held-out set (default: the profile's 200; the goal is >= 500)")
     parser.add_argument("--eval-gsm8k", type=int, default=None,
                         help="also evaluate every model on this many of GSM8K's test problems with the fewest "
                              "calculation steps, a second transfer set (default: the profile's 0)")

@@ -11,7 +11,7 @@ import torch
 
 from azlib import config
 from azlib.data import arithmetic_problems
-from azlib.experiment import ARMS, arm_settings
+from azlib.settings import ARMS, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.groups import Completion, forked_groups, sampled_groups, verified
 from azlib.mcts import tree_after

@@ -12,7 +12,8 @@ import pytest
 
 from azlib.mcts import Child, Expansion, SearchSettings, Tree, search, selection_terms, tree_after, visit_weights
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.mcts.search import (_q_values, _score, q_by_parent_and_siblings, q_by_parent_value, q_completed_by_mix_value,
+from azlib.mcts.tree import Node
+from azlib.mcts.search import (_q_values, _scores, q_by_parent_and_siblings, q_by_parent_value, q_completed_by_mix_value,
                                 q_raw, sequence_of_considered_visits)
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -25,10 +26,15 @@ def test_selection_scores_by_hand():
     b = tree.nodes[tree.add_child(0, "b", 1, 0.4, visits=0)]
     puct, uct = SearchSettings(rule="puct", c=1.5), SearchSettings(rule="uct", c=1.5)
     sqrt_n, log_n = 10**0.5, __import__("math").log(10)
-    assert _score(a, a.q, puct, sqrt_n, log_n) == pytest.approx(0.5 + 1.5 * 0.6 * sqrt_n / 5)
-    assert _score(b, b.q, puct, sqrt_n, log_n) == pytest.approx(1.5 * 0.4 * sqrt_n)
-    assert _score(a, a.q, uct, sqrt_n, log_n) == pytest.approx(0.5 + 1.5 * (log_n / 4) ** 0.5)
-    assert _score(b, b.q, uct, sqrt_n, log_n) == float("inf")
+    assert _scores(tree.root, [a, b], [a.q, b.q], puct) == pytest.approx([0.5 + 1.5 * 0.6 * sqrt_n / 5,
+                                                                           1.5 * 0.4 * sqrt_n])
+    assert _scores(tree.root, [a, b], [a.q, b.q], uct) == [pytest.approx(0.5 + 1.5 * (log_n / 4) ** 0.5), float("inf")]
+
+
+def children_with(*stats: tuple[float, int]) -> list[Node]:
+    """Children with these (value_sum, visits)."""
+    return [Node(state=k, parent=0, action=k, prior=0.3, depth=1, visits=n, value_sum=w)
+            for k, (w, n) in enumerate(stats)]
 
 
 def test_q_transforms_by_hand():
@@ -47,11 +53,12 @@ def test_q_transforms_by_hand():
 
     # A parent better than its children (Q 1.0) stretches the range to [0.2, 1.0]: 0.9 reads 0.7 / 0.8 = 0.875,
     # and the parent-value rule makes the unvisited child the most attractive (1.0); mctx's still reads 0.
-    assert q_by_parent_value([0.9, 0.2, 0.0], [2, 5, 0], 1.0) == pytest.approx([0.875, 0.0, 1.0])
-    assert q_by_parent_and_siblings([0.9, 0.2, 0.0], [2, 5, 0], 1.0) == pytest.approx([0.875, 0.0, 0.0])
-    assert q_raw([0.9, 0.2, 0.7], [2, 5, 0], 1.0) == [0.9, 0.2, 0.0], "an unvisited child reads 0"
+    assert q_by_parent_value(kids, 1.0) == pytest.approx([0.875, 0.0, 1.0])
+    assert q_by_parent_and_siblings(kids, 1.0) == pytest.approx([0.875, 0.0, 0.0])
+    assert q_raw(children_with((1.8, 2), (1.0, 5), (0.7, 0)), 1.0) == pytest.approx([0.9, 0.2, 0.0]), \
+        "an unvisited child reads 0"
     # All visited children equal and the parent too: the range is empty, and everything reads 0 (eps 1e-8).
-    assert q_by_parent_and_siblings([0.3, 0.3], [1, 1], 0.3) == [0.0, 0.0]
+    assert q_by_parent_and_siblings(children_with((0.3, 1), (0.6, 2)), 0.3) == [0.0, 0.0]
 
     # Two players: a node's value_sum is from the view of whoever moved INTO it, its children's from the view
     # of the player choosing among them; so the parent's value for the chooser is minus its Q.
@@ -280,7 +287,7 @@ def golden_search():
     env = ttt.TicTacToe()
     config = SearchSettings(num_simulations=40, max_depth=9, dirichlet_fraction=0.25, temperature=1.0,
                             leaves_per_step=2)
-    return search(env, ["X...O....", "XO..X...."], config, random.Random(1234))
+    return search(env, ["X...O....", "XO..X...."], config, random.Random(1234), replay=True)
 
 
 def test_golden_tree(tmp_path):
@@ -312,26 +319,40 @@ def assert_same_tree(replayed: Tree, fresh: Tree):
 def test_replay_at_step_k_is_the_search_run_for_k_simulations(simulations):
     """tree_after(tree, k) of a 200-simulation search equals the tree of the same seeded search stopped after k."""
     config = SearchSettings(num_simulations=200, max_depth=9, dirichlet_fraction=0.25, temperature=0)
-    (long,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(7))
+    (long,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(7), replay=True)
     (short,) = search(ttt.TicTacToe(), ["X...O...."], replace(config, num_simulations=simulations), random.Random(7))
-    assert len(long.tree.history) == 200 and len(short.tree.history) == simulations
+    assert len(long.tree.history) == 200 and short.simulations == simulations
     assert_same_tree(tree_after(long.tree, simulations), short.tree)
 
 
 def test_replay_of_rollout_evaluations_and_the_whole_history():
     """Text-style expansions back up several rollouts in one simulation; replaying all of it gives the final tree."""
     config = SearchSettings(num_simulations=12, max_depth=50, q_transform="parent_value", c=1.0)
-    (long,) = search(Bandit(), ["root"], config, random.Random(3))
+    (long,) = search(Bandit(), ["root"], config, random.Random(3), replay=True)
     (short,) = search(Bandit(), ["root"], replace(config, num_simulations=4), random.Random(3))
     assert_same_tree(tree_after(long.tree, 4), short.tree)
     assert_same_tree(tree_after(long.tree, 12), long.tree)
     assert tree_after(long.tree, 0).root.visits == 0 and tree_after(long.tree, 0).root.children == []
 
 
+def test_a_search_records_its_replay_only_when_asked():
+    """Without replay the search grows the same tree (nodes, visits, values, when each node was expanded) and keeps
+    no history, so there is nothing to replay; tree_after says so."""
+    config = SearchSettings(num_simulations=60, max_depth=9, dirichlet_fraction=0.25, temperature=1.0)
+    (plain,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(5))
+    (recorded,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(5), replay=True)
+    assert plain.tree.history == [] and len(recorded.tree.history) == plain.simulations == 60
+    assert {**plain.tree.to_json(), "history": None} == {**recorded.tree.to_json(), "history": None}
+    assert (plain.action, plain.action_weights) == (recorded.action, recorded.action_weights)
+    assert tree_after(plain.tree, 0).root.visits == 0
+    with pytest.raises(ValueError, match="recorded 0 simulations.*replay=True"):
+        tree_after(plain.tree, 1)
+
+
 def test_selection_terms_rank_children_as_the_search_does():
     """The scores the viewer shows are the ones the search picks by: the next simulation enters the argmax."""
     config = SearchSettings(num_simulations=30, max_depth=9, q_transform="mctx", temperature=0)
-    (result,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(0))
+    (result,) = search(ttt.TicTacToe(), ["X...O...."], config, random.Random(0), replay=True)
     for k in range(1, 29):
         then, next_path = tree_after(result.tree, k), result.tree.history[k][0].path
         terms = selection_terms(then, 0)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from azlib import plan, runner
+from azlib import config as azlib_config, plan, runner
 from azlib.__main__ import main
 from azlib.models.student import LoraSettings
 from azlib.teachers import tier_teachers
@@ -45,7 +45,7 @@ def test_qwen_1_5b_student_on_one_h100_by_hand():
                                            "its largest part: demo logits")
 
 
-def test_the_original_systems_teachers_on_one_h100_match_the_issues_measurements():
+def test_the_original_systems_teachers_on_one_h100_are_sized_as_measured():
     engines = {e.name: e for e in plan._teacher_engines(type("P", (), {"teacher_tier": "vllm-original"}))}
     llama, gemma = engines["llama-3.1-8b"], engines["gemma-2-9b"]
     assert llama.weights() / GIB == pytest.approx(14.96, abs=0.005)  # more than the weights fill the 15.93
@@ -85,7 +85,7 @@ def test_the_runner_refuses_a_plan_larger_than_the_free_memory_before_anything_r
 def test_plan_cli_prints_every_notebook_of_h100_and_says_h100_original_needs_more(capsys):
     assert main(["plan", "--profile", "h100"]) == 0
     text = capsys.readouterr().out
-    assert [nb.stem for nb in runner.list_notebooks()] == [line.split()[0] for line in text.splitlines()
+    assert [nb.stem for nb in azlib_config.list_notebooks()] == [line.split()[0] for line in text.splitlines()
                                                            if line[:2].isdigit()]
     assert "DOES NOT FIT" not in text
     assert main(["plan", "--profile", "h100-original"]) == 1

@@ -127,9 +127,9 @@ def test_invalid_params_stop_everything_before_execution(fake_kit, capsys):
 
 
 def test_only_selects_by_prefix(fake_kit):
-    assert [p.name for p in runner.list_notebooks(["01", "03"])] == ["01_ok.ipynb", "03_never.ipynb"]
+    assert [p.name for p in config.list_notebooks(["01", "03"])] == ["01_ok.ipynb", "03_never.ipynb"]
     with pytest.raises(SystemExit, match="--only 09 matches no notebook"):
-        runner.list_notebooks(["09"])
+        config.list_notebooks(["09"])
 
 
 def test_bad_env_override_is_reported(fake_kit, monkeypatch, capsys):
@@ -173,7 +173,7 @@ def test_two_kernels_started_at_once_from_one_folder_answer_each_for_itself(tmp_
 def test_a_reply_whose_wake_up_never_comes_is_still_read():
     """The runner's kernel channels do not depend on the socket's wake-up: here the event loop stops watching the
     socket, as if a wake-up were missed, before the reply arrives. jupyter_client's own channel, which nbclient
-    asks to wait without a timeout, never returns (what hung notebook 01 in 4 of 50 runs on busy cores);
+    asks to wait without a timeout, never returns (what can hang notebook 01 on busy cores);
     the runner's returns the reply within its one-second wait."""
     import asyncio
 

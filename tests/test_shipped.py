@@ -8,7 +8,8 @@ import matplotlib
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from azlib.experiment import ARMS, comparison_pairs
+from azlib.experiment import comparison_pairs
+from azlib.settings import ARMS
 from azlib.shipped import TREE_VS_SAMPLING, provenance, shipped_experiment
 from azlib.viz import plot_experiment
 

@@ -19,7 +19,8 @@ CONFIG = SearchSettings(num_simulations=120, max_depth=9, temperature=0)
 
 
 def ttt_search(simulations: int):
-    (result,) = search(tictactoe.TicTacToe(), ["X...O...."], replace(CONFIG, num_simulations=simulations), random.Random(0))
+    (result,) = search(tictactoe.TicTacToe(), ["X...O...."], replace(CONFIG, num_simulations=simulations), random.Random(0),
+                       replay=True)
     return result.tree
 
 
@@ -61,6 +62,14 @@ def test_widget_replay_shows_the_search_stopped_at_that_step():
     widget.selected = len(tree.nodes) - 1
     assert "does not exist yet" in widget.details
     assert tree_svg(tree, "final") != widget.svg
+
+
+def test_a_tree_searched_without_replay_is_shown_as_it_ends():
+    (result,) = search(tictactoe.TicTacToe(), ["X...O...."], replace(CONFIG, num_simulations=40), random.Random(0))
+    widget = TreeWidget(result.tree, "t", describe_board_node, top_k=None)
+    assert widget.max_step == 0 and "simulations; " not in widget.svg
+    drawn = {int(i): int(n) for i, n in re.findall(r'data-id="(\d+)" data-n="(\d+)"', widget.svg)}
+    assert drawn == {i: n.visits for i, n in enumerate(result.tree.nodes) if n.visits}
 
 
 def teacher_tree() -> Tree:

@@ -73,7 +73,7 @@ class Tree:
 
     @classmethod
     def from_json(cls, data: dict) -> Tree:
-        """Also reads trees saved before the history was recorded (no replay then)."""
+        """A tree from its JSON; one without "history" (searched without replay) has nothing to replay."""
         history = [[Backup(*b) for b in simulation] for simulation in data.get("history", [])]
         return cls([Node(**n) for n in data["nodes"]], data.get("two_player", False), data.get("settings", {}), history)
 

@@ -40,7 +40,7 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
         "module", "query", "key", "value", "attention_mask", "*", "dropout", "scaling"),
     "transformers.AttentionInterface.register": ("key", "value"),
     "transformers.PreTrainedModel.set_attn_implementation": ("self", "attn_implementation"),
-    # forward keywords the decode loop and the scoring pass (logits_to_keep was num_logits_to_keep before 4.50)
+    # forward keywords the decode loop and the scoring pass
     "transformers.LlamaForCausalLM.forward": (
         "self", "*", "input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep"),
     "transformers.Qwen2ForCausalLM.forward": (
@@ -243,9 +243,9 @@ def _signature_problem(dotted: str, expected: tuple[str, ...]) -> str | None:
 
 
 def problems() -> list[str]:
-    """What no longer holds in the installed transformers: a version outside SUPPORTED, a name in RELIED_ON or
-    ATTRIBUTES gone or its parameters changed, a cache layer defined here no longer constructible (a new
-    abstract method). Empty when everything is as this module expects."""
+    """What does not hold in the installed transformers: a version outside SUPPORTED, a name in RELIED_ON or
+    ATTRIBUTES missing or with other parameters, a cache layer defined here that cannot be constructed (an
+    abstract method it lacks). Empty when everything is as this module expects."""
     found = []
     if transformers.__version__ not in SUPPORTED:
         found.append(f"transformers {transformers.__version__} is outside the supported range {SUPPORTED} "
@@ -262,5 +262,5 @@ def problems() -> list[str]:
             layer = make()
             Cache(layers=[layer]).layers[0].keys  # noqa: B018 (the attribute the copies read)
         except (TypeError, AttributeError) as err:
-            found.append(f"a cache layer azlib defines no longer works with transformers' Cache: {err}")
+            found.append(f"a cache layer azlib defines does not work with transformers' Cache: {err}")
     return found

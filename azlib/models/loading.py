@@ -87,7 +87,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     dequantised = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # save_pretrained refuses a GGUF-loaded model, so copy its weights into a fresh one whose
-    # config no longer claims GGUF quantisation (the weights are plain float32 now; vLLM checks).
+    # config does not claim GGUF quantisation (the weights are plain float32 here; vLLM checks).
     config = dequantised.config
     del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)

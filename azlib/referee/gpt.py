@@ -4,32 +4,12 @@ Only the network; losses live in objective.py, the loop in train.py."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-@dataclass(frozen=True)
-class GPTSettings:
-    """The network's shape, nanoGPT's names."""
-
-    vocab_size: int  # tokens (characters here), from the corpus
-    block_size: int = 128  # context length in tokens, >= 8
-    n_layer: int = 4  # transformer blocks
-    n_head: int = 4  # attention heads of each block
-    n_embd: int = 128  # width, >= 8 and a multiple of n_head
-    dropout: float = 0.0  # in [0, 1); 0 keeps single-process and DDP runs bit-comparable
-
-    def __post_init__(self):
-        for name, low in (("vocab_size", 1), ("block_size", 8), ("n_layer", 1), ("n_head", 1), ("n_embd", 8)):
-            if getattr(self, name) < low:
-                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+from azlib.settings import GPTSettings
 
 
 class Block(nn.Module):

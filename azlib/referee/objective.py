@@ -4,41 +4,11 @@ Pure functions of logits and targets; no model, optimiser or data here."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch.nn import functional as F
 
-
-MAX_TOP_K = 64  # candidates per model and position at most: a character vocabulary has under 100 entries
-
-
-@dataclass(frozen=True)
-class RefereeRLSettings:
-    """Knobs of the referee reward, avataRL's defaults (compute_avatarl_loss)."""
-
-    top_k: int = 16  # candidates from the student and as many from the referee, plus the ground truth
-    reality_weight: float = 0.7  # alpha: exponent of the reality term
-    referee_weight: float = 0.3  # beta: exponent of the referee term (0: ground truth only, no referee)
-    smoothing: float = 0.1  # reality puts 1 - smoothing on the ground truth, the rest spread over the others
-    reward_scale: float = 100.0  # r = scale * q before the clamp (avataRL; with the clamp it only sets the shape)
-    reward_clamp: float = 1.5  # the largest reward at a position; larger ones are scaled down proportionally
-    advantage: Literal["reward", "group"] = "reward"  # A = r (avataRL), or A = r - mean over the candidates
-
-    def __post_init__(self):
-        if not 1 <= self.top_k <= MAX_TOP_K:
-            raise ValueError(f"top_k must be within 1..{MAX_TOP_K} candidates per model, got {self.top_k}")
-        for name in ("reality_weight", "referee_weight"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("reward_scale", "reward_clamp"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not 0 < self.smoothing < 1:
-            raise ValueError(f"smoothing must be in (0, 1), got {self.smoothing}")
-        if self.advantage not in ("reward", "group"):
-            raise ValueError(f"advantage must be 'reward' or 'group', got {self.advantage!r}")
+from azlib.settings import RefereeRLSettings
 
 
 def ce_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -12,8 +12,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from azlib.parallel import local_device, world
 from azlib.referee.data import CharCorpus
-from azlib.referee.gpt import GPT, GPTSettings
-from azlib.referee.objective import RefereeRLSettings, bits_per_token, ce_loss, referee_rl_loss
+from azlib.referee.gpt import GPT
+from azlib.referee.objective import bits_per_token, ce_loss, referee_rl_loss
+from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings, settings_from_params
 
 
 @dataclass(frozen=True)
@@ -27,33 +28,6 @@ class ArmSpec:
     referee: str | None = None
     rl: RefereeRLSettings = field(default_factory=RefereeRLSettings)
     init_seed: int = 0
-
-
-@dataclass(frozen=True)
-class RefereeTrainSettings:
-    """The loop, every arm alike. Defaults: notebook 07's quick run (about 3 minutes on 2 CPU cores)."""
-
-    steps: int = 150  # optimiser steps, the same for every arm (so the same tokens)
-    batch_size: int = 16  # global: sequences per optimiser step, split over the processes
-    learning_rate: float = 2e-3  # AdamW's peak: linear warmup, then cosine decay to 10%
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0  # global gradient-norm clip of every arm
-    eval_every: int = 20  # steps between validation evaluations
-    eval_batches: int = 4  # fixed held-out windows per evaluation, in batches
-    eval_batch_size: int = 32
-    seed: int = 0
-
-    def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_every", "eval_batches", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "weight_decay", "seed"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("learning_rate", "grad_clip"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 def learning_rate(step: int, cfg: RefereeTrainSettings) -> float:
@@ -186,29 +160,6 @@ def arm_specs(main: GPTSettings, small: GPTSettings, rl: RefereeRLSettings, abla
         specs += [ArmSpec("referee_small", "ce", small, init_seed=seed + 1),
                   ArmSpec("rl_small_referee", "rl", main, "referee_small", rl, seed)]
     return specs
-
-
-def settings_from_params(params, vocab_size: int) -> tuple[GPTSettings, GPTSettings, RefereeRLSettings,
-                                                           RefereeTrainSettings]:
-    """Notebook 07's flat parameters (any object with RefereeRLParams' fields; nothing here imports the schema)
-    as the settings they name, each checking its own bounds: the main models' shape, the small referee's, the
-    reward, the loop."""
-    def built(what: str, settings: type, *values):
-        try:
-            return settings(*values)
-        except ValueError as err:
-            raise ValueError(f"{what}: {err}") from None
-
-    main = built("the main models", GPTSettings, vocab_size, params.block_size, params.n_layer, params.n_head,
-                 params.n_embd)
-    small = built("the ablation's referee (referee_n_*)", GPTSettings, vocab_size, params.block_size,
-                  params.referee_n_layer, params.referee_n_head, params.referee_n_embd)
-    rl = built("the reward", RefereeRLSettings, params.top_k, params.reality_weight, params.referee_weight,
-               params.smoothing, params.reward_scale, params.reward_clamp, params.advantage)
-    cfg = built("the loop", RefereeTrainSettings, params.steps, params.batch_size, params.learning_rate,
-                params.warmup_steps, params.weight_decay, params.grad_clip, params.eval_every, params.eval_batches,
-                params.eval_batch_size, params.seed)
-    return main, small, rl, cfg
 
 
 def arms_from_params(params, corpus: CharCorpus) -> Arms:

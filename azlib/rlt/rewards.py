@@ -19,8 +19,7 @@ from typing import Sequence
 import torch
 
 from azlib.models.generation import Backend, Prompt
-
-ALPHA, LAMBDA = 0.01, 3.0  # the paper's published values
+from azlib.settings import ALPHA, LAMBDA
 
 
 def padded(rows: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]:

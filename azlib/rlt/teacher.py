@@ -18,8 +18,9 @@ from azlib.data.rows import Row
 from azlib.evaluation import mean_difference
 from azlib.prompts import chat_prompt
 from azlib.grpo import PolicyUpdate, Example
-from azlib.models.generation import AnswerSampling, Backend
-from azlib.rlt.rewards import ALPHA, LAMBDA, ExplanationScores, score_explanations
+from azlib.models.generation import Backend
+from azlib.rlt.rewards import ExplanationScores, score_explanations
+from azlib.settings import RLTSettings
 
 TEACHER_INSTRUCTION = ("Above are a math question and its reference solution. Write a short explanation that "
                        "teaches a student how to reach this solution step by step.")
@@ -39,30 +40,6 @@ def student_prompt(question: str) -> list[dict[str, str]]:
 def same_tokenizer(a: Backend, b: Backend) -> bool:
     """Explanations move between teacher and student as token ids: their vocabularies must agree."""
     return a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
-
-
-@dataclass(frozen=True)
-class RLTSettings:
-    """The published setting is alpha 0.01, lambda 3, G = 64 explanations per question, temperature 0.7."""
-
-    alpha: float = ALPHA
-    kl_weight: float = LAMBDA  # lambda
-    group_size: int = 8  # G: explanations per question
-    problems_per_step: int = 4
-    max_explanation_tokens: int = 64
-    temperature: float = 0.7
-
-    def __post_init__(self):
-        if self.alpha < 0 or self.kl_weight < 0 or self.temperature <= 0:
-            raise ValueError("need alpha >= 0, kl_weight >= 0 and temperature > 0")
-        if self.group_size < 2 or self.problems_per_step < 1 or self.max_explanation_tokens < 1:
-            raise ValueError("need group_size >= 2 (a group), problems_per_step >= 1 and max_explanation_tokens >= 1")
-
-    @property
-    def sampling(self) -> AnswerSampling:
-        """The explanations' sampling, which the teacher's update reads: log-probs at their temperature, dr_grpo's
-        normaliser their length cap."""
-        return AnswerSampling(temperature=self.temperature, top_p=1.0, max_new_tokens=self.max_explanation_tokens)
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""The library's import layering: azlib's modules import one another without a circle (module-level and
+function-level imports alike), and `import azlib.config`, the notebook-parameter schema, loads no model library."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from azlib.paths import REPO_ROOT
+
+AZLIB = REPO_ROOT / "azlib"
+MODEL_LIBRARIES = ("torch", "transformers", "peft", "accelerate", "vllm", "datasets")
+
+
+def module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in its code (at the top, in a function, under a
+    condition). `from azlib.x import y` is an edge to azlib.x.y when that is a module, else to azlib.x."""
+    files = {module_name(p, package): p for p in package.rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in files}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    submodule = f"{node.module}.{alias.name}"
+                    edges.add(submodule if submodule in files else node.module)
+        graph[name] = {m for m in edges if m in files and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per strongly connected component of more than one module (Tarjan), as a path back to its start."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while not component or component_top != v:
+                component_top = stack.pop()
+                on_stack.discard(component_top)
+                component.add(component_top)
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [circle_in(graph, component) for component in components]
+
+
+def circle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself, inside the component."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    return paths[v] + [start]
+                if w not in paths:
+                    paths[w] = paths[v] + [w]
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"{sorted(component)} is not strongly connected")
+
+
+def test_azlib_has_no_import_circle():
+    found = cycles(import_graph(AZLIB))
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_circle_finder_finds_a_planted_circle(tmp_path):
+    package = tmp_path / "azlib"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from azlib.sub import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from azlib import c\n")  # a function-level edge
+    (package / "c.py").write_text("import azlib.a\n")
+    (package / "d.py").write_text("from azlib.a import f\n")  # into the circle, not on it
+    assert cycles(import_graph(package)) == [["azlib.a", "azlib.sub.b", "azlib.c", "azlib.a"]]
+    (package / "c.py").write_text("x = 1\n")
+    assert cycles(import_graph(package)) == [], "a line, not a circle"
+
+
+def test_importing_the_config_loads_no_model_library():
+    code = ("import sys, azlib.config; "
+            f"print(' '.join(m for m in {MODEL_LIBRARIES!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert out.stdout.split() == [], f"import azlib.config loads {out.stdout.strip()}"
