@@ -170,7 +170,7 @@ def check_sequence_advantages(fn: Callable[[list[list[int]], list[int]], Any], s
 
 def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade:
     """fn(q, prior, parent_visits, child_visits, c) -> the PUCT score azlib's search maximises."""
-    from azlib.mcts.search import SearchSettings, _scores
+    from azlib.mcts.search import puct_scores
     from azlib.mcts.tree import Node
 
     rng = random.Random(seed)
@@ -179,9 +179,8 @@ def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade
         parent = rng.randint(1, 400)
         kwargs = {"q": rng.uniform(-1, 1), "prior": rng.uniform(0.01, 1), "parent_visits": parent,
                   "child_visits": rng.randint(0, parent - 1), "c": rng.uniform(0.5, 3)}
-        node = Node(state=None, parent=-1, action=None, prior=1.0, depth=0, visits=parent)
         child = Node(state=None, parent=0, action=None, prior=kwargs["prior"], depth=1, visits=kwargs["child_visits"])
-        (expected,) = _scores(node, [child], [kwargs["q"]], SearchSettings(rule="puct", c=kwargs["c"]))
+        (expected,) = puct_scores([child], [kwargs["q"]], parent, kwargs["c"])
         cases.append(((), kwargs, [expected]))
     return _grade("PUCT score", fn, cases,
                   "exploitation (Q) plus an exploration bonus. The bonus is larger for moves the network likes, grows "

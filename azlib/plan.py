@@ -23,7 +23,6 @@ from azlib.training import GENERATION_MAX_MODEL_LEN, TrainerSettings
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 H100_GIB = 81_559 / 1024  # an H100 80 GB as torch.cuda.mem_get_info reports its total (81,559 MiB)
-H200_GIB = 143_771 / 1024  # an H200 141 GB, likewise
 
 # Each figure measured on one H200 by benchmarks/gpu_smoke.py (docs/gpu.md, "Measured on a GPU") where it says so;
 # the others are assumptions until a GPU run measures them.

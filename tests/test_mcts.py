@@ -5,6 +5,7 @@ batched expansion on text with the real model."""
 import json
 import os
 import random
+import typing
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,8 +14,8 @@ import pytest
 from azlib.mcts import Child, Expansion, SearchSettings, Tree, search, selection_terms, tree_after, visit_weights
 from azlib.mcts.envs import tictactoe as ttt
 from azlib.mcts.tree import Node
-from azlib.mcts.search import (_q_values, _scores, q_by_parent_and_siblings, q_by_parent_value, q_completed_by_mix_value,
-                                q_raw, sequence_of_considered_visits)
+from azlib.mcts.search import (Q_TRANSFORMS, RULES, puct_scores, q_by_parent_and_siblings, q_by_parent_value,
+                                q_completed_by_mix_value, q_raw, sequence_of_considered_visits, uct_scores)
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -24,17 +25,20 @@ def test_selection_scores_by_hand():
     tree.root.visits = 10
     a = tree.nodes[tree.add_child(0, "a", 0, 0.6, visits=4, value_sum=2.0)]
     b = tree.nodes[tree.add_child(0, "b", 1, 0.4, visits=0)]
-    puct, uct = SearchSettings(rule="puct", c=1.5), SearchSettings(rule="uct", c=1.5)
     sqrt_n, log_n = 10**0.5, __import__("math").log(10)
-    assert _scores(tree.root, [a, b], [a.q, b.q], puct) == pytest.approx([0.5 + 1.5 * 0.6 * sqrt_n / 5,
-                                                                           1.5 * 0.4 * sqrt_n])
-    assert _scores(tree.root, [a, b], [a.q, b.q], uct) == [pytest.approx(0.5 + 1.5 * (log_n / 4) ** 0.5), float("inf")]
+    assert puct_scores([a, b], [a.q, b.q], 10, 1.5) == pytest.approx([0.5 + 1.5 * 0.6 * sqrt_n / 5, 1.5 * 0.4 * sqrt_n])
+    assert uct_scores([a, b], [a.q, b.q], 10, 1.5) == [pytest.approx(0.5 + 1.5 * (log_n / 4) ** 0.5), float("inf")]
 
 
 def children_with(*stats: tuple[float, int]) -> list[Node]:
     """Children with these (value_sum, visits)."""
     return [Node(state=k, parent=0, action=k, prior=0.3, depth=1, visits=n, value_sum=w)
             for k, (w, n) in enumerate(stats)]
+
+
+def q_read(node: Node, children: list[Node], settings: SearchSettings, two_player: bool = False) -> list[float]:
+    """Each child's Q as the search's policy for `settings` reads it at `node`."""
+    return [q for q, _ in RULES[settings.rule](settings, two_player).terms(node, children)]
 
 
 def test_q_transforms_by_hand():
@@ -46,10 +50,10 @@ def test_q_transforms_by_hand():
     tree.root.visits, tree.root.value_sum = 10, 5.0  # parent Q 0.5
     kids = [tree.nodes[tree.add_child(0, k, k, 0.3, visits=v, value_sum=w)]
             for k, (v, w) in enumerate([(2, 1.8), (5, 1.0), (0, 0.0)])]  # Q 0.9, 0.2, unvisited
-    assert _q_values(tree.root, kids, SearchSettings()) == pytest.approx([0.9, 0.2, 0.0])
+    assert q_read(tree.root, kids, SearchSettings()) == pytest.approx([0.9, 0.2, 0.0])
     parent_value, mctx = SearchSettings(q_transform="parent_value"), SearchSettings(q_transform="mctx")
-    assert _q_values(tree.root, kids, parent_value) == pytest.approx([1.0, 0.0, 0.4286], abs=1e-4)
-    assert _q_values(tree.root, kids, mctx) == pytest.approx([1.0, 0.0, 0.0])
+    assert q_read(tree.root, kids, parent_value) == pytest.approx([1.0, 0.0, 0.4286], abs=1e-4)
+    assert q_read(tree.root, kids, mctx) == pytest.approx([1.0, 0.0, 0.0])
 
     # A parent better than its children (Q 1.0) stretches the range to [0.2, 1.0]: 0.9 reads 0.7 / 0.8 = 0.875,
     # and the parent-value rule makes the unvisited child the most attractive (1.0); mctx's still reads 0.
@@ -63,8 +67,8 @@ def test_q_transforms_by_hand():
     # Two players: a node's value_sum is from the view of whoever moved INTO it, its children's from the view
     # of the player choosing among them; so the parent's value for the chooser is minus its Q.
     tree.root.value_sum = -5.0  # parent Q -0.5: worth +0.5 to the player choosing among the children
-    assert _q_values(tree.root, kids, parent_value, two_player=True) == pytest.approx([1.0, 0.0, 0.4286], abs=1e-4)
-    assert _q_values(tree.root, kids, mctx, two_player=True) == pytest.approx([1.0, 0.0, 0.0])
+    assert q_read(tree.root, kids, parent_value, two_player=True) == pytest.approx([1.0, 0.0, 0.4286], abs=1e-4)
+    assert q_read(tree.root, kids, mctx, two_player=True) == pytest.approx([1.0, 0.0, 0.0])
 
 
 def test_completed_q_by_mix_value_by_hand():
@@ -166,6 +170,14 @@ def test_search_settings_reject_bad_values():
         with pytest.raises(ValueError):
             SearchSettings(**fields)
     SearchSettings(rule="gumbel", max_considered_actions=1, gumbel_scale=0.0)  # the edge cases are fine
+
+
+def test_the_settings_name_exactly_the_registered_rules():
+    """The names a profile or --set may write (SearchSettings' Literal types, which the config checks) are the
+    registries' keys, so each name reaches its function."""
+    hints = typing.get_type_hints(SearchSettings)
+    assert typing.get_args(hints["rule"]) == tuple(RULES)
+    assert typing.get_args(hints["q_transform"]) == tuple(Q_TRANSFORMS)
 
 
 class Bandit:

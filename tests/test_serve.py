@@ -119,6 +119,15 @@ def test_a_body_that_is_not_a_request_object_is_refused(refusing, body):
     assert refusing.batches == 0
 
 
+def test_json_nested_too_deep_is_refused_by_name(refusing):
+    """50,000 arrays inside one another: within the body limit, past the json module's recursion limit."""
+    error = refused(refusing.client.post("/chat/completions", content=b"[" * 50_000 + b"]" * 50_000), 400)
+    assert error["code"] == "invalid_json" and "nested too deep" in error["message"]
+    # ordinary nesting parses: the refusal is the field check's
+    assert refused(refusing.client.post("/chat/completions", json=chat(n=0, metadata=[[[{}]]])), 400, "n")
+    assert refusing.batches == 0
+
+
 def test_hostile_requests_are_refused_at_once(refusing):
     started = time.monotonic()
     refused(refusing.client.post("/chat/completions", json=chat(n=100_000)), 400, "n")

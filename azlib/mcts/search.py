@@ -2,7 +2,8 @@
 leaves with ONE environment call, back up. Pure function of environment, roots, settings and rng.
 
 The shape follows mctx: `search(env, roots, settings, rng) -> [SearchResult(action, action_weights,
-tree)]`. Many roots (problems) are searched in lock-step, and each step may take several leaves per
+tree)]`, its rules functions that the search calls (a Q transform, a score, or Gumbel MuZero's policy), which
+the settings name by string (Q_TRANSFORMS, RULES). Many roots (problems) are searched in lock-step, and each step may take several leaves per
 tree (virtual loss; PUCT and UCT), so a text environment turns a whole step into one batched generate call.
 """
 
@@ -12,7 +13,8 @@ import math
 import random
 import sys
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal, NamedTuple, Protocol, Sequence
+from functools import partial
+from typing import Any, Callable, Literal, NamedTuple, Protocol, Sequence
 
 from azlib.mcts.tree import Backup, Node, Tree
 
@@ -24,10 +26,10 @@ class SearchSettings:
 
     num_simulations: int = 60  # leaf evaluations per root; the root's own expansion is the first
     max_depth: int = 12  # a node this deep is terminal
-    # How a node picks the child to descend into:
-    # "puct" (AlphaZero): Q + c * P * sqrt(N_parent) / (1 + N_child).
-    # "uct" (the original system): Q + c * sqrt(ln N_parent / N_child), an unvisited child first.
-    # "gumbel" (Gumbel MuZero, Danihelka et al. 2022, as mctx's gumbel_muzero_policy): the root samples
+    # How a node picks the child to descend into (RULES maps each name to its policy below):
+    # "puct" (puct_scores, AlphaZero): Q + c * P * sqrt(N_parent) / (1 + N_child).
+    # "uct" (uct_scores, the original system): Q + c * sqrt(ln N_parent / N_child), an unvisited child first.
+    # "gumbel" (GumbelMuZeroPolicy, Danihelka et al. 2022, as mctx's gumbel_muzero_policy): the root samples
     #   Gumbel noise once, keeps the top `max_considered_actions` by noise + log prior and shares the
     #   simulations among them by sequential halving; below the root, the deterministic rule of the
     #   improved policy. The move is the best survivor, `action_weights` the improved policy (not the
@@ -36,10 +38,10 @@ class SearchSettings:
     #   model call.
     rule: Literal["puct", "uct", "gumbel"] = "puct"
     c: float = 1.414  # exploration constant of puct and uct
-    # How puct and uct read Q (each a function below): "raw" (q_raw: the mean backed-up value, 0 for an
-    # unvisited child; AlphaZero on games with values in [-1, 1]; the original system), "parent_value"
-    # (q_by_parent_value: an unvisited child valued at its parent, then rescaled to [0, 1] by the min and
-    # max of the parent's and its visited children's Q), "mctx" (q_by_parent_and_siblings, mctx's
+    # How puct and uct read Q (Q_TRANSFORMS maps each name to its function below): "raw" (q_raw: the mean
+    # backed-up value, 0 for an unvisited child; AlphaZero on games with values in [-1, 1]; the original system),
+    # "parent_value" (q_by_parent_value: an unvisited child valued at its parent, then rescaled to [0, 1] by the
+    # min and max of the parent's and its visited children's Q), "mctx" (q_by_parent_and_siblings, mctx's
     # default for MuZero: the same rescaling, an unvisited child valued at the minimum, so it reads 0).
     # Rescaled, c means the same whatever the reward's scale.
     q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
@@ -58,14 +60,15 @@ class SearchSettings:
     def __post_init__(self):
         if self.num_simulations < 1 or self.max_depth < 1 or self.leaves_per_step < 1:
             raise ValueError("num_simulations, max_depth and leaves_per_step must be >= 1")
-        if self.rule not in ("puct", "uct", "gumbel") or self.c < 0 or self.temperature < 0:
+        if self.rule not in RULES or self.c < 0 or self.temperature < 0:
             raise ValueError(f"bad selection settings: rule={self.rule!r}, c={self.c}, temperature={self.temperature}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1 (or None), got {self.max_tokens}")
         if not 0 <= self.dirichlet_fraction <= 1 or self.dirichlet_alpha <= 0 or self.virtual_loss < 0:
             raise ValueError("need 0 <= dirichlet_fraction <= 1, dirichlet_alpha > 0 and virtual_loss >= 0")
-        if self.q_transform not in ("raw", "parent_value", "mctx"):
-            raise ValueError(f"q_transform must be 'raw', 'parent_value' or 'mctx', got {self.q_transform!r}")
+        if self.q_transform not in Q_TRANSFORMS:
+            raise ValueError(f"q_transform must be one of {', '.join(map(repr, Q_TRANSFORMS))}, "
+                             f"got {self.q_transform!r}")
         if self.max_considered_actions < 1 or self.gumbel_scale < 0 or self.value_scale <= 0 or self.maxvisit_init < 0:
             raise ValueError(f"need max_considered_actions >= 1, gumbel_scale >= 0, value_scale > 0 and "
                              f"maxvisit_init >= 0, got {self.max_considered_actions}, {self.gumbel_scale}, "
@@ -121,11 +124,12 @@ class SearchResult:
     tokens: int  # generated by this root's expansions (a step's total is the sum over its results)
 
 
-# Q transforms: each child's Q as puct and uct read it, from the children (Node.q: their mean backed-up value, from
-# the view of the player choosing among them, 0 while unvisited) and `node_value`, the parent's value from that same
-# view (mctx's node_value: azlib's parent Q, negated in a two-player game, since a node's value_sum is from the view
-# of whoever moved into it). Like mctx's qtransforms, a function of the node's children, not of copied lists: it runs
-# at every node of every simulation.
+# Q transforms (mctx's qtransforms, passed to the selection rule as mctx passes `qtransform`): each child's Q as the
+# score reads it, from the children (Node.q: their mean backed-up value, from the view of the player choosing among
+# them, 0 while unvisited) and `node_value`, the parent's value from that same view (mctx's node_value: azlib's parent
+# Q, negated in a two-player game, since a node's value_sum is from the view of whoever moved into it). A function of
+# the node's children, not of copied lists: it runs at every node of every simulation.
+QTransform = Callable[[Sequence[Node], float], list[float]]
 
 
 def q_raw(children: Sequence[Node], node_value: float) -> list[float]:
@@ -151,27 +155,71 @@ def q_by_parent_and_siblings(children: Sequence[Node], node_value: float, epsilo
     return [(x - low) / max(high - low, epsilon) for x in completed]
 
 
-Q_TRANSFORMS = {"raw": q_raw, "parent_value": q_by_parent_value, "mctx": q_by_parent_and_siblings}
+# Selection scores (mctx's action_selection): each child's score from its Q (as a QTransform reads it), its prior and
+# visits and the parent's visits; the search descends into the highest. One list per node, no call per child: this is
+# the search's innermost loop.
+Scores = Callable[[Sequence[Node], Sequence[float], int, float], list[float]]
 
 
-def _node_value(node: Node, two_player: bool) -> float:
-    return -node.q if two_player else node.q
+def puct_scores(children: Sequence[Node], q: Sequence[float], parent_visits: int, c: float) -> list[float]:
+    """PUCT, AlphaZero (Silver et al. 2018, Methods "Search"; mctx's muzero_action_selection with a constant c):
+    Q + c * P * sqrt(N_parent) / (1 + N_child), N_parent at least 1."""
+    sqrt_n = math.sqrt(max(parent_visits, 1))
+    return [x + c * child.prior * sqrt_n / (1 + child.visits) for x, child in zip(q, children)]
 
 
-def _q_values(node: Node, children: Sequence[Node], settings: SearchSettings, two_player: bool = False) -> list[float]:
-    """Each child's Q as puct and uct read it (SearchSettings.q_transform)."""
-    return Q_TRANSFORMS[settings.q_transform](children, _node_value(node, two_player))
-
-
-def _scores(node: Node, children: Sequence[Node], q: Sequence[float], settings: SearchSettings) -> list[float]:
-    """Each child's score, Q (as _q_values reads it) + U; the search descends into the highest. One list per node,
-    no call per child: this is the search's innermost loop."""
-    c, n = settings.c, max(node.visits, 1)
-    if settings.rule == "puct":  # AlphaZero: Q + c * P * sqrt(N_parent) / (1 + N_child)
-        sqrt_n = math.sqrt(n)
-        return [x + c * child.prior * sqrt_n / (1 + child.visits) for x, child in zip(q, children)]
-    log_n = math.log(n)  # UCT (the original system): Q + c * sqrt(ln N_parent / N_child), an unvisited child first
+def uct_scores(children: Sequence[Node], q: Sequence[float], parent_visits: int, c: float) -> list[float]:
+    """UCT (Kocsis & Szepesvari 2006, "Bandit based Monte-Carlo planning"; the original system's rule):
+    Q + c * sqrt(ln N_parent / N_child), N_parent at least 1, an unvisited child first."""
+    log_n = math.log(max(parent_visits, 1))
     return [x + c * math.sqrt(log_n / child.visits) if child.visits else math.inf for x, child in zip(q, children)]
+
+
+class Policy(Protocol):
+    """What the search asks of its rule (mctx's policies: muzero_policy, gumbel_muzero_policy), built from the
+    settings by RULES."""
+
+    def select(self, node: Node, children: list[Node], candidates: Sequence[int] | None, at_root: bool) -> int:
+        """The index of the child to descend into; only `candidates` (None: all) below the root."""
+
+    def expanded(self, tree: Tree, leaf: int, value: float, rng: random.Random) -> None:
+        """Called once the leaf has its children, with the environment's value estimate of it."""
+
+    def decide(self, root: Node, children: list[Node], rng: random.Random) -> tuple[int, list[float]]:
+        """After the search: the root child to move to, and the action weights over the root's children."""
+
+    def terms(self, node: Node, children: list[Node]) -> list[tuple[float, float]] | None:
+        """(Q as the rule reads it, the whole score) per child, or None for a rule that ranks by no Q + U."""
+
+
+class AlphaZeroPolicy:
+    """AlphaZero's search (Silver et al. 2018) with its score and Q transform passed in, as mctx's muzero_policy
+    takes its qtransform: descend into the first highest score; Dirichlet noise mixed into the root prior; move by
+    the root's visit counts (temperature 0: the most visited; else sampled from visit_weights)."""
+
+    def __init__(self, scores: Scores, settings: SearchSettings, two_player: bool):
+        self.scores, self.q_transform = scores, Q_TRANSFORMS[settings.q_transform]
+        self.settings, self.c, self.two_player = settings, settings.c, two_player
+
+    def terms(self, node: Node, children: list[Node]) -> list[tuple[float, float]]:
+        q = self.q_transform(children, -node.q if self.two_player else node.q)
+        return list(zip(q, self.scores(children, q, node.visits, self.c)))
+
+    def select(self, node: Node, children: list[Node], candidates: Sequence[int] | None, at_root: bool) -> int:
+        q = self.q_transform(children, -node.q if self.two_player else node.q)
+        scores = self.scores(children, q, node.visits, self.c)
+        # the first highest among the candidates (list.index finds the first, without a call per child)
+        return scores.index(max(scores)) if candidates is None else max(candidates, key=scores.__getitem__)
+
+    def expanded(self, tree: Tree, leaf: int, value: float, rng: random.Random) -> None:
+        if leaf == 0:
+            _root_noise(tree, self.settings, rng)
+
+    def decide(self, root: Node, children: list[Node], rng: random.Random) -> tuple[int, list[float]]:
+        weights = visit_weights([c.visits for c in children], self.settings.temperature)
+        if self.settings.temperature == 0:
+            return weights.index(1.0), weights
+        return rng.choices(range(len(children)), weights=weights)[0], weights
 
 
 # Gumbel MuZero (Danihelka et al. 2022, "Policy improvement by planning with Gumbel"), as mctx's
@@ -226,106 +274,124 @@ def sequence_of_considered_visits(max_num_considered_actions: int, num_simulatio
     return tuple(sequence[:num_simulations])
 
 
-def _sigma(node: Node, children: Sequence[Node], settings: SearchSettings) -> list[float]:
-    return q_completed_by_mix_value([c.q for c in children], [c.visits for c in children], [c.prior for c in children],
-                                    node.info["raw_value"], settings.value_scale, settings.maxvisit_init)
+class GumbelMuZeroPolicy:
+    """Gumbel MuZero (Danihelka et al. 2022), as mctx's gumbel_muzero_policy: the root samples Gumbel noise once and
+    shares the simulations among its top `max_considered_actions` by sequential halving; below the root, the
+    deterministic rule that makes the visits follow the improved policy; Q read by q_completed_by_mix_value (the
+    environment's value estimate of a node is its raw value). Does not read c, q_transform or temperature; at the
+    root, not skip_solved either (sequential halving keeps its own count)."""
+
+    def __init__(self, settings: SearchSettings, two_player: bool):
+        self.settings = settings
+
+    def terms(self, node: Node, children: list[Node]) -> None:
+        return None
+
+    def _sigma(self, node: Node, children: Sequence[Node]) -> list[float]:
+        return q_completed_by_mix_value([c.q for c in children], [c.visits for c in children],
+                                        [c.prior for c in children], node.info["raw_value"],
+                                        self.settings.value_scale, self.settings.maxvisit_init)
+
+    def _improved(self, node: Node, children: Sequence[Node]) -> list[float]:
+        """The improved policy softmax(logits + sigma(completed Q)) (the paper, Sec. 4)."""
+        return _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), self._sigma(node, children))])
+
+    def _root_scores(self, root: Node, children: Sequence[Node]) -> list[float]:
+        """g + logits + sigma(completed Q) per root child, mctx's seq_halving.score_considered before its
+        visit-count mask (logits shifted by their max, the sum floored at LOW_LOGIT)."""
+        logits = _logits([c.prior for c in children])
+        top = max(logits)
+        return [max(LOW_LOGIT, c.info["gumbel"] + lg - top + s)
+                for c, lg, s in zip(children, logits, self._sigma(root, children))]
+
+    def select(self, node: Node, children: list[Node], candidates: Sequence[int] | None, at_root: bool) -> int:
+        if at_root:
+            best = self._root_select(node, children)
+            children[best].info["simulations"] += 1  # sequential halving counts the simulations it sends
+            return best
+        # mctx's action_selection.gumbel_muzero_interior_action_selection (the paper, Sec. 5): argmax of
+        # pi'(a) - N(a) / (1 + sum_b N(b)), so that the visits follow the improved policy pi' deterministically.
+        improved = self._improved(node, children)
+        total = sum(c.visits for c in children)
+        return max(range(len(children)) if candidates is None else candidates,
+                   key=lambda k: improved[k] - children[k].visits / (1 + total))
+
+    def _root_select(self, root: Node, children: Sequence[Node]) -> int:
+        """mctx's action_selection.gumbel_muzero_root_action_selection: among the considered actions whose
+        count equals the one sequential halving asks for now, the highest g + logits + sigma(completed Q).
+        The count is of the simulations sent through the child (info["simulations"]): on games that is its
+        visits, as in mctx; a text child's visits also count the rollouts it arrived with, no simulations."""
+        considered = [k for k, c in enumerate(children) if c.info["considered"]]
+        counts = [c.info["simulations"] for c in children]
+        # mctx evaluates the root outside its budget; here its expansion is the first simulation.
+        table = sequence_of_considered_visits(len(considered), self.settings.num_simulations - 1)
+        target = table[min(sum(counts), len(table) - 1)]
+        scores = self._root_scores(root, children)
+        # not empty while every simulation counts
+        eligible = [k for k in considered if counts[k] == target] or considered
+        return max(eligible, key=scores.__getitem__)
+
+    def expanded(self, tree: Tree, leaf: int, value: float, rng: random.Random) -> None:
+        """The environment's value estimate is the node's raw value (mctx's raw_value); once per search, at the
+        root's expansion: Gumbel noise g(a) for every root action, and the top max_considered_actions by g + logits
+        considered (sampling without replacement, the Gumbel-top-k trick)."""
+        tree.nodes[leaf].info["raw_value"] = value
+        if leaf != 0:
+            return
+        children = [tree.nodes[i] for i in tree.root.children]
+        logits = _logits([c.prior for c in children])
+        scale = self.settings.gumbel_scale
+        for child in children:  # -log(-log U), U in (0, 1)
+            child.info["gumbel"] = scale * -math.log(-math.log(max(rng.random(), sys.float_info.min)))
+            child.info["considered"], child.info["simulations"] = False, 0
+        order = sorted(range(len(children)), key=lambda k: -(children[k].info["gumbel"] + logits[k]))
+        for k in order[:self.settings.max_considered_actions]:
+            children[k].info["considered"] = True
+
+    def decide(self, root: Node, children: list[Node], rng: random.Random) -> tuple[int, list[float]]:
+        """Among the considered actions sent the most simulations (the survivors of sequential halving), the
+        highest g + logits + sigma(completed Q); and the improved policy as the action weights (mctx's
+        action_weights, the policy target of Gumbel MuZero)."""
+        considered = [k for k, c in enumerate(children) if c.info["considered"]]
+        most = max(children[k].info["simulations"] for k in considered)
+        scores = self._root_scores(root, children)
+        best = max((k for k in considered if children[k].info["simulations"] == most), key=scores.__getitem__)
+        return best, self._improved(root, children)
 
 
-def _gumbel_scores(root: Node, children: Sequence[Node], settings: SearchSettings) -> list[float]:
-    """g + logits + sigma(completed Q) per root child, mctx's seq_halving.score_considered before its
-    visit-count mask (logits shifted by their max, the sum floored at LOW_LOGIT)."""
-    logits = _logits([c.prior for c in children])
-    top = max(logits)
-    return [max(LOW_LOGIT, c.info["gumbel"] + lg - top + s)
-            for c, lg, s in zip(children, logits, _sigma(root, children, settings))]
+# The names the settings use (SearchSettings.q_transform and .rule), each to its function; the search calls these.
+Q_TRANSFORMS: dict[str, QTransform] = {"raw": q_raw, "parent_value": q_by_parent_value,
+                                       "mctx": q_by_parent_and_siblings}
+RULES: dict[str, Callable[[SearchSettings, bool], Policy]] = {
+    "puct": partial(AlphaZeroPolicy, puct_scores), "uct": partial(AlphaZeroPolicy, uct_scores),
+    "gumbel": GumbelMuZeroPolicy}
 
 
-def _gumbel_root(root: Node, children: Sequence[Node], settings: SearchSettings) -> int:
-    """mctx's action_selection.gumbel_muzero_root_action_selection: among the considered actions whose
-    count equals the one sequential halving asks for now, the highest g + logits + sigma(completed Q).
-    The count is of the simulations sent through the child (info["simulations"]): on games that is its
-    visits, as in mctx; a text child's visits also count the rollouts it arrived with, no simulations."""
-    considered = [k for k, c in enumerate(children) if c.info["considered"]]
-    counts = [c.info["simulations"] for c in children]
-    # mctx evaluates the root outside its budget; here its expansion is the first simulation.
-    table = sequence_of_considered_visits(len(considered), settings.num_simulations - 1)
-    target = table[min(sum(counts), len(table) - 1)]
-    scores = _gumbel_scores(root, children, settings)
-    eligible = [k for k in considered if counts[k] == target] or considered  # not empty while every simulation counts
-    return max(eligible, key=scores.__getitem__)
-
-
-def _gumbel_interior(node: Node, children: Sequence[Node], candidates: Sequence[int], settings: SearchSettings) -> int:
-    """mctx's action_selection.gumbel_muzero_interior_action_selection (the paper, Sec. 5): argmax of
-    pi'(a) - N(a) / (1 + sum_b N(b)), pi' = softmax(logits + sigma(completed Q)), so that the visits
-    follow the improved policy pi' deterministically."""
-    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(node, children, settings))])
-    total = sum(c.visits for c in children)
-    return max(candidates, key=lambda k: improved[k] - children[k].visits / (1 + total))
-
-
-def _root_gumbel(tree: Tree, settings: SearchSettings, rng: random.Random) -> None:
-    """Once per search, at the root's expansion: Gumbel noise g(a) for every root action, and the top
-    max_considered_actions by g + logits considered (sampling without replacement, the Gumbel-top-k trick)."""
-    children = [tree.nodes[i] for i in tree.root.children]
-    logits = _logits([c.prior for c in children])
-    for child in children:  # -log(-log U), U in (0, 1)
-        child.info["gumbel"] = settings.gumbel_scale * -math.log(-math.log(max(rng.random(), sys.float_info.min)))
-        child.info["considered"], child.info["simulations"] = False, 0
-    order = sorted(range(len(children)), key=lambda k: -(children[k].info["gumbel"] + logits[k]))
-    for k in order[:settings.max_considered_actions]:
-        children[k].info["considered"] = True
-
-
-def _gumbel_decision(root: Node, children: Sequence[Node], settings: SearchSettings) -> tuple[int, list[float]]:
-    """mctx's gumbel_muzero_policy once the search is done: among the considered actions sent the most
-    simulations (the survivors of sequential halving), the highest g + logits + sigma(completed Q); and
-    the improved policy softmax(logits + sigma(completed Q)) as the action weights."""
-    considered = [k for k, c in enumerate(children) if c.info["considered"]]
-    most = max(children[k].info["simulations"] for k in considered)
-    scores = _gumbel_scores(root, children, settings)
-    best = max((k for k in considered if children[k].info["simulations"] == most), key=scores.__getitem__)
-    improved = _softmax([lg + s for lg, s in zip(_logits([c.prior for c in children]), _sigma(root, children, settings))])
-    return best, improved
-
-
-def _select(tree: Tree, settings: SearchSettings, two_player: bool = False) -> list[int]:
-    """Root-to-leaf path: descend by the rule until an unexpanded or terminal node."""
+def _select(tree: Tree, policy: Policy, skip_solved: bool) -> list[int]:
+    """Root-to-leaf path: descend by the policy until an unexpanded or terminal node."""
     nodes, path = tree.nodes, [0]
     node = nodes[0]
-    gumbel, skip_solved = settings.rule == "gumbel", settings.skip_solved
+    select = policy.select
     while node.expanded and not node.terminal and node.children:
         children = [nodes[i] for i in node.children]
-        candidates = range(len(children))
+        candidates = None
         if skip_solved:  # a solved child is entered once, so that its value is backed up
-            candidates = [k for k in candidates if not (children[k].solved and children[k].visits)] or candidates
-        if gumbel:  # sequential halving keeps its own count: the root ignores skip_solved
-            best = _gumbel_root(node, children, settings) if len(path) == 1 else \
-                _gumbel_interior(node, children, candidates, settings)
-        else:
-            scores = _scores(node, children, _q_values(node, children, settings, two_player), settings)
-            # the first highest among the candidates (list.index finds the first, without a call per child)
-            best = max(candidates, key=scores.__getitem__) if skip_solved else scores.index(max(scores))
+            candidates = [k for k in range(len(children)) if not (children[k].solved and children[k].visits)] or \
+                range(len(children))
+        best = select(node, children, candidates, len(path) == 1)
         path.append(node.children[best])
         node = children[best]
     return path
 
 
-def _selection_terms(node: Node, children: Sequence[Node], settings: SearchSettings,
-                     two_player: bool) -> list[tuple[float, float]]:
-    """(Q as the rule reads it, the whole score) per child, for puct and uct: what the node ranks its children by."""
-    q = _q_values(node, children, settings, two_player)
-    return list(zip(q, _scores(node, children, q, settings)))
-
-
 def selection_terms(tree: Tree, parent: int) -> list[tuple[float, float]] | None:
     """(Q term, score = Q + U) of each child of `parent` as it ranks them for the next simulation, by the rule the
     tree was searched with (tree.settings); None for gumbel (sequential halving, no Q + U) or a tree not from search."""
-    if not tree.settings or tree.settings["rule"] == "gumbel":
+    if not tree.settings:
         return None
     node = tree.nodes[parent]
-    children = [tree.nodes[i] for i in node.children]
-    return _selection_terms(node, children, SearchSettings(**tree.settings), tree.two_player)
+    settings = SearchSettings(**tree.settings)
+    return RULES[settings.rule](settings, tree.two_player).terms(node, [tree.nodes[i] for i in node.children])
 
 
 def _apply(tree: Tree, path: list[int], visits: int, value: float, two_player: bool) -> None:
@@ -431,6 +497,7 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
     each tree also records every simulation's backups in tree.history, for tree_after and TreeWidget's slider (a
     cost per simulation that a search nothing replays does without)."""
     trees = [Tree.with_root(state, two_player=env.two_player, settings=asdict(settings)) for state in roots]
+    policy = RULES[settings.rule](settings, env.two_player)
     tokens = [0] * len(trees)  # generated by each tree's expansions
     simulations = [0] * len(trees)  # backed up in each tree so far
     for tree in trees:
@@ -447,9 +514,7 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
         for t in active:
             tree, claimed = trees[t], set()
             for _ in range(min(settings.leaves_per_step, settings.num_simulations - simulations[t])):
-                path = _select(tree, settings, env.two_player)
-                if settings.rule == "gumbel" and len(path) > 1:  # sequential halving counts simulations
-                    tree.nodes[path[1]].info["simulations"] += 1
+                path = _select(tree, policy, settings.skip_solved)
                 leaf = tree.nodes[path[-1]]
                 if leaf.terminal:  # known value: back it up, no model call
                     _back_up(tree, [Backup(path, 1, leaf.info["terminal_value"])], replay)
@@ -467,12 +532,7 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
                 tree = trees[t]
                 _apply(tree, path, -1, settings.virtual_loss, False)
                 added = _add_children(tree, path[-1], expansion, env, settings, simulations[t])
-                if settings.rule == "gumbel":  # the environment's own value estimate: mctx's raw value
-                    tree.nodes[path[-1]].info["raw_value"] = expansion.value
-                if path[-1] == 0:
-                    _root_noise(tree, settings, rng)
-                    if settings.rule == "gumbel":
-                        _root_gumbel(tree, settings, rng)
+                policy.expanded(tree, path[-1], expansion.value, rng)
                 _back_up(tree, _expansion_backups(path, expansion, added), replay)
                 simulations[t] += 1
                 _mark_solved(tree, path)
@@ -481,15 +541,9 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
     results = []
     for tree, done, spent in zip(trees, simulations, tokens):
         children = [tree.nodes[i] for i in tree.root.children]
-        weights = visit_weights([c.visits for c in children], settings.temperature)
-        if not children:
-            action = None
-        elif settings.rule == "gumbel":
-            best, weights = _gumbel_decision(tree.root, children, settings)
+        action, weights = None, []
+        if children:
+            best, weights = policy.decide(tree.root, children, rng)
             action = children[best].action
-        elif settings.temperature == 0:
-            action = children[weights.index(1.0)].action
-        else:
-            action = rng.choices([c.action for c in children], weights=weights)[0]
         results.append(SearchResult(action, [c.action for c in children], weights, tree, done, spent))
     return results

@@ -54,6 +54,8 @@ def parse_request(raw: bytes, *, chat: bool, model: str, max_n: int, max_tokens:
         body = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as err:
         raise ApiError(400, f"the body is not valid JSON: {err}", code="invalid_json") from None
+    except RecursionError:  # the json module parses nested arrays and objects by recursion
+        raise ApiError(400, "the body's JSON is nested too deep to parse", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"the body must be a JSON object, got {_kind(body)}", code="invalid_type")
     asked = body.get("model")
