@@ -102,3 +102,26 @@ def test_a_long_line_is_checked_in_linear_time():
     long, found_long = min(seconds(100_000) for _ in range(3))
     assert found_long > 9 * found > 0
     assert long < 30 * short, f"10x the text took {long / short:.0f}x the time: not linear"
+
+
+def test_precision_and_recall_per_chain_length():
+    from azlib.step_precision import check_answer, precision_table
+
+    one = {"prompt": "Ava has 7 apples. She gets 4 more apples.", "answer": "11",
+           "info": {"solution": "7 + 4 = 11\n#### 11", "steps": 1}}
+    two = {"prompt": PROMPT, "answer": "73", "info": {"solution": SOLUTION, "steps": 2}}
+    answers = [check_answer("7 + 4 = 11\n#### 11\n", one),  # right, passes every check
+               check_answer("7 + 4 = 12\n#### 12\n", one),  # wrong arithmetic: fails every check
+               check_answer("#### 11\n", one),  # right without an equation: passes none (recall lost)
+               check_answer("7 * 4 = 28\n#### 28\n", two),  # wrong, yet every step passes: precision lost
+               check_answer("7 * 4 = 28\n28 + 45 = 73\n#### 73\n", two),
+               check_answer("7 * 4 = 28\n28 + 45 = 73", two, finished=False)]  # cut: right, not "complete"
+    cell = {(r["steps"], r["check"]): r for r in precision_table(answers)}
+    assert [a.correct for a in answers] == [True, False, True, False, True, True]
+    assert (cell[1, "reference"]["passed"], cell[1, "reference"]["precision"], cell[1, "reference"]["recall"]) == (1, 1.0, 0.5)
+    assert (cell[2, "reference"]["passed"], cell[2, "reference"]["true_positives"]) == (3, 2)
+    assert (cell[2, "complete"]["passed"], cell[2, "complete"]["precision"], cell[2, "complete"]["recall"]) == (1, 1.0, 0.5)
+    assert cell["all", "arithmetic"]["answers"] == 6 and cell["all", "arithmetic"]["equations_right"] == 6
+    low, high = cell[2, "reference"]["precision_ci"]
+    assert low < 2 / 3 < high
+    assert precision_table([answers[1]])[0]["precision"] is None, "nothing passed: no precision"

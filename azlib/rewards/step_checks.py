@@ -7,6 +7,8 @@ Three checks, each stricter than the one before:
 - "reference": arithmetic right and the result is a value of the reference solution's chain (its equations'
   results and its final answer: the arithmetic task's `info.solution` lines, GSM8K's `<<48/2=24>>` marks).
 The first two read the text alone (a test-time verifier); the third reads the reference (a training-time one).
+`answer_complete` is a whole-answer rule from the text alone: the traced steps use every number the problem states
+and the final answer is the last step's result.
 """
 
 from __future__ import annotations
@@ -173,3 +175,11 @@ def first_failure(steps: list[Step], check: StepCheckKind) -> tuple[int, Literal
 def answer_passes(steps: list[Step], check: StepCheckKind) -> bool:
     """The check as a verifier of a whole answer: it wrote at least one equation and every one passes."""
     return bool(steps) and all(step.passes(check) for step in steps)
+
+
+def answer_complete(steps: list[Step], prompt: str, text: str) -> bool:
+    """A whole answer's chain read from its text alone: every step traced and arithmetic, every number the problem
+    states used as an operand, and the final answer the last step's result."""
+    used = {x for step in steps for x in (step.equation.left, step.equation.right)}
+    return (answer_passes(steps, "traced") and problem_numbers(prompt) <= used
+            and extract_answer(text) == steps[-1].equation.result)
