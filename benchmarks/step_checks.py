@@ -13,7 +13,7 @@ steps all pass, else the first), the tree blind to the gold and the reference. W
 as it finishes. About 100 s per 3-step problem on one busy core.
 
     .venv/bin/python benchmarks/step_checks.py --mode table [--out docs/figures]
-    .venv/bin/python benchmarks/step_checks.py --mode stage1 --steps 3 1 --problems 14 8 [--out DIR]
+    .venv/bin/python benchmarks/step_checks.py --mode stage1 [--steps 3 1] [--problems 8 4] [--out DIR]
 """
 
 from __future__ import annotations
@@ -114,8 +114,10 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
             return ForkingSearch(backend, problems, fork, sampling=sampling).grow(indices, g, seed=seed)
 
         sampled = grow(rows, ForkSettings(rounds=0), group)
+        print(f"{length}-step sampling done, {time.perf_counter() - start:.0f} s", flush=True)
         checked = grow(rows, ForkSettings(rounds=rounds, points=2, branches=2, where="step", check="reference"),
                        group // 2)
+        print(f"{length}-step reference tree done, {time.perf_counter() - start:.0f} s", flush=True)
         searched = grow(blind, ForkSettings(rounds=rounds, points=2, branches=2, where="step", check="traced"),
                         group // 2)
 
@@ -141,11 +143,30 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
             return {"tokens": tokens, "right": right, "problems": len(trees), "accuracy": right / len(trees),
                     "accuracy_ci": wilson_interval(right, len(trees))}
 
+        def repairs(trees, check: str, with_solution: bool) -> dict:
+            """Per fork: does the step it redraws (the first equation ending after the shared prefix) pass now?"""
+            counts = {"forks": 0, "passes": 0, "fails": 0, "no_step": 0}
+            for tree in trees:
+                row = rows[tree.problem]
+                for leaf in tree.leaves():
+                    node = tree.nodes[leaf]
+                    if not node.round:
+                        continue
+                    shared = len(backend.tokenizer.decode(tree.prefix(node.parent)[0], skip_special_tokens=True))
+                    steps = check_steps(node.answer.text, row["prompt"], row["info"]["solution"] if with_solution
+                                        else None)
+                    redrawn = next((s for s in steps if s.equation.end > shared), None)
+                    counts["forks"] += 1
+                    counts["no_step" if redrawn is None else "passes" if redrawn.passes(check) else "fails"] += 1
+            return counts
+
         own = [check_answer(a.text, rows[t.problem], a.finished) for t in sampled for a in t.answers()]
         result = {"steps": length, "problems": n, "group": group, "rounds": rounds, "seed": seed,
                   "max_new_tokens": max_new_tokens,
                   "collection": {"sampling": collection(sampled), "tree_reference": collection(checked)},
                   "test_time": {"best_of_n_traced": picked(sampled), "tree_traced": picked(searched)},
+                  "repairs": {"tree_reference": repairs(checked, "reference", True),
+                              "tree_traced": repairs(searched, "traced", False)},
                   "sampled_answers": precision_table(own), "seconds": time.perf_counter() - start}
         (out / f"stage1-steps{length}.json").write_text(json.dumps(result, indent=1) + "\n")
         c, t = result["collection"], result["test_time"]
@@ -157,6 +178,9 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
             low, high = r["accuracy_ci"]
             print(f"  test time  {name:>15}: {r['tokens']:>6} tokens, {r['right']}/{r['problems']} right "
                   f"({r['accuracy']:.2f} [{low:.2f}, {high:.2f}])")
+        for name, r in result["repairs"].items():
+            print(f"  {name} forks: {r['forks']}; the redrawn step passes {r['passes']}, fails {r['fails']}, "
+                  f"none written {r['no_step']}")
         for r in result["sampled_answers"]:
             if r["steps"] == "all":
                 print(f"  sampled answers, {r['check']:>10} check: {r['passed']} of {r['answers']} pass, precision "
@@ -168,7 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("table", "stage1"), default="table")
     parser.add_argument("--steps", type=int, nargs="+", default=[3, 1], help="stage1: chain lengths, in this order")
-    parser.add_argument("--problems", type=int, nargs="+", default=[14, 8], help="stage1: problems per chain length")
+    parser.add_argument("--problems", type=int, nargs="+", default=[8, 4], help="stage1: problems per chain length")
     parser.add_argument("--group", type=int, default=8, help="stage1: sampled answers per problem (the tree: half)")
     parser.add_argument("--rounds", type=int, default=2, help="stage1: the tree's forking rounds (2 points x 2 branches)")
     parser.add_argument("--seed", type=int, default=40000, help="stage1: problems drawn at seed + chain length")

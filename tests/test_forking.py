@@ -356,7 +356,8 @@ def test_step_forks_start_where_the_first_step_fails(student):
     """A wrong result forks before the result; a wrong choice of numbers before the equation; a chain whose
     steps all pass is no fork point."""
     tokenizer = student.tokenizer
-    texts = ["3 * 4 = 11\n11 + 5 = 16\n#### 16", "So 2 * 4 = 8\n8 + 5 = 13\n#### 13", "3 * 4 = 12\n12 + 5 = 17\n#### 17"]
+    texts = ["3 * 4 = 11\n11 + 5 = 16\n#### 16", "So 2 * 4 = 8\n8 + 5 = 13\n#### 13",
+             "3 * 4 = 12\n12 + 5 = 17\n#### 17"]
     tree = ForkTree(0, "q", [0])
     for text in texts:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]

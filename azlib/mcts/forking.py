@@ -1,6 +1,7 @@
 """A forking tree over whole answers (TreeRL's EPTree, Hou et al. 2025, sec. 3): each problem gets G
 independent answers, then rounds of continuations forked where the student was least sure (or at an answer's
-first step that fails a step check), sharing the prefix before that point. Not MCTS (no value-guided descent); with 0 rounds it is plain sampling.
+first step that fails a step check), sharing the prefix before that point. Not MCTS (no value-guided descent);
+with 0 rounds it is plain sampling.
 The forks may be written by a hint teacher (the student reading the reference solution) and trained
 without the hint: STaR's rationalization inside the tree; or by the teacher ensemble (azlib.teachers), whose
 "right" and "wrong" continuations of the student's prefix are the original system's teachers in the tree.
@@ -369,7 +370,8 @@ class ForkingSearch:
         """The answer token where its first step failing the check fails (the token holding that character of
         its text, found from the sampled ids' decoded prefixes), or none when every step passes."""
         row = self.problems[tree.problem]
-        failed = first_failure(check_steps(answer.text, row["prompt"], row["info"].get("solution")), self.settings.check)
+        steps = check_steps(answer.text, row["prompt"], row["info"].get("solution"))
+        failed = first_failure(steps, self.settings.check)
         if failed is None:
             return []
         return [ids_for_text(self.backend.tokenizer, answer.token_ids, failed[0] + 1) - 1]
