@@ -2,7 +2,7 @@
 against the final answer's correctness, per chain length, on recorded answers. Reads answers; generates nothing.
 
 An answer passes a step check when it writes at least one equation and every one passes; it passes "complete" when
-it is finished and its chain is complete by the text alone (azlib.rewards.step_checks.answer_complete). Precision:
+it is finished and its chain is whole by the text alone (azlib.rewards.step_checks.answer_complete). Precision:
 of the answers that pass, the share that are right (what a search that trusts the check keeps); recall: of the
 right answers, the share that pass (what it loses).
 """

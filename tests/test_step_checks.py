@@ -130,3 +130,18 @@ def test_precision_and_recall_per_chain_length():
     low, high = cell[2, "reference"]["precision_ci"]
     assert low < 2 / 3 < high
     assert precision_table([answers[1]])[0]["precision"] is None, "nothing passed: no precision"
+
+
+@pytest.mark.parametrize("text, whole", [
+    ("7 * 4 = 28\n28 + 45 = 73\n#### 73", True),
+    ("4 x 7 = 28, then 45 + 28 = 73.\n#### 73", True),
+    ("7 * 4 = 28\n7 * 45 = 315\n#### 315", False),  # the second step leaves the chain
+    ("7 * 4 = 28\n#### 28", False),  # a step missing: 45 never used
+    ("7 * 4 = 28\n28 + 4 = 32\n#### 32", False),  # 4 used twice, 45 never
+    ("7 * 4 = 28\n28 + 45 = 73\n#### 74", False),  # the final answer is not the last result
+    ("7 * 4 = 29\n29 + 45 = 74\n#### 74", False),
+])
+def test_a_whole_chain_from_the_text_alone(text, whole):
+    from azlib.rewards.step_checks import answer_complete
+
+    assert answer_complete(check_steps(text, PROMPT), PROMPT, text) == whole

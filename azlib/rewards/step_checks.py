@@ -7,12 +7,13 @@ Three checks, each stricter than the one before:
 - "reference": arithmetic right and the result is a value of the reference solution's chain (its equations'
   results and its final answer: the arithmetic task's `info.solution` lines, GSM8K's `<<48/2=24>>` marks).
 The first two read the text alone (a test-time verifier); the third reads the reference (a training-time one).
-`answer_complete` is a whole-answer rule from the text alone: the traced steps use every number the problem states
-and the final answer is the last step's result.
+`answer_complete` is a whole-answer rule from the text alone: the steps form one chain (each uses the previous
+result) over exactly the numbers the problem states, and the final answer is the last step's result.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, get_args
@@ -178,8 +179,18 @@ def answer_passes(steps: list[Step], check: StepCheckKind) -> bool:
 
 
 def answer_complete(steps: list[Step], prompt: str, text: str) -> bool:
-    """A whole answer's chain read from its text alone: every step traced and arithmetic, every number the problem
-    states used as an operand, and the final answer the last step's result."""
-    used = {x for step in steps for x in (step.equation.left, step.equation.right)}
-    return (answer_passes(steps, "traced") and problem_numbers(prompt) <= used
-            and extract_answer(text) == steps[-1].equation.result)
+    """A whole answer's chain read from its text alone, as a chain of the arithmetic task is written: every step
+    arithmetic; each step after the first uses the previous result; the other operands are the problem's numbers,
+    each used as many times as the problem states it; the final answer is the last step's result."""
+    if not steps or not all(step.arithmetic for step in steps):
+        return False
+    stated, used = Counter(v for kind, v, _, _ in _tokens(prompt) if kind == "num"), Counter()
+    for i, step in enumerate(steps):
+        operands = [step.equation.left, step.equation.right]
+        if i:
+            previous = steps[i - 1].equation.result
+            if previous not in operands:
+                return False
+            operands.remove(previous)
+        used.update(operands)
+    return used == stated and extract_answer(text) == steps[-1].equation.result
