@@ -22,8 +22,8 @@ from azlib.rewards.answers import extract_answer, normalize_number
 
 StepCheckKind = Literal["arithmetic", "traced", "reference"]
 STEP_CHECKS = get_args(StepCheckKind)
-OPERATORS = {"+": "+", "-": "-", "*": "*", "x": "*", "X": "*", "\u00d7": "*", "\u00b7": "*", "\u22c5": "*",
-             "/": "/", "\u00f7": "/"}
+# the symbols an operator is written with (the letter x, standing alone between numbers, is a times sign too)
+OPERATORS = {"+": "+", "-": "-", "*": "*", "\u00d7": "*", "\u00b7": "*", "\u22c5": "*", "/": "/", "\u00f7": "/"}
 MAX_DIGITS = 30  # a number with more digits is no step of a word problem: its equation fails (and stays linear)
 _SPACE = " \t"  # an equation lies on one line
 
@@ -57,8 +57,8 @@ class Equation:
 
 @dataclass(frozen=True)
 class Step:
-    """An equation with each check's verdict; `position` and `kind` say where a fork would redraw it: before the
-    result for a wrong result, before the equation for a wrong choice of numbers."""
+    """An equation with each check's verdict; `failure` says where a fork would redraw it: before the result for
+    a wrong result, before the equation for a wrong choice of numbers."""
 
     equation: Equation
     arithmetic: bool
@@ -66,6 +66,8 @@ class Step:
     in_reference: bool | None  # None: no reference given
 
     def passes(self, check: StepCheckKind) -> bool:
+        if check not in STEP_CHECKS:
+            raise ValueError(f"check must be one of {STEP_CHECKS}, got {check!r}")
         if check == "arithmetic":
             return self.arithmetic
         if check == "traced":
