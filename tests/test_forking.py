@@ -345,3 +345,75 @@ def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question
         assert node.parent == 0 and node.start == 0 and node.answer.writer == "hint", "a whole answer from the root"
         assert node.answer.token_ids == tuple(node.token_ids[: len(node.answer.token_ids)])
     assert record["verified_by_teacher"] == sum(c.writer == "hint" for c in trainer.replay) <= record["verified"]
+
+
+STEP_ROW = {"prompt": "Ava has 3 boxes with 4 coins in each box. She finds 5 more coins. How many coins?",
+            "answer": "17", "info": {"id": "step", "solution": "3 * 4 = 12\n12 + 5 = 17\n#### 17", "steps": 2}}
+
+
+@pytest.mark.model
+def test_step_forks_start_where_the_first_step_fails(student):
+    """A wrong result forks before the result; a wrong choice of numbers before the equation; a chain whose
+    steps all pass is no fork point."""
+    tokenizer = student.tokenizer
+    texts = ["3 * 4 = 11\n11 + 5 = 16\n#### 16", "So 2 * 4 = 8\n8 + 5 = 13\n#### 13",
+             "3 * 4 = 12\n12 + 5 = 17\n#### 17"]
+    tree = ForkTree(0, "q", [0])
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        a = Answer(0, tuple(ids), (-1.0,) * len(ids), tokenizer.decode(ids), True, float(text.endswith("17")),
+                   text.endswith("17"), {})
+        tree.nodes[0].children.append(len(tree.nodes))
+        tree.nodes.append(Node(0, 0, list(ids), list(a.logprobs), answer=a))
+
+    def before(check: str) -> set[str]:
+        search = ForkingSearch(student.backend, [STEP_ROW], ForkSettings(where="step", check=check, points=3),
+                               sampling=AnswerSampling(temperature=0.7, max_new_tokens=64))
+        return {tokenizer.decode(tree.nodes[leaf].answer.token_ids[:p]) for leaf, p in search.fork_points(tree)}
+
+    assert before("arithmetic") == {"3 * 4 = "}, "the wrong product's result is redrawn; 2 * 4 = 8 is arithmetic"
+    assert before("traced") == {"3 * 4 = ", "So "}, "2 is no number of the problem: the equation is redrawn"
+    assert before("reference") == {"3 * 4 = ", "So "}
+    with pytest.raises(ValueError, match="check"):
+        ForkSettings(where="step", check="exact")
+
+
+@pytest.mark.model
+def test_a_step_tree_whose_check_never_fails_is_sampling_bit_for_bit(student):
+    """Five new tokens hold no whole equation, so no step fails: the tree forks nowhere (where the surprise rule
+    does fork) and its answers are the independent samples at the same seed."""
+    rows = arithmetic_problems(3, seed=5, steps=(2,))
+    sampling = AnswerSampling(temperature=0.7, max_new_tokens=5)
+    direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=3, max_new_tokens=5,
+                                      temperature=0.7, top_p=1.0, seed=3, stop_at_answer=True)
+    counted = Counting(student.backend)
+    trees = ForkingSearch(counted, rows, ForkSettings(rounds=2, where="step", check="arithmetic"),
+                          sampling=sampling).grow([0, 1, 2], 3, seed=3)
+    assert counted.calls == 1, "no fork"
+    samples = [s for group in direct for s in group]
+    answers = [a for t in trees for a in t.answers()]
+    assert [a.token_ids for a in answers] == [s.token_ids for s in samples]
+    assert [a.logprobs for a in answers] == [s.logprobs for s in samples]
+    assert sum(t.tokens for t in trees) == sum(s.completion_tokens for s in samples) == counted.generated
+    surprise = Counting(student.backend)
+    ForkingSearch(surprise, rows, ForkSettings(rounds=1), sampling=sampling).grow([0, 1, 2], 3, seed=3)
+    assert surprise.calls > 1, "the same answers are wrong, so the surprise rule forks them"
+
+
+@pytest.mark.model
+def test_a_step_tree_forks_the_sampled_ids_at_the_failing_step_and_counts_every_token_once(student):
+    rows = arithmetic_problems(4, seed=20000, steps=(2,))
+    backend = Counting(student.backend)
+    search = ForkingSearch(backend, rows, ForkSettings(rounds=1, points=2, branches=2, where="step"),
+                           sampling=AnswerSampling(temperature=0.7, max_new_tokens=48))
+    trees = search.grow([0, 1, 2, 3], 3, seed=1)
+    assert backend.calls >= 2, "some sampled step failed, so the tree forked"
+    assert sum(t.tokens for t in trees) == backend.generated, "every generated token counted, none twice"
+    for tree in trees:
+        assert sum(len(n.token_ids) for n in tree.nodes) == tree.tokens, "each token lies in exactly one node"
+        failing = {a.token_ids[:p] for a in tree.independent_answers() for p in search._failing_step(tree, a)}
+        for leaf in tree.leaves():
+            node = tree.nodes[leaf]
+            if node.round:
+                assert tuple(tree.prefix(node.parent)[0]) in failing, "a fork continues a sampled answer's ids " \
+                                                                      "up to its first failing step"

@@ -1,6 +1,7 @@
 """A forking tree over whole answers (TreeRL's EPTree, Hou et al. 2025, sec. 3): each problem gets G
-independent answers, then rounds of continuations forked where the student was least sure, sharing the
-prefix before that point. Not MCTS (no value-guided descent); with 0 rounds it is plain sampling.
+independent answers, then rounds of continuations forked where the student was least sure (or at an answer's
+first step that fails a step check), sharing the prefix before that point. Not MCTS (no value-guided descent);
+with 0 rounds it is plain sampling.
 The forks may be written by a hint teacher (the student reading the reference solution) and trained
 without the hint: STaR's rationalization inside the tree; or by the teacher ensemble (azlib.teachers), whose
 "right" and "wrong" continuations of the student's prefix are the original system's teachers in the tree.
@@ -21,6 +22,7 @@ from azlib.mcts.tree import Backup, Tree
 from azlib.models.generation import AnswerSampling, Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
+from azlib.rewards.step_checks import STEP_CHECKS, StepCheckKind, check_steps, first_failure
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble
@@ -39,8 +41,14 @@ class ForkSettings:
     #   entropy tokens; a sampled token's surprisal -log p is a one-sample estimate of the entropy there);
     # line: the same, among the first tokens of lines (step boundaries of a worked answer);
     # root: fresh answers from the question: the tree's allocation (unsolved problems get more) without
-    #   its shared prefixes, the ablation that tells the two apart.
-    where: Literal["surprise", "line", "root"] = "surprise"
+    #   its shared prefixes, the ablation that tells the two apart;
+    # step: at an answer's first step that fails `check` (azlib.rewards.step_checks): before its result when
+    #   the arithmetic is wrong, before the equation when the numbers are the wrong ones; an answer whose steps
+    #   all pass is no fork point.
+    where: Literal["surprise", "line", "root", "step"] = "surprise"
+    # the step check where = step forks at: arithmetic (the text alone), traced (also operands among the
+    #   problem's numbers and earlier results) or reference (arithmetic, and results in the reference chain)
+    check: StepCheckKind = "reference"
     # which answers' tokens are fork points: any; wrong ones; or finished ones (ended at their answer line or
     #   end of text within the cap: a cut answer's prefix tends to run to the cap again, with fewer tokens left)
     fork_from: Literal["any", "wrong", "finished"] = "any"
@@ -56,9 +64,11 @@ class ForkSettings:
         if self.rounds < 0 or self.points < 1 or self.branches < 1:
             raise ValueError(f"need rounds >= 0, points >= 1 and branches >= 1, got {self.rounds}, {self.points}, "
                              f"{self.branches}")
-        if self.where not in ("surprise", "line", "root") or self.fork_from not in ("any", "wrong", "finished"):
-            raise ValueError(f"where must be 'surprise', 'line' or 'root' and fork_from 'any', 'wrong' or "
+        if self.where not in ("surprise", "line", "root", "step") or self.fork_from not in ("any", "wrong", "finished"):
+            raise ValueError(f"where must be 'surprise', 'line', 'root' or 'step' and fork_from 'any', 'wrong' or "
                              f"'finished', got {self.where!r}, {self.fork_from!r}")
+        if self.check not in STEP_CHECKS:
+            raise ValueError(f"check must be one of {STEP_CHECKS}, got {self.check!r}")
         if self.writer not in ("student", "hint", "teachers"):
             raise ValueError(f"writer must be 'student', 'hint' or 'teachers', got {self.writer!r}")
 
@@ -310,8 +320,9 @@ class ForkingSearch:
 
     def fork_points(self, tree: ForkTree) -> list[tuple[int | None, int]]:
         """(leaf, position) pairs: fork before answer token `position` of leaf's answer (None, 0: the question).
-        A problem whose answers are all correct gets none; positions are ranked by the sampled token's
-        surprisal, each prefix forked at most once; a line that repeats an earlier one (a loop) is skipped."""
+        A problem whose answers are all correct gets none; positions (where = step: each answer's first failing
+        step) are ranked by the sampled token's surprisal, each prefix forked at most once; a line that repeats an
+        earlier one (a loop) is skipped."""
         s, answers = self.settings, tree.answers()
         if all(a.correct for a in answers):
             return []
@@ -324,7 +335,8 @@ class ForkingSearch:
             if (s.fork_from == "wrong" and answer.correct) or (s.fork_from == "finished" and not answer.finished):
                 continue
             ids, logprobs = answer.token_ids, answer.logprobs
-            for p in self._positions(ids):
+            positions = self._positions(ids) if s.where != "step" else self._failing_step(tree, answer)
+            for p in positions:
                 candidates.append((-logprobs[p], leaf, p))
         chosen, seen = [], forked
         for surprisal, leaf, p in sorted(candidates, key=lambda c: (-c[0], c[1], c[2])):
@@ -353,6 +365,16 @@ class ForkingSearch:
             seen_lines.add(line)
             out += [q for q in range(max(begin, 1), p) if self.settings.where == "surprise" or q == begin]
         return out
+
+    def _failing_step(self, tree: ForkTree, answer: Answer) -> list[int]:
+        """The answer token where its first step failing the check fails (the token holding that character of
+        its text, found from the sampled ids' decoded prefixes), or none when every step passes."""
+        row = self.problems[tree.problem]
+        steps = check_steps(answer.text, row["prompt"], row["info"].get("solution"))
+        failed = first_failure(steps, self.settings.check)
+        if failed is None:
+            return []
+        return [ids_for_text(self.backend.tokenizer, answer.token_ids, failed[0] + 1) - 1]
 
     def _writes_newline(self, token: int) -> bool:
         if token not in self._newline:
