@@ -278,7 +278,7 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
                                                                "expansion, samples, chunk length")
     fork: Fork = Field(ForkSettings(), description="azlib.mcts.forking.ForkSettings fields: the forking tree of "
                                                    "train.groups 'forked' and 'treerl' (rounds, points, branches, "
-                                                   "where, fork_from, writer)")
+                                                   "where, check, fork_from, writer)")
     grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields (the answers' temperature and "
                                                    "length are the train section's)")
     lora: Lora = Field(LoraSettings(), description="azlib.settings.LoraSettings fields: r, alpha, dropout")
