@@ -49,7 +49,13 @@ def table(out: Path) -> None:
                   f"{_share(r, 'recall'):>22}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "step-check-precision.json").write_text(json.dumps({"source": made.label, "tables": tables}, indent=1) + "\n")
-    _figure(tables, out / TABLE_FIGURE, made.label)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from azlib.viz.step_checks import plot_step_checks
+
+    plot_step_checks({f"{name}: held-out answers": t for name, t in tables.items()}, made.label).savefig(
+        out / TABLE_FIGURE, dpi=120)
     print(f"\nwrote {out / 'step-check-precision.json'} and {out / TABLE_FIGURE}")
 
 
@@ -58,37 +64,6 @@ def _share(row: dict, key: str) -> str:
         return "-"
     low, high = row[f"{key}_ci"]
     return f"{row[key]:.2f} [{low:.2f}, {high:.2f}]"
-
-
-def _figure(tables: dict, path: Path, label: str) -> None:
-    import matplotlib
-
-    from azlib.step_precision import ANSWER_CHECKS
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 3.8), sharey=True)
-    for ax, (name, t) in zip(axes, tables.items()):
-        lengths = sorted({r["steps"] for r in t if r["steps"] != "all"})
-        for check, colour in zip(ANSWER_CHECKS, ("C0", "C1", "C2", "C3")):
-            for key, style in (("precision", "-o"), ("recall", ":s")):
-                cells = [next(r for r in t if r["steps"] == s and r["check"] == check) for s in lengths]
-                xs = [s for s, r in zip(lengths, cells) if r[key] is not None]
-                ys = [r[key] for r in cells if r[key] is not None]
-                errs = [[y - r[f"{key}_ci"][0] for y, r in zip(ys, cells) if r[key] is not None],
-                        [r[f"{key}_ci"][1] - y for y, r in zip(ys, cells) if r[key] is not None]]
-                ax.errorbar(xs, ys, yerr=errs, fmt=style, color=colour, capsize=3, label=f"{check} {key}")
-        ax.axhline(0.9, color="grey", lw=0.8, ls="--")
-        ax.set_title(f"{name}: held-out answers", fontsize=10)
-        ax.set_xlabel("chain length (steps)")
-        ax.set_xticks(lengths)
-    axes[0].set_ylabel("share of answers (95% Wilson CI)")
-    axes[0].legend(fontsize=7, loc="lower left")
-    fig.suptitle("Step checks as verifiers of whole answers: precision and recall (dashed: the 90% bar)", fontsize=10)
-    fig.text(0.01, 0.01, label, fontsize=6)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=120)
 
 
 def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed: int, max_new_tokens: int,

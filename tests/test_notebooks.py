@@ -92,6 +92,14 @@ def check_05(m):
     else:  # no sampled answer was right: nothing to rank, and the notebook says so rather than printing a share
         assert m["ranking_inversions_correctness"] is None and m["ranking_inversions_original"] is None
     assert m["verdict"].startswith("At 60 generated tokens per arm and seed") and m["verdict"].count("Holm p") == 20
+    # the step checks' table: the shipped answers give the recorded precision (docs/results.md), the run's own
+    # held-out answers are all checked (10 arms x 2 seeds x 2 problems)
+    assert m["step_check_shipped_trained_2_complete_passed"] == 78
+    assert m["step_check_shipped_trained_2_complete_precision"] == pytest.approx(0.81, abs=0.005)
+    assert m["step_check_shipped_trained_2_traced_precision"] == pytest.approx(0.08, abs=0.005)
+    assert m["step_check_yours_all_arithmetic_answers"] == len(arms) * 2 * m["heldout_n"]
+    assert all(m[f"step_check_yours_all_{c}_passed"] <= m["step_check_yours_all_arithmetic_answers"]
+               for c in ("arithmetic", "traced", "reference", "complete"))
 
 
 def check_06(m):
@@ -128,7 +136,7 @@ METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_t
 
 FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"],
            "03": ["03_weights", "03_teacher_speed", "03_similarity"],
-           "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy", "05_shipped"],
+           "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy", "05_shipped", "05_step_checks"],
            "06": ["06_teacher_rewards", "06_students"], "07": ["07_bits_per_char", "07_reward_diagnostics"]}
 TREES = {"02": ["02_tictactoe", "02_text"], "03": ["03_problem0", "03_problem1"], "04": ["04_forked"]}
 
