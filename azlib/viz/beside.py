@@ -43,7 +43,7 @@ def plot_rlt(runs: dict[str, Metrics]) -> plt.Figure:
 def plot_ensemble(runs: dict[str, Metrics]) -> plt.Figure:
     """Notebook 03, one colour per run (label -> its metrics): each teacher's sampling weight after the searches (the
     teachers of every run, by name), and the mean Q of the visited right (1) and wrong (0) children with their count
-    (n) beside each point."""
+    (n) beside each point, on an axis that ends a little above the highest mean (a Q near 0 stays readable)."""
     fig, (weights, children) = plt.subplots(1, 2, figsize=(13, 4.6))
     teachers = sorted({name for m in runs.values() for name in _teachers(m)})
     _points(weights, teachers, {label: [(m.get(f"{name}_weight"), None, None) for name in teachers]
@@ -53,7 +53,9 @@ def plot_ensemble(runs: dict[str, Metrics]) -> plt.Figure:
     _points(children, list(branches.values()), {label: [(m.get(f"{b}_children_mean_q"), None, None) for b in branches]
                                                 for label, m in runs.items()},
             notes={label: [f"n {m.get(f'{b}_children', 0)}" for b in branches] for label, m in runs.items()})
-    children.set(ylim=(-0.05, 1.05), ylabel="mean Q (reward of the rollouts through it)",
+    highest = max([0.04, *(m.get(f"{b}_children_mean_q") for m in runs.values() for b in branches
+                            if _finite(m.get(f"{b}_children_mean_q")))])
+    children.set(ylim=(-0.05 * highest, 1.25 * highest), ylabel="mean Q (reward of the rollouts through it)",
                  title="visited children, by the branch a teacher was asked for")
     return _finish(fig, {label: f"{label} ({m.get('searches_credited')} of {m.get('searches')} searches credited a "
                                 "teacher)" for label, m in runs.items()})
