@@ -106,7 +106,7 @@ def test_notebook_03s_tree_is_coloured_by_branch_and_by_proposer_in_the_browser(
     (root / "teacher_tree.json").write_text(json.dumps(teacher_tree().to_json()))
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import json\nfrom azlib.mcts import Tree\nfrom azlib.viz import TEXT_KINDS, TreeWidget, describe_text_node\n"
-        "TreeWidget(Tree.from_json(json.load(open('teacher_tree.json'))), 'a search of notebook 03', describe_text_node,\n"
+        "TreeWidget(Tree.from_json(json.load(open('teacher_tree.json'))), 'notebook 03', describe_text_node,\n"
         "           colourings=TEXT_KINDS, colour='right/wrong')")])
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(notebook, root / "teacher_tree.ipynb")
