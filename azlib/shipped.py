@@ -1,19 +1,24 @@
-"""The results the repository ships (`benchmarks/results/`), read back with the settings that wrote them: each
-folder holds its answers and a `provenance.json`. Reads only; training and evaluating are azlib.experiment's."""
+"""The results the repository ships (`benchmarks/results/`), read back with what wrote them: each folder holds its
+results and a `provenance.json`. Reads only; running notebooks, training and evaluating are the runner's and
+azlib.experiment's."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from azlib.config import resolve_library
 from azlib.experiment import Experiment, task_sets
 from azlib.paths import REPO_ROOT
+from azlib.runs import read_json
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # notebook 05's experiment with every arm over three seeds (benchmarks/tree_vs_sampling.py --mode all)
 TREE_VS_SAMPLING = RESULTS_DIR / "tree-vs-sampling-all"
+# notebook 03's and 06's numbers under the cpu profile (azlib run --profile cpu), each its metrics.json section
+TEACHER_ENSEMBLE = RESULTS_DIR / "teacher-ensemble-cpu"
+RLT = RESULTS_DIR / "rlt-cpu"
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,7 @@ class Provenance:
     notebook: str
     profile: str
     set: tuple[str, ...]
-    experiment: str  # the experiment's folder inside the shipped folder
+    results: str  # what the folder ships, inside it: an experiment's folder, or a run's metrics.json
 
     @property
     def label(self) -> str:
@@ -37,14 +42,19 @@ class Provenance:
 
 def provenance(folder: Path | str) -> Provenance:
     path = Path(folder) / "provenance.json"
+    names = [f.name for f in fields(Provenance)]
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: a shipped results folder says what wrote it and how to read it "
-                                "(command, commit, machine, notebook, profile, set, experiment)")
-    recorded = json.loads(path.read_text())
-    missing = sorted(set(Provenance.__dataclass_fields__) - set(recorded))
+                                f"({', '.join(names)})")
+    recorded = read_json(path)
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path} holds a {type(recorded).__name__}, not an object of {names}")
+    missing = sorted(set(names) - set(recorded))
     if missing:
         raise ValueError(f"{path} lacks {missing}")
-    return Provenance(**{**recorded, "set": tuple(recorded["set"])})
+    if not isinstance(recorded["set"], list) or not all(isinstance(a, str) for a in recorded["set"]):
+        raise ValueError(f"{path}: set must be a list of NAME=VALUE strings, not {recorded['set']!r}")
+    return Provenance(**{name: recorded[name] for name in names} | {"set": tuple(recorded["set"])})
 
 
 def shipped_experiment(folder: Path | str = TREE_VS_SAMPLING) -> tuple[Experiment, Provenance]:
@@ -54,4 +64,18 @@ def shipped_experiment(folder: Path | str = TREE_VS_SAMPLING) -> tuple[Experimen
     made = provenance(folder)
     params, _ = resolve_library(made.notebook, made.profile, folder, made.set)
     problems, sets, _ = task_sets(params)
-    return Experiment(params, problems, sets, folder / made.experiment).load(), made
+    return Experiment(params, problems, sets, folder / made.results).load(), made
+
+
+def shipped_metrics(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
+    """A shipped notebook run's numbers, its notebook's section of the run's metrics.json (what the notebook
+    records for itself, `RunFolder.record_metrics`), and its provenance."""
+    folder = Path(folder)
+    made = provenance(folder)
+    path = folder / made.results
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: {folder / 'provenance.json'} names it as the results")
+    recorded = read_json(path)
+    if not isinstance(recorded, dict) or not isinstance(recorded.get(made.notebook), dict):
+        raise ValueError(f"{path} holds no section for {made.notebook}, the notebook its provenance names")
+    return recorded[made.notebook], made

@@ -66,6 +66,9 @@ def check_03(m):
         "agreement is a share of the decided texts"
     assert m["note"] == ""
     assert {"right_children_mean_q", "wrong_children_mean_q"} <= set(m), "the trees' table of right and wrong children"
+    for branch in ("right", "wrong"):  # a mean Q exactly where there are children to average
+        assert (m[f"{branch}_children"] > 0) == (m[f"{branch}_children_mean_q"] is not None), branch
+    assert 0 <= m["searches_credited"] <= m["searches"]
 
 
 def check_04(m):
@@ -135,9 +138,9 @@ METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_t
 
 
 FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"],
-           "03": ["03_weights", "03_teacher_speed", "03_similarity"],
+           "03": ["03_weights", "03_teacher_speed", "03_similarity", "03_shipped"],
            "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy", "05_shipped", "05_step_checks"],
-           "06": ["06_teacher_rewards", "06_students"], "07": ["07_bits_per_char", "07_reward_diagnostics"]}
+           "06": ["06_teacher_rewards", "06_students", "06_shipped"], "07": ["07_bits_per_char", "07_reward_diagnostics"]}
 TREES = {"02": ["02_tictactoe", "02_text"], "03": ["03_problem0", "03_problem1"], "04": ["04_forked"]}
 
 

@@ -1,5 +1,7 @@
-"""The shipped every-arm experiment (benchmarks/results/tree-vs-sampling-all) read back with its provenance, and
-azlib.viz.plot_experiment's figure of it: a bar and an interval per model, a difference per comparison, Holm marked."""
+"""The shipped results read back with their provenance: the every-arm experiment (benchmarks/results/
+tree-vs-sampling-all) and azlib.viz.plot_experiment's figure of it (a bar and an interval per model, a difference per
+comparison, Holm marked); notebook 03's and 06's cpu-profile numbers and the figures that draw them beside a
+learner's run. A folder whose provenance is missing, garbled or incomplete, or whose results are not there, is named."""
 
 import json
 import shutil
@@ -8,10 +10,11 @@ import matplotlib
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
+from azlib import config
 from azlib.experiment import comparison_pairs
 from azlib.settings import ARMS
-from azlib.shipped import TREE_VS_SAMPLING, provenance, shipped_experiment
-from azlib.viz import plot_experiment
+from azlib.shipped import RLT, TEACHER_ENSEMBLE, TREE_VS_SAMPLING, provenance, shipped_experiment, shipped_metrics
+from azlib.viz import plot_ensemble, plot_experiment, plot_rlt
 
 matplotlib.use("Agg")
 
@@ -55,8 +58,18 @@ def test_a_folder_without_its_provenance_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="provenance.json is missing"):
         provenance(tmp_path)
     recorded = json.loads((TREE_VS_SAMPLING / "provenance.json").read_text())
-    (tmp_path / "provenance.json").write_text(json.dumps({k: v for k, v in recorded.items() if k != "commit"}))
+    written = tmp_path / "provenance.json"
+    written.write_text(json.dumps({k: v for k, v in recorded.items() if k != "commit"}))
     with pytest.raises(ValueError, match=r"lacks \['commit'\]"):
+        provenance(tmp_path)
+    written.write_text(json.dumps(recorded)[:-20])
+    with pytest.raises(ValueError, match="provenance.json is not valid JSON"):
+        provenance(tmp_path)
+    written.write_text(json.dumps([recorded]))
+    with pytest.raises(ValueError, match="provenance.json holds a list, not an object"):
+        provenance(tmp_path)
+    written.write_text(json.dumps(recorded | {"set": "train.token_budget=16000"}))
+    with pytest.raises(ValueError, match="set must be a list of NAME=VALUE strings"):
         provenance(tmp_path)
 
 
@@ -68,3 +81,44 @@ def test_answers_to_other_problems_than_the_settings_draw_are_refused(tmp_path):
     ids.write_text(json.dumps({**drawn, "heldout": drawn["heldout"][::-1]}))
     with pytest.raises(ValueError, match="holds answers to other held-out problems"):
         shipped_experiment(folder)
+
+
+@pytest.mark.parametrize("folder, notebook", [(TEACHER_ENSEMBLE, "03_teacher_ensemble"), (RLT, "06_rlt_teachers")])
+def test_a_notebooks_cpu_run_reads_back_with_what_wrote_it(folder, notebook):
+    numbers, made = shipped_metrics(folder)
+    assert (made.notebook, made.profile, made.set) == (notebook, "cpu", ())
+    assert made.label.startswith(f"shipped: OMP_NUM_THREADS=1 python -m azlib run --profile cpu --only {notebook[:2]}")
+    assert "commit " in made.label and "+dirty" not in made.commit
+    assert numbers["note"] == ""
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 20_000, "shipped results stay small"
+
+
+def test_the_shipped_ensemble_run_is_the_cpu_profiles_and_its_figure_draws_it(tmp_path):
+    numbers, made = shipped_metrics(TEACHER_ENSEMBLE)
+    params, _ = config.resolve(config.NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, tmp_path, made.set)
+    assert numbers["searches"] == params.num_problems == 6
+    assert numbers["teachers"] == 4 and numbers["down_failures"] >= 1 and numbers["down_weight"] == 0.0
+    assert numbers["weights_sum"] == pytest.approx(1.0)
+    fig = plot_ensemble({"yours": numbers | {"wrong_children_mean_q": None}, made.label: numbers})
+    weights, children = fig.axes
+    teachers = ["down", "http-tutor", "terse", "tutor"]  # the cpu tier's two, the loopback one, the one that is down
+    assert [t.get_text() for t in weights.get_xticklabels()] == teachers
+    drawn = [line.get_ydata()[0] for line in weights.get_lines()]
+    assert drawn == [numbers[f"{t}_weight"] for t in teachers] * 2
+    assert len(children.get_lines()) == 3, "a mean Q that is None is left out"
+    assert made.label in fig.legends[0].get_texts()[1].get_text().replace("\n", " ")
+
+
+def test_the_shipped_rlt_run_is_the_cpu_profiles_and_its_figure_draws_it(tmp_path):
+    numbers, made = shipped_metrics(RLT)
+    params, _ = config.resolve(config.NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, tmp_path, made.set)
+    assert numbers["teacher_steps"] == params.teacher_steps == 16
+    students = ("base", "rlt", "untrained", "solutions")
+    for name in students:
+        assert numbers[f"{name}_n"] == params.eval_problems == 150
+        assert numbers[f"{name}_ci_low"] <= numbers[f"{name}_accuracy"] <= numbers[f"{name}_ci_high"]
+    fig = plot_rlt({"yours": numbers | {"reward_rise_ci_low": float("nan")}, made.label: numbers})
+    accuracy, teacher = fig.axes
+    assert sum(isinstance(c, ErrorbarContainer) for c in accuracy.containers) == 2 * len(students)
+    assert sum(isinstance(c, ErrorbarContainer) for c in teacher.containers) == 3, "an interval lacking an end is left out"
+    assert accuracy.get_ylim() == (0, 100) and "%" in accuracy.get_ylabel()

@@ -1,8 +1,10 @@
 """Notebook 02 in a real JupyterLab, in headless Chromium: the tree widgets render and respond to clicks, the
 slider replays the game search (a node's N after k simulations is the N of the same search stopped at k, run here),
 pruning draws fewer nodes, the tic-tac-toe board answers a click with the net's move, with no 'Error displaying
-widget'. Needs Debian's chromium (.ci/run installs it)."""
+widget'. And notebook 03's tree, coloured by right/wrong and by proposer from the widget's menu. Needs Debian's
+chromium (.ci/run installs it)."""
 
+import json
 import random
 import re
 import secrets
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import nbformat
 import papermill
 import pytest
 
@@ -67,38 +70,12 @@ def lab(tmp_path_factory):
 def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    url, token, root, params = lab
+    params = lab[3]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(f"{url}/lab/tree/02_mcts_tree.ipynb?token={token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-            started = "[...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))"
-            for _ in range(10):  # on a fresh install the kernel can connect after the page says idle
-                page.wait_for_timeout(2000)
-                dialogs = page.locator(".jp-Dialog")  # a dialog JupyterLab opens at start blocks the menu
-                accept = page.locator(".jp-Dialog .jp-mod-accept")
-                if accept.count():
-                    accept.first.click()
-                elif dialogs.count():
-                    page.keyboard.press("Escape")
-                try:
-                    page.get_by_role("menuitem", name="Run", exact=True).click(timeout=10_000)
-                    page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=10_000)
-                    page.wait_for_function(started, timeout=15_000)
-                    break
-                except Exception:
-                    continue
-            try:
-                page.wait_for_function("document.querySelectorAll('.azlib-tree').length >= 2", timeout=900_000)
-            except Exception:
-                page.screenshot(path=str(tmp_path / "timeout.png"), full_page=True)
-                errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-                pytest.fail(f"widgets did not appear (screenshot in {tmp_path}); stderr outputs: "
-                            f"{[errors.nth(i).text_content()[-500:] for i in range(errors.count())]}")
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=600_000)
+            run_all_cells(page, lab, "02_mcts_tree.ipynb", 2, tmp_path, timeout_ms=900_000)
             page.screenshot(path=str(tmp_path / "notebook02.png"), full_page=True)
 
             assert "Error displaying widget" not in page.content()
@@ -116,6 +93,85 @@ def test_tree_widgets_render_and_respond_in_jupyterlab(lab, tmp_path):
         finally:
             browser.close()
     print(f"screenshots in {tmp_path}")
+
+
+def test_notebook_03s_tree_is_coloured_by_branch_and_by_proposer_in_the_browser(lab, tmp_path):
+    """Notebook 03's kind of tree (right and wrong children from two teachers and the student), shown by its widget
+    call: coloured by right/wrong, a right and a wrong child differ and the right ones agree; the menu's "proposer"
+    recolours them (the tutor's right and wrong child then agree, the student's differs). A few seconds."""
+    from playwright.sync_api import sync_playwright
+    from test_tree_view import teacher_tree  # 1 tutor right, 2 tutor wrong, 3 student on the right branch, 5 below 1
+
+    root = lab[2]
+    (root / "teacher_tree.json").write_text(json.dumps(teacher_tree().to_json()))
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import json\nfrom azlib.mcts import Tree\nfrom azlib.viz import TEXT_KINDS, TreeWidget, describe_text_node\n"
+        "TreeWidget(Tree.from_json(json.load(open('teacher_tree.json'))), 'notebook 03', describe_text_node,\n"
+        "           colourings=TEXT_KINDS, colour='right/wrong')")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, root / "teacher_tree.ipynb")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            run_all_cells(page, lab, "teacher_tree.ipynb", 1, tmp_path, timeout_ms=120_000)
+            assert "Error displaying widget" not in page.content()
+            tree = page.locator(".azlib-tree").first
+
+            def fills() -> dict[int, str]:
+                nodes = tree.locator("circle.azlib-node")
+                return {int(nodes.nth(k).get_attribute("data-id")): nodes.nth(k).get_attribute("fill")
+                        for k in range(nodes.count())}
+
+            by_branch = fills()
+            assert set(by_branch) == {0, 1, 2, 3, 5}, "the three most visited children of the question, and 5 below 1"
+            assert by_branch[1] == by_branch[3] == by_branch[5] != by_branch[2], "right children share a colour"
+            assert {"right (1)", "wrong (0)"} <= set(tree.locator(".azlib-legend text").all_text_contents())
+            tree.locator("select.azlib-tree-colour").select_option("proposer")
+            wait_for_text(page, tree, "http-tutor + student")  # the legend of the redrawn tree
+            by_proposer = fills()
+            assert by_proposer[1] == by_proposer[2] != by_proposer[3], "the tutor's two children, the student's one"
+            assert by_proposer[5] not in (by_proposer[1], by_proposer[3]), "a chunk both proposed is a kind of its own"
+            assert by_proposer != by_branch
+            page.screenshot(path=str(tmp_path / "notebook03-tree.png"))
+        finally:
+            browser.close()
+
+
+def run_all_cells(page, lab, notebook: str, trees: int, tmp_path, timeout_ms: int) -> None:
+    """Open a notebook in JupyterLab, alone in a fresh workspace of its own (no tab restored from an earlier session),
+    run all its cells from the menu, and wait until `trees` tree widgets are shown and the kernel is idle (a
+    screenshot and the stderr outputs on failure)."""
+    url, token = lab[:2]
+    page.goto(f"{url}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?reset&token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    idle = ("[...document.querySelectorAll('.jp-Notebook-ExecutionIndicator')]"
+            ".some(e => e.dataset.status === 'idle' && e.checkVisibility())")  # the open notebook's, not a hidden one
+    page.wait_for_function(idle, timeout=120_000)
+    started = "[...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))"
+    for _ in range(10):  # on a fresh install the kernel can connect after the page says idle
+        page.wait_for_timeout(2000)
+        dialogs = page.locator(".jp-Dialog")  # a dialog JupyterLab opens at start blocks the menu
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
+        elif dialogs.count():
+            page.keyboard.press("Escape")
+        try:
+            page.get_by_role("menuitem", name="Run", exact=True).click(timeout=10_000)
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=10_000)
+            page.wait_for_function(started, timeout=15_000)
+            break
+        except Exception:
+            continue
+    try:
+        page.wait_for_function(f"document.querySelectorAll('.azlib-tree').length >= {trees}", timeout=timeout_ms)
+    except Exception:
+        page.screenshot(path=str(tmp_path / "timeout.png"), full_page=True)
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+        pytest.fail(f"widgets did not appear (screenshot in {tmp_path}); stderr outputs: "
+                    f"{[errors.nth(i).text_content()[-500:] for i in range(errors.count())]}")
+    page.wait_for_function(idle, timeout=timeout_ms)
 
 
 def wait_for_text(page, locator, text: str) -> None:
