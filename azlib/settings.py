@@ -249,7 +249,7 @@ class RefereeRLSettings:
 
 @dataclass(frozen=True)
 class RefereeTrainSettings:
-    """The loop, every arm alike. Defaults: notebook 07's quick run (about 3 minutes on 2 CPU cores)."""
+    """The loop, every arm alike. Defaults: notebook 07's quick run."""
 
     steps: int = 150  # optimiser steps, the same for every arm (so the same tokens)
     batch_size: int = 16  # global: sequences per optimiser step, split over the processes
