@@ -23,6 +23,7 @@ HISTORY = re.compile(r"""(?ix)
     | \bwas\s+changed\b
     | \bolder\s+(?:azlib|versions?\s+of\s+azlib)\b
     | \btook\s+(?:about\s+)?[\d.,]+\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?)\b   # a timing on some machine
+    | \babout\s+[\d.,]+\s?(?:min|minutes?|hours?)\b                     # a measured duration, stated as fact
     | \bin\s+\d+\s+of\s+\d+\s+runs\b
 """)
 
@@ -57,6 +58,7 @@ def test_the_code_says_what_it_is_not_what_it_was():
     "# the default " + "was" + " changed to 0.7",
     "raise ValueError('written by an " + "older" + " azlib')",
     "# the sweep " + "took" + " 214 s on 2 cores",
+    "# every arm, both ablations; " + "about" + " 10 min with 1 thread.",
     "# a wake-up was missed in 8 " + "of" + " 14 runs",
 ])
 def test_a_planted_history_line_is_found(planted):
