@@ -345,4 +345,12 @@ def instrument(params) -> Backend:
     if params.generation == "vllm":
         return make_backend("vllm", params.model, enable_lora=True, max_lora_rank=max(params.lora.r, 8),
                             **generation_engine(params))
-    return make_backend("hf", params.model, dtype=params.dtype, device=local_device(params.device))
+    device = local_device(params.device)
+    backend = make_backend("hf", params.model, dtype=params.dtype, device=device)
+    if device.startswith("cuda"):  # batches sized by half the memory free now, for the longest answers it writes
+        import torch
+
+        from azlib.plan import PROMPT_TOKENS
+
+        backend.size_batches(PROMPT_TOKENS + params.eval_max_new_tokens, torch.cuda.mem_get_info(device)[0] / 2)
+    return backend

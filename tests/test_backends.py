@@ -147,3 +147,20 @@ def test_a_template_without_a_system_role_gets_the_system_text_in_the_user_turn(
     with pytest.raises(Exception, match="System role not supported"):
         prompts.tokenizer.apply_chat_template(messages, tokenize=False)
     assert prompts.render(messages) == "<start_of_turn>user\nBe terse.\n\n2+2?<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_hf_batches_sized_by_memory_hold_that_many_rows_of_kv_cache(hf):
+    """Rows x tokens x (2 x layers x kv heads x head dim x bytes) within the memory given, clamped to
+    [BATCH_SIZE, MOST_ROWS]; an evaluation then hands the backend at least a whole batch at once."""
+    from azlib.models.hf import BATCH_SIZE, MOST_ROWS
+
+    config, before = hf.model.config.get_text_config(), hf.batch_size
+    try:
+        # SmolLM2-135M: 30 layers, 3 KV heads of 64, fp32: 2 x 30 x 3 x 64 x 4 = 46,080 bytes a token
+        per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * 64 * 4
+        assert per_token == 46_080
+        assert hf.size_batches(500, 100 * 500 * per_token + 1) == 100 == hf.batch_size == hf.prompts_per_call
+        assert hf.size_batches(500, 1) == BATCH_SIZE and hf.prompts_per_call == 64
+        assert hf.size_batches(500, 10**15) == MOST_ROWS
+    finally:
+        hf.batch_size = before

@@ -20,6 +20,7 @@ from azlib.models.shared_prompts import SCORING_MEMORY, completion_logprobs
 from azlib.prompts import ANSWER_LINE
 
 BATCH_SIZE = 32  # rows per decode or scoring forward, unless a caller says otherwise
+MOST_ROWS = 256  # rows per decode batch at most when sized by memory (decode is overhead-bound: rows are speed)
 
 
 def newline_tokens(tokenizer, vocab_size: int = 0) -> torch.Tensor:
@@ -91,6 +92,23 @@ class HFBackend(TokenizerPrompts, Backend):
     @functools.cached_property
     def newline_tokens(self) -> torch.Tensor:
         return newline_tokens(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def prompts_per_call(self) -> int:
+        """Prompts an evaluation hands over at once: at least one whole decode batch."""
+        return max(Backend.prompts_per_call, self.batch_size)
+
+    def size_batches(self, tokens: int, memory: float) -> int:
+        """Decode in batches as wide as `memory` bytes of KV cache allow for rows of `tokens` tokens (prompt and
+        answer), between BATCH_SIZE and MOST_ROWS; returns the rows. On a GPU the decode loop's time per step
+        hardly grows with its rows (docs/gpu.md, measured), so wider batches answer a set sooner."""
+        config = self.model.config.get_text_config()
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        per_token = (2 * config.num_hidden_layers * getattr(config, "num_key_value_heads", heads) * head_dim
+                     * self.model.dtype.itemsize)
+        self.batch_size = int(min(MOST_ROWS, max(BATCH_SIZE, memory // (per_token * tokens))))
+        return self.batch_size
 
     def _batches(self, rows: list[list[int]]):
         """Index batches of rows sorted by length, so a batch pads little."""
