@@ -62,11 +62,9 @@ def completion(backend, group: int, problem: int, prompt: Prompt, prompt_ids: li
                *, ids: Sequence[int], correct: bool = False, finished: bool = False, eos: bool = False,
                parts: dict[str, float] | None = None) -> Completion:
     """A searched text as training reads it: its ids as sampled (no decode and re-encode; the caller encodes a
-    prompt once for all its completions), an EOS id after an answer that ended without one, so the student
-    also learns where to stop."""
-    ids = list(ids)
-    ids += [backend.tokenizer.eos_token_id] if eos and not (ids and ids[-1] in _eos_ids(backend)) else []
-    return Completion(prompt_ids, ids, reward, group, problem, prompt, text, correct, finished, eos, parts or {})
+    prompt once for all its completions), with an EOS id after it when `eos` (Backend.with_eos)."""
+    return Completion(prompt_ids, backend.with_eos(ids, eos), reward, group, problem, prompt, text, correct, finished,
+                      eos, parts or {})
 
 
 def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind = "answers") -> list[Completion]:
@@ -109,18 +107,13 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     return out
 
 
-def _eos_ids(backend) -> set[int]:
-    return getattr(backend, "eos_ids", {backend.tokenizer.eos_token_id})
-
-
 def answer_completion(backend, group: int, tree: ForkTree, answer: Answer,
                       advantages: Sequence[float] = ()) -> Completion:
-    """A sampled answer as training reads it: its sampled ids (no decode and re-encode), an EOS id after a
-    finished one that did not end with it, so the student also learns where to stop; under the tree's plain
-    prompt whoever wrote it (a hint teacher's answer is trained without the hint: rationalization)."""
-    ids = list(answer.token_ids)
-    eos = answer.finished and not (ids and ids[-1] in _eos_ids(backend))
-    ids += [backend.tokenizer.eos_token_id] if eos else []
+    """A sampled answer as training reads it: its sampled ids (no decode and re-encode) with an EOS id after a
+    finished one (Backend.with_eos), under the tree's plain prompt whoever wrote it (a hint teacher's answer is
+    trained without the hint: rationalization)."""
+    ids = backend.with_eos(answer.token_ids, answer.finished)
+    eos = len(ids) > len(answer.token_ids)
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
     return Completion(tree.prompt_ids, ids, answer.reward, group, tree.problem, tree.prompt, answer.text,
                       answer.correct, answer.finished, answer.finished, answer.parts, answer.writer,

@@ -10,7 +10,7 @@ from typing import Sequence
 from azlib.data.rows import Row
 from azlib.extras import require
 from azlib.prompts import ANSWER_LINE, chat_prompt
-from azlib.models.hf import newline_tokens
+from azlib.models.generation import writes_newline
 from azlib.models.loading import resolve_model_path
 from azlib.rewards import complete_answer, hard_reward
 from azlib.rewards.trl import completion_text
@@ -24,21 +24,19 @@ class PeerRun:
     log: list[dict]  # TRL's per-step log (reward, lengths, clip ratios, ...)
 
 
-def answer_line_stop(tokenizer, vocab_size: int = 0):
+def answer_line_stop(tokenizer):
     """transformers stopping criteria that end a row when its newest token closes an answer line
     ('#### N' and a newline), as azlib's samplers stop (`stop_at_answer`): TRL's GRPOTrainer takes no
-    stopping criteria from its config, so the TRL arm hands this one to the model's `generate`.
-    vocab_size: the model's, where wider than the tokenizer's."""
+    stopping criteria from its config, so the TRL arm hands this one to the model's `generate`."""
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
-
-    newline = newline_tokens(tokenizer, vocab_size)
 
     class AnswerLineStop(StoppingCriteria):
         def __call__(self, input_ids, scores, **kwargs):
             done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-            for row in torch.nonzero(newline[input_ids[:, -1].cpu()]).flatten().tolist():  # a line just ended
-                done[row] = bool(ANSWER_LINE.search(tokenizer.decode(input_ids[row, -32:], skip_special_tokens=True)))
+            for row, token in enumerate(input_ids[:, -1].tolist()):
+                if writes_newline(tokenizer, token):  # a line just ended
+                    done[row] = bool(ANSWER_LINE.search(tokenizer.decode(input_ids[row, -32:], skip_special_tokens=True)))
             return done
 
     return StoppingCriteriaList([AnswerLineStop()])
@@ -116,9 +114,8 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
                                                  lora_dropout=params.lora.dropout, target_modules="all-linear",
                                                  task_type="CAUSAL_LM"))
     if params.generation != "vllm":
-        # the model TRL unwraps on one device; its vocabulary can be wider than the tokenizer's
-        generate = trainer.model.generate
-        stop = answer_line_stop(tokenizer, trainer.model.get_output_embeddings().weight.shape[0])
+        generate = trainer.model.generate  # the model TRL unwraps on one device
+        stop = answer_line_stop(tokenizer)
         trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
     trainer.train()
     adapter = Path(folder) / "adapter"

@@ -74,6 +74,17 @@ def test_a_row_can_end_at_its_answer_line(hf):
     assert hf.tokenizer.decode(stopped.token_ids) == stopped.text and len(stopped.logprobs) == len(stopped.token_ids)
 
 
+def test_the_backend_knows_which_ids_write_a_newline_and_end_an_answer(hf):
+    line, two_lines = hf.encode_continuation("12 + 7 = 19"), hf.encode_continuation("12 + 7 = 19\n#### 19")
+    assert not any(hf.writes_newline(t) for t in line) and sum(hf.writes_newline(t) for t in two_lines) == 1
+    assert not hf.writes_newline(len(hf.tokenizer) + 3), "an id past the tokenizer's vocabulary writes nothing"
+    eos = hf.tokenizer.eos_token_id
+    assert hf.with_eos(line, finished=True) == [*line, eos]
+    assert hf.with_eos([*line, eos], finished=True) == [*line, eos] and hf.with_eos(line, finished=False) == line
+    with pytest.raises(BackendError, match="openai backend has no tokenizer"):
+        OpenAIBackend("m", "http://127.0.0.1:9/v1").writes_newline(5)
+
+
 def test_a_final_assistant_message_is_continued(hf):
     partial = [{"role": "user", "content": "What is 12 + 7?"}, {"role": "assistant", "content": "12 + 7 ="}]
     rendered = hf.render(partial)

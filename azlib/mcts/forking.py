@@ -225,7 +225,6 @@ class ForkingSearch:
             raise ValueError("fork.writer 'teachers' needs a teacher ensemble (teachers, or a teacher_tier)")
         self.backend, self.problems, self.settings, self.teachers = backend, list(problems), settings, teachers
         self.sampling, self.reward, self.weights = sampling, reward, weights
-        self._newline: dict[int, bool] = {}
 
     def grow(self, indices: Sequence[int], group_size: int, seed: int) -> list[ForkTree]:
         prompts = [chat_prompt(self.problems[i]["prompt"]) for i in indices]
@@ -354,7 +353,7 @@ class ForkingSearch:
         repeats an earlier one (a loop), and (where = line) only at the first token of a line."""
         out, line_start, seen_lines = [], 0, set()
         for p in range(1, len(ids) + 1):
-            if p < len(ids) and not self._writes_newline(ids[p - 1]):
+            if p < len(ids) and not self.backend.writes_newline(ids[p - 1]):
                 continue
             begin, line_start = line_start, p
             line = tuple(ids[begin:p])
@@ -375,11 +374,6 @@ class ForkingSearch:
         if failed is None:
             return []
         return [ids_for_text(self.backend.tokenizer, answer.token_ids, failed[0] + 1) - 1]
-
-    def _writes_newline(self, token: int) -> bool:
-        if token not in self._newline:
-            self._newline[token] = "\n" in self.backend.tokenizer.decode([token])
-        return self._newline[token]
 
 
 def ids_for_text(tokenizer, ids: Sequence[int], length: int) -> int:

@@ -4,6 +4,7 @@ Defines the sample record and prompt rendering; the backends (hf, vllm, openai) 
 from __future__ import annotations
 
 import functools
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence, Union
@@ -99,6 +100,7 @@ class Backend(Resource, ABC):
     """generate(prompts, n, ...) -> one list of n samples per prompt; score -> log-probs per token."""
 
     name: str
+    tokenizer = None  # the model's HF tokenizer (its ids' EOS and newlines); None for a remote model known by name
     # How many prompts a caller with many (an evaluation) hands one generate call: a few of the backend's own
     # batches at a time, so progress shows; None: all at once, for an engine that schedules its own batches.
     prompts_per_call: int | None = 64
@@ -126,6 +128,37 @@ class Backend(Resource, ABC):
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:
         """Teacher-forced log-probs of each continuation's tokens after its prompt."""
 
+    def _known_tokenizer(self):
+        if self.tokenizer is None:
+            raise BackendError(f"the {self.name} backend has no tokenizer: token ids need a local hf or vllm backend")
+        return self.tokenizer
+
+    @functools.cached_property
+    def eos_ids(self) -> set[int]:
+        """The ids that end a sample: the tokenizer's EOS (the hf backend adds its model's generation config's)."""
+        return {self._known_tokenizer().eos_token_id}
+
+    def writes_newline(self, token: int) -> bool:
+        """Whether `token` writes a newline (where a line, and so an answer line, can end)."""
+        return writes_newline(self._known_tokenizer(), token)
+
+    def with_eos(self, ids: Sequence[int], finished: bool) -> list[int]:
+        """Ids as trained: an EOS id after a finished answer not ending in one (so the student learns to stop)."""
+        ids = list(ids)
+        return ids + [self.tokenizer.eos_token_id] if finished and not (ids and ids[-1] in self.eos_ids) else ids
+
+
+_NEWLINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {token id: writes a newline}
+
+
+def writes_newline(tokenizer, token: int) -> bool:
+    """Whether `token` writes a newline, its text decoded once per tokenizer. A model's vocabulary can be wider
+    than its tokenizer's (Qwen2.5 pads 151,665 to 151,936): ids past the tokenizer's write nothing."""
+    known = _NEWLINES.setdefault(tokenizer, {})
+    if token not in known:
+        known[token] = token < len(tokenizer) and "\n" in tokenizer.decode([token])
+    return known[token]
+
 
 def one_call_at_a_time(method):
     """For backends holding a model in this process (tokenizers and engines are not thread-safe): calls
@@ -141,8 +174,6 @@ def one_call_at_a_time(method):
 
 class TokenizerPrompts:
     """Prompt rendering shared by the backends that hold an HF tokenizer (hf, vllm)."""
-
-    tokenizer = None
 
     def render(self, prompt: Prompt) -> str:
         if isinstance(prompt, str):

@@ -4,7 +4,6 @@ The CPU default; no second pass."""
 
 from __future__ import annotations
 
-import functools
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -21,14 +20,6 @@ from azlib.prompts import ANSWER_LINE
 
 BATCH_SIZE = 32  # rows per decode or scoring forward, unless a caller says otherwise
 MOST_ROWS = 256  # rows per decode batch at most when sized by memory (decode is overhead-bound: rows are speed)
-
-
-def newline_tokens(tokenizer, vocab_size: int = 0) -> torch.Tensor:
-    """Which vocabulary entries write a newline (where an answer line can end), for every id the model can
-    sample: a model's vocabulary can be wider than its tokenizer's (Qwen2.5 pads 151,665 to 151,936), and ids
-    past the tokenizer's write nothing."""
-    known = ["\n" in tokenizer.decode([i]) for i in range(len(tokenizer))]
-    return torch.tensor(known + [False] * (vocab_size - len(known)))
 
 
 class HFBackend(TokenizerPrompts, Backend):
@@ -89,10 +80,6 @@ class HFBackend(TokenizerPrompts, Backend):
         """Prompt and new tokens together can be at most this long (the model's position embeddings)."""
         return self.model.config.max_position_embeddings
 
-    @functools.cached_property
-    def newline_tokens(self) -> torch.Tensor:
-        return newline_tokens(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
-
     @property
     def prompts_per_call(self) -> int:
         """Prompts an evaluation hands over at once: at least one whole decode batch."""
@@ -124,7 +111,7 @@ class HFBackend(TokenizerPrompts, Backend):
         def is_done(tokens: list[int]) -> bool:
             if window and cut_at_stop(self.tokenizer.decode(tokens[-window:], skip_special_tokens=True), sampling.stop)[1]:
                 return True
-            return (sampling.stop_at_answer and bool(self.newline_tokens[tokens[-1]])
+            return (sampling.stop_at_answer and self.writes_newline(tokens[-1])
                     and bool(ANSWER_LINE.search(self.tokenizer.decode(tokens, skip_special_tokens=True))))
 
         return is_done if window or sampling.stop_at_answer else None

@@ -64,8 +64,7 @@ def explain(teacher: Backend, rows: Sequence[Row], *, n: int = 1, max_new_tokens
     """n explanations per row, from the teacher given (q, s)."""
     samples = teacher.generate([teacher_prompt(r["prompt"], r["info"]["solution"]) for r in rows], n=n,
                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    eos = getattr(teacher, "eos_ids", {teacher.tokenizer.eos_token_id})
-    return [[Explanation(r, _strip_eos(s.token_ids, eos), s.text.strip(), s.finish_reason == "stop") for s in group]
+    return [[Explanation(r, _strip_eos(s.token_ids, teacher.eos_ids), s.text.strip(), s.finish_reason == "stop") for s in group]
             for r, group in zip(rows, samples)]
 
 

@@ -137,11 +137,7 @@ class TextEnv:
         """A rollout as its first line (the child's step), the whole answer kept in `rollout`."""
         left = self.sampling.max_new_tokens - state["tokens"]
         tokens, logprobs = rollout.token_ids[:left], rollout.logprobs[:left]
-        cut = len(tokens)
-        for i, token in enumerate(tokens[:-1]):
-            if "\n" in self.student.tokenizer.decode([token]):
-                cut = i + 1
-                break
+        cut = next((i + 1 for i, token in enumerate(tokens[:-1]) if self.student.writes_newline(token)), len(tokens))
         if self.student.tokenizer.decode(tokens[cut:], skip_special_tokens=True).strip() == "":
             cut = len(tokens)  # nothing but space after the line: the line is the whole answer
         whole = cut == len(tokens) == len(rollout.token_ids)  # the line is the whole rollout, not cut at the cap
