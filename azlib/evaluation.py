@@ -130,7 +130,8 @@ def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float
     p = correct / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at 0 and n the interval's end is the share itself (exactly: rounding can land it an ulp inside)
+    return (0.0 if correct == 0 else max(0.0, centre - half)), (1.0 if correct == n else min(1.0, centre + half))
 
 
 @dataclass(frozen=True)

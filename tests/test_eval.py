@@ -76,6 +76,9 @@ def test_wilson_interval_matches_statsmodels_on_a_grid():
     assert ev.wilson_interval(7, 20) == pytest.approx(proportion_confint(7, 20, method="wilson"), abs=1e-4), \
         "the default z is 1.96, the 95% interval"
     assert ev.wilson_interval(0, 10)[0] == 0.0 and ev.wilson_interval(10, 10)[1] == 1.0
+    # the interval holds the share itself at every count (the formula's rounding leaves 6/6's end at 1 - 1 ulp)
+    assert all(low <= c / n <= high for c, n in COUNTS + [(6, 6), (0, 11), (21, 21)]
+               for low, high in [ev.wilson_interval(c, n)])
     assert ev.wilson_interval(0, 0) == (0.0, 1.0), "no problems: nothing is known"
 
 
