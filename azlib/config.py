@@ -516,9 +516,10 @@ def resumable_run_dir(root: Path, notebook: str) -> Path:
     if not earlier:
         raise ParamsError(f"resume = True, but {root} holds no earlier run of {notebook} to continue; set "
                           "resume = False, or output_dir to the run folder to continue")
-    for folder in reversed(earlier):
+    for i in reversed(range(len(earlier))):
+        folder = earlier[i]
         if trainings := trainings_in(folder):
-            passed = earlier[earlier.index(folder) + 1:]
+            passed = earlier[i + 1:]
             steps = ", ".join(f"{training.relative_to(folder)} from step {checkpoint_step(checkpoint)}"
                               for training, checkpoint in trainings.items())
             print(f"resume = True: continuing {folder}: {steps}")

@@ -132,7 +132,6 @@ class Experiment:
         if unanswered or (rank == 0 and not self._base_done()):
             with self.instrument() as backend:
                 if rank == 0:
-                    backend.use_adapter(None)
                     self._evaluate(backend, self.folder / "base")
                 for arm, seed in tqdm(unanswered, desc="evaluating", unit="run", disable=not progress):
                     folder = self._arm_folder(arm, seed)

@@ -81,14 +81,11 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     trl = require("trl", "the TRL arm")
     from datasets import Dataset
     from peft import LoraConfig
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-
-    GRPOTrainer = trl.GRPOTrainer
 
     path = resolve_model_path(params.model)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    import torch
-
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, params.dtype))  # the arms' dtype
     eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
         model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
@@ -108,7 +105,7 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
             control.should_training_stop = spent[0] >= token_budget
 
     data = Dataset.from_list([{"prompt": chat_prompt(r["prompt"]), "answer": r["answer"]} for r in problems])
-    trainer = GRPOTrainer(model=model, reward_funcs=finished_correctness, args=trl_config(params, folder, tokenizer),
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=finished_correctness, args=trl_config(params, folder, tokenizer),
                           train_dataset=data, processing_class=tokenizer, callbacks=[StopAtBudget()],
                           peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
                                                  lora_dropout=params.lora.dropout, target_modules="all-linear",

@@ -349,7 +349,7 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
             f"no-gradient scoring of 2 problems' search ({rows} answers)", rows, length, shape, params.dtype),)))
     per_step = min(params.search.max_tokens, params.train.problems_per_step * params.search.num_simulations
                    * params.text.student_samples * params.train.max_new_tokens)
-    if notebook == "05_base_vs_trained":  # the TRL arm generates with transformers' generate, below
+    if notebook == "05_base_vs_trained":  # the TRL arm's generation is its own, below
         generated = params.train.token_budget * len(params.arms) * len(params.seeds)
         by_student = params.train.token_budget * (len(params.arms) - params.arms.count("trl")) * len(params.seeds)
     else:
@@ -375,7 +375,6 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
         if "trl" in params.arms:  # TRL's own generation: its colocated vLLM engine (the student's share, while
             # no azlib student holds one) or transformers' generate, at azlib's hf rate until a GPU measures it;
             # its micro-batches are the grpo section's (azlib.peers.trl_config), the phase above
-            kind = "vllm" if params.generation == "vllm" else "hf"
             work.append(Work(f"the TRL arm's generation ({kind})", params.train.token_budget * len(params.seeds),
                              _rate(kind, shape)))
     return NotebookPlan(notebook, models, resident, tuple(engines), tuple(phases), tuple(work))

@@ -15,11 +15,17 @@ import torch
 from azlib.data import arithmetic_problems
 from azlib.grpo import Example, GRPOSettings, PolicyUpdate
 from azlib.models import DEFAULT_MODEL
-from azlib.models.student import LoraSettings, Student
+from azlib.models.student import Student
+from azlib.settings import LoraSettings
 
 
 def adapter(student: Student) -> dict[str, torch.Tensor]:
     return {n: p.detach().float().clone() for n, p in student.model.named_parameters() if "lora_" in n}
+
+
+def distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """L2 over every LoRA weight."""
+    return sum((a[n] - b[n]).norm() ** 2 for n in a) ** 0.5
 
 
 def main() -> None:
@@ -48,13 +54,11 @@ def main() -> None:
         losses = {k: u.sft_step(examples)["loss"] for k, u in updates.items()}
         print(f"step {step:3d}  " + "  ".join(f"{k} loss {v:.4f}" for k, v in losses.items()), flush=True)
     end = {k: adapter(s) for k, s in students.items()}
+    moved = {k: distance(end[k], start[k]) for k in students}
     for k in students:
-        moved = sum((end[k][n] - start[k][n]).norm() ** 2 for n in end[k]) ** 0.5
-        print(f"{k}: the adapter moved {moved:.4e} (L2 over every LoRA weight)")
-    a, b = end["fp32 adapter"], end["bf16 adapter"]
-    gap = sum((a[n] - b[n]).norm() ** 2 for n in a) ** 0.5
-    moved = sum((a[n] - start["fp32 adapter"][n]).norm() ** 2 for n in a) ** 0.5
-    print(f"the two adapters differ by {gap:.4e}: {gap / moved:.1%} of the fp32 adapter's movement")
+        print(f"{k}: the adapter moved {moved[k]:.4e} (L2 over every LoRA weight)")
+    gap = distance(end["fp32 adapter"], end["bf16 adapter"])
+    print(f"the two adapters differ by {gap:.4e}: {gap / moved['fp32 adapter']:.1%} of the fp32 adapter's movement")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
     from azlib.mcts.forking import ForkingSearch, ForkSettings
     from azlib.models.generation import AnswerSampling
     from azlib.models.student import Student
+    from azlib.rewards import extract_answer, is_correct
     from azlib.rewards.step_checks import answer_passes, check_steps
     from azlib.step_precision import check_answer, precision_table
 
@@ -109,11 +110,10 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
             right = 0
             for tree in trees:
                 row = rows[tree.problem]
-                leaves = sorted(tree.leaves(), key=lambda i: (tree.nodes[i].round, i))
-                answers = [tree.nodes[i].answer for i in leaves]
+                answers = tree.answers()  # round by round: a tree's leaves are numbered as they were drawn
                 chosen = next((a for a in answers if answer_passes(check_steps(a.text, row["prompt"]), "traced")),
                               answers[0])
-                right += check_answer(chosen.text, row, chosen.finished).correct
+                right += is_correct(extract_answer(chosen.text), row["answer"])
             tokens = sum(t.tokens for t in trees)
             return {"tokens": tokens, "right": right, "problems": len(trees), "accuracy": right / len(trees),
                     "accuracy_ci": wilson_interval(right, len(trees))}

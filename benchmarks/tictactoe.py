@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from azlib.mcts import SearchSettings, search
+from azlib.paths import REPO_ROOT
 from azlib.mcts.envs import tictactoe as ttt
 
-ROOT = Path(__file__).resolve().parents[1]
 SPEED_SIMULATIONS = 20_000
 
 # One timed search from the empty board in a fresh process, printing simulations/s. The settings type is
@@ -51,15 +51,15 @@ def against(commit: str, repeats: int) -> None:
     simulations per second of the process's CPU time, so that other jobs on a shared machine slow the two alike
     (they still disturb caches: the fastest run is the one least disturbed)."""
     with tempfile.TemporaryDirectory() as old:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "azlib"], check=True, capture_output=True)
+        archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", commit, "azlib"], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
         here, then = [], []
         for _ in range(repeats):
             then.append(speed_in_process(Path(old)))
-            here.append(speed_in_process(ROOT))
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+            here.append(speed_in_process(REPO_ROOT))
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "azlib"], capture_output=True,
+    changed = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "azlib"], capture_output=True,
                              text=True).stdout.strip()
     print(f"tic-tac-toe from the empty board, {SPEED_SIMULATIONS:,} simulations, best of {repeats}, simulations per CPU second: "
           f"{commit} {max(then):,.0f}, this checkout ({head}{' + changes' if changed else ''}) "

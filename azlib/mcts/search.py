@@ -201,13 +201,16 @@ class AlphaZeroPolicy:
         self.scores, self.q_transform = scores, Q_TRANSFORMS[settings.q_transform]
         self.settings, self.c, self.two_player = settings, settings.c, two_player
 
-    def terms(self, node: Node, children: list[Node]) -> list[tuple[float, float]]:
+    def _q_scores(self, node: Node, children: list[Node]) -> tuple[list[float], list[float]]:
+        """Each child's Q as the score reads it, and its score: what the search ranks and the widget shows."""
         q = self.q_transform(children, -node.q if self.two_player else node.q)
-        return list(zip(q, self.scores(children, q, node.visits, self.c)))
+        return q, self.scores(children, q, node.visits, self.c)
+
+    def terms(self, node: Node, children: list[Node]) -> list[tuple[float, float]]:
+        return list(zip(*self._q_scores(node, children)))
 
     def select(self, node: Node, children: list[Node], candidates: Sequence[int] | None, at_root: bool) -> int:
-        q = self.q_transform(children, -node.q if self.two_player else node.q)
-        scores = self.scores(children, q, node.visits, self.c)
+        _, scores = self._q_scores(node, children)
         # the first highest among the candidates (list.index finds the first, without a call per child)
         return scores.index(max(scores)) if candidates is None else max(candidates, key=scores.__getitem__)
 

@@ -92,7 +92,7 @@ def _fraction(number: str) -> Fraction | None:
 
 def _tokens(text: str) -> list[tuple[str, str, int, int]]:
     """(kind, value, start, end) of the text's numbers ("num", normalised), operators ("op"), equals signs
-    ("="), line ends ("nl") and anything else ("other"; whitespace between tokens is skipped). One pass: every
+    ("=") and anything else ("other", a line end too; whitespace between tokens is skipped). One pass: every
     character is read a bounded number of times. A '-' directly before a digit is a sign unless a number stands
     just before it ("5 -3" is a subtraction, "= -3" a negative result)."""
     out: list[tuple[str, str, int, int]] = []
@@ -121,7 +121,7 @@ def _tokens(text: str) -> list[tuple[str, str, int, int]]:
             word = text[start:i]
             out.append(("op", "*", start, i) if word in ("x", "X") else ("other", word, start, i))
         else:
-            kind = "op" if ch in OPERATORS else "=" if ch == "=" else "nl" if ch in "\n\r" else "other"
+            kind = "op" if ch in OPERATORS else "=" if ch == "=" else "other"
             out.append((kind, OPERATORS.get(ch, ch), i, i + 1))
             i += 1
     return out
@@ -142,9 +142,13 @@ def equations(text: str) -> list[Equation]:
     return out
 
 
+def _numbers(text: str) -> list[str]:
+    return [value for kind, value, _, _ in _tokens(text) if kind == "num"]
+
+
 def problem_numbers(prompt: str) -> set[str]:
     """The numbers the problem's text states, normalised."""
-    return {value for kind, value, _, _ in _tokens(prompt) if kind == "num"}
+    return set(_numbers(prompt))
 
 
 def reference_values(solution: str) -> set[str]:
@@ -186,7 +190,7 @@ def answer_complete(steps: list[Step], prompt: str, text: str) -> bool:
     each used as many times as the problem states it; the final answer is the last step's result."""
     if not steps or not all(step.arithmetic for step in steps):
         return False
-    stated, used = Counter(v for kind, v, _, _ in _tokens(prompt) if kind == "num"), Counter()
+    stated, used = Counter(_numbers(prompt)), Counter()
     for i, step in enumerate(steps):
         operands = [step.equation.left, step.equation.right]
         if i:

@@ -108,9 +108,8 @@ class TeacherTrainer:
                          temperature=s.temperature, seed=self.seed + len(self.log))
         flat = [e for group in groups for e in group]
         scores = score(self.teacher.scorer, self.student, flat, s)  # r_KL under the log-probs the update uses
-        eos = [backend.tokenizer.eos_token_id]
         prompts = [backend.encode_prompt(teacher_prompt(r["prompt"], r["info"]["solution"])) for r in rows]
-        examples = [Example(prompts[i // s.group_size], e.ids + (eos if e.finished else []), float(r),
+        examples = [Example(prompts[i // s.group_size], backend.with_eos(e.ids, e.finished), float(r),
                             group=i // s.group_size)
                     for i, (e, r) in enumerate(zip(flat, scores.reward.tolist()))]
         stats = self.grpo.step(examples)

@@ -22,8 +22,8 @@ def plot_step_checks(tables: dict[str, list[dict]], label: str = ""):
                 cells = [r for s in lengths for r in table if r["steps"] == s and r["check"] == check
                          and r[key] is not None]
                 ys = [r[key] for r in cells]
-                errors = [[max(0.0, y - r[f"{key}_ci"][0]) for y, r in zip(ys, cells)],  # 0 where the interval's
-                          [max(0.0, r[f"{key}_ci"][1] - y) for y, r in zip(ys, cells)]]  # end rounds past the share
+                errors = [[y - r[f"{key}_ci"][0] for y, r in zip(ys, cells)],
+                          [r[f"{key}_ci"][1] - y for y, r in zip(ys, cells)]]
                 ax.errorbar([r["steps"] for r in cells], ys, yerr=errors, fmt=style, color=colour, capsize=3,
                             label=f"{check} {key}")
         ax.axhline(PRECISION_BAR, color="grey", lw=0.8, ls="--")
