@@ -23,8 +23,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
                       ValidationError, field_validator, model_validator)
 
 from azlib.data.arithmetic import STEP_COUNTS
-from azlib.mcts.envs.text import TextSearchSettings
-from azlib.mcts.forking import ForkSettings
+from azlib.textsearch.env import TextSearchSettings
+from azlib.textsearch.forking import ForkSettings
 from azlib.mcts.search import SearchSettings
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, repo_path
@@ -208,7 +208,7 @@ class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
                                                    "and the last")
     task: Literal["arithmetic", "gsm8k"]
     problem_index: int = Field(ge=0)
-    text: TextSearch = Field(description="azlib.mcts.envs.text.TextSearchSettings fields: expansion, samples, lengths")
+    text: TextSearch = Field(description="azlib.textsearch.env.TextSearchSettings fields: expansion, samples, lengths")
     use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
 
 
@@ -274,9 +274,9 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchSettings fields (a training run's defaults: "
                                                         "skip_solved, parent_value); env NUM_MCTS_ITERATIONS, "
                                                         "MAX_TREE_DEPTH and MAX_TOKENS override")
-    text: TextSearch = Field(TextSearchSettings(), description="azlib.mcts.envs.text.TextSearchSettings fields: "
+    text: TextSearch = Field(TextSearchSettings(), description="azlib.textsearch.env.TextSearchSettings fields: "
                                                                "expansion, samples, chunk length")
-    fork: Fork = Field(ForkSettings(), description="azlib.mcts.forking.ForkSettings fields: the forking tree of "
+    fork: Fork = Field(ForkSettings(), description="azlib.textsearch.forking.ForkSettings fields: the forking tree of "
                                                    "train.groups 'forked' and 'treerl' (rounds, points, branches, "
                                                    "where, check, fork_from, writer)")
     grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields (the answers' temperature and "
@@ -331,7 +331,7 @@ class BaseVsTrainedParams(TrainingParams):
     arithmetic_steps: ArithmeticSteps = Field([1, 2], description="step counts of the arithmetic task, within 1..4")
     search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchSettings fields")
     text: TextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
-    fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.mcts.forking.ForkSettings fields")
+    fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.textsearch.forking.ForkSettings fields")
     train: Train = Field(QUICK_TRAIN, description="azlib.settings.TrainSettings fields (the arms set groups and "
                                                   "update); train.token_budget ends every arm")
     grpo: GRPO = Field(QUICK_GRPO, description="azlib.settings.GRPOSettings fields: every arm's update (the trl arm's "

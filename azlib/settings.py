@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
-from azlib.mcts.forking import ForkSettings
+from azlib.textsearch.forking import ForkSettings
 from azlib.mcts.search import SearchSettings
 from azlib.models.generation import AnswerSampling
 from azlib.rewards import REWARD_KINDS, RewardKind
@@ -74,7 +74,7 @@ class LoraSettings:
 
 # -- the training loop (azlib.training) ---------------------------------------------------------------------------
 
-# The training signals a run can take (azlib.groups builds them)
+# The training signals a run can take (azlib.textsearch.signals builds them)
 GROUP_KINDS = ("answers", "paths", "siblings", "visits", "sampling", "forked", "treerl")
 GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling", "forked", "treerl"]
 

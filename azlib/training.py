@@ -27,10 +27,10 @@ from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
 from azlib.grpo import PolicyUpdate
-from azlib.groups import (SCORABLE_GROUPS, Completion, best_verified, forked_groups,
+from azlib.textsearch.signals import (SCORABLE_GROUPS, Completion, best_verified, forked_groups,
                           tree_groups, verified, with_rewards)
-from azlib.mcts.envs.text import TextEnv, TextSearchSettings, teacher_values
-from azlib.mcts.forking import ForkingSearch, ForkSettings
+from azlib.textsearch.env import TextEnv, TextSearchSettings, teacher_values
+from azlib.textsearch.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchSettings, search
 from azlib.models.generation import AnswerSampling, Resource
 from azlib.models.student import Student
@@ -39,7 +39,7 @@ from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_
 from azlib.runs import CHECKPOINT_PREFIX, saved_checkpoints
 from azlib.settings import GROUP_KINDS, TRAINING_SEARCH, GRPOSettings, LoraSettings, TrainSettings
 
-FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.mcts.forking, not by the MCTS search
+FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.textsearch.forking, not by the MCTS search
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.
 RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_every")

@@ -25,7 +25,7 @@ def run_azlib(args) -> dict:
 
     from azlib.data import arithmetic_problems
     from azlib.grpo import PolicyUpdate, GRPOSettings
-    from azlib.groups import sampled_groups
+    from azlib.textsearch.signals import sampled_groups
     from azlib.models.generation import AnswerSampling
     from azlib.models.student import LoraSettings, Student
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from azlib.data import arithmetic_problems
 from azlib.prompts import continuation_prompt
 from azlib.mcts import SearchSettings, search
-from azlib.mcts.envs.text import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
+from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
 from azlib.models import make_backend
 
 

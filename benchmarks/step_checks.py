@@ -69,8 +69,8 @@ def _share(row: dict, key: str) -> str:
 def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed: int, max_new_tokens: int,
            out: Path) -> None:
     from azlib.data import arithmetic_problems
-    from azlib.groups import forked_groups, verified
-    from azlib.mcts.forking import ForkingSearch, ForkSettings
+    from azlib.textsearch.signals import forked_groups, verified
+    from azlib.textsearch.forking import ForkingSearch, ForkSettings
     from azlib.models.generation import AnswerSampling
     from azlib.models.student import Student
     from azlib.rewards import extract_answer, is_correct

@@ -153,7 +153,7 @@ CONCEPT_ANSWERS = {
     # (a) and (b) are the student alone (on training or on held-out problems), which this number is not. (d) is the
     # share of groups with spread, a different column of the step log.
     "04_answer_accuracy": "c",
-    # (a) Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.groups.verified: each
+    # (a) Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.textsearch.signals.verified: each
     # distinct one once), so an all-correct group is up to 4 training examples; GRPO's group-normalised advantages are
     # 0 there (only the KL term acts). Conversely GRPO's negative advantages push wrong answers down, which imitation
     # never sees. (b) is GRPO's half only. (c) swaps the two updates. (d) With β = 0 GRPO still weights answers by

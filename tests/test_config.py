@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 from azlib import config
 from azlib.config import ParamsError
 from azlib.mcts import SearchSettings
-from azlib.mcts.envs.text import TextSearchSettings
+from azlib.textsearch.env import TextSearchSettings
 from azlib.models.generation import AnswerSampling
 from azlib.training import TrainerSettings, TrainSettings
 

@@ -10,7 +10,7 @@ import torch
 
 from azlib import training
 from azlib.grpo import group_advantages
-from azlib.groups import Completion, best_verified, with_rewards
+from azlib.textsearch.signals import Completion, best_verified, with_rewards
 from azlib.rewards import call_reward, correctness_reward
 from azlib.training import Trainer, TrainerSettings, TrainSettings
 

@@ -1,4 +1,4 @@
-"""The forking tree (azlib.mcts.forking): sampling as its special case bit for bit, every generated token
+"""The forking tree (azlib.textsearch.forking): sampling as its special case bit for bit, every generated token
 counted once, forks that continue the sampled ids, TreeRL advantages on a hand-built tree, deduplication,
 GRPO trained on per-token advantages, and forks written by the hint teacher (trained without the hint) or by
 the teacher ensemble."""
@@ -13,9 +13,9 @@ from azlib import config
 from azlib.data import arithmetic_problems
 from azlib.settings import ARMS, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings
-from azlib.groups import Completion, forked_groups, sampled_groups, verified
+from azlib.textsearch.signals import Completion, forked_groups, sampled_groups, verified
 from azlib.mcts import tree_after
-from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
+from azlib.textsearch.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
 from azlib.models.generation import AnswerSampling, TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.models.student import LoraSettings, Student

@@ -8,7 +8,7 @@ import pytest
 
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchSettings, search
-from azlib.mcts.envs.text import (
+from azlib.textsearch.env import (
     TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
 )
 from azlib.teachers import TeacherSpec

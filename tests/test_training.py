@@ -18,9 +18,9 @@ from azlib import config
 from azlib.__main__ import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
-from azlib.groups import sampled_groups, tree_groups
+from azlib.textsearch.signals import sampled_groups, tree_groups
 from azlib.mcts import SearchSettings, search
-from azlib.mcts.envs.text import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
+from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
 from azlib.models.generation import AnswerSampling
 from azlib.models import DEFAULT_MODEL, ModelLoadError
 from azlib.models.student import LoraSettings, Student
@@ -204,7 +204,7 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """The search values an answer, tree_answers collects it, search_answer grades the recommended one: one
     computation, whoever reads it."""
-    import azlib.mcts.envs.text as text_env
+    import azlib.textsearch.env as text_env
     from azlib.training import search_answer
 
     computed = []
@@ -230,7 +230,7 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
 
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
     from azlib.grpo import PolicyUpdate
-    from azlib.groups import completion, verified
+    from azlib.textsearch.signals import completion, verified
 
     rows = arithmetic_problems(1, seed=5, steps=(1,))
     prompt = [{"role": "user", "content": rows[0]["prompt"]}]

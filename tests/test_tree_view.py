@@ -73,7 +73,7 @@ def test_a_tree_searched_without_replay_is_shown_as_it_ends():
 
 
 def teacher_tree() -> Tree:
-    """A tree as notebook 03's searches grow them (azlib.mcts.envs.text with teachers): each node's proposers
+    """A tree as notebook 03's searches grow them (azlib.textsearch.env with teachers): each node's proposers
     ("student", or "teacher:label") and its path code, whose last letter is the branch."""
     tree = Tree.with_root({"problem": 0, "text": "", "code": ""})
 

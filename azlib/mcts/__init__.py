@@ -1,5 +1,6 @@
-"""Monte Carlo tree search: one search (azlib.mcts.search) over small environments
-(azlib.mcts.envs: tic-tac-toe, text). Knows nothing of training."""
+"""Monte Carlo tree search: one search (azlib.mcts.search), its tree, AlphaZero (azlib.mcts.alphazero) and a
+game to check them on (azlib.mcts.envs: tic-tac-toe). Knows nothing of language models: search over text lives in
+azlib.textsearch."""
 
 from azlib.mcts.search import (Child, Environment, Expansion, SearchSettings, SearchResult, search, selection_terms,
                                 tree_after, visit_weights)

@@ -35,7 +35,7 @@ def describe_node(node: Node) -> tuple[str, str]:
 
 
 def describe_text_node(node: Node) -> tuple[str, str]:
-    """Text search (azlib.mcts.envs.text): the chunk's first words as label; the whole partial answer and rewards."""
+    """Text search (azlib.textsearch.env): the chunk's first words as label; the whole partial answer and rewards."""
     if node.parent < 0:
         return "question", "root: the question"
     info, state = node.info, node.state

@@ -1,2 +1,2 @@
-"""Search environments: tic-tac-toe (checked against minimax) and text (partial answers).
-Each implements azlib.mcts.search.Environment."""
+"""A game environment: tic-tac-toe, checked against minimax. It implements azlib.mcts.search.Environment, as
+azlib.textsearch.env.TextEnv does for partial answers."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from azlib.data.rows import Row
 from azlib.prompts import continuation_prompt
-from azlib.mcts.forking import ids_for_text
+from azlib.textsearch.forking import ids_for_text
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.models.generation import AnswerSampling, Backend, Sample
 from azlib.rewards import RewardBreakdown, RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward

@@ -11,7 +11,7 @@ it carries its token ids and its group from creation, so GRPO trains on it as it
   backed-up value Q; the prompt is the question plus the node's partial answer.
 - "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.
 - "sampling": G plain samples per problem, no tree: the GRPO baseline.
-- "forked": the G samples, then continuations forked from them (azlib.mcts.forking, TreeRL's EPTree):
+- "forked": the G samples, then continuations forked from them (azlib.textsearch.forking, TreeRL's EPTree):
   every answer of a problem's forking tree in one group, scored by the reward.
 - "treerl": the same answers, each token with TreeRL's advantage from the tree's node values (the mean
   reward of the answers under a node): global (V(s) - V(root)) plus local (V(s) - V(parent)), so a
@@ -31,8 +31,8 @@ from typing import Literal, Sequence
 from azlib.data.rows import Row
 from azlib.prompts import chat_prompt, continuation_prompt
 from azlib.grpo import Example
-from azlib.mcts.envs.text import TextEnv, trajectories, tree_answers
-from azlib.mcts.forking import Answer, ForkingSearch, ForkSettings, ForkTree, tree_advantages
+from azlib.textsearch.env import TextEnv, trajectories, tree_answers
+from azlib.textsearch.forking import Answer, ForkingSearch, ForkSettings, ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
 from azlib.models.generation import AnswerSampling, Backend, Prompt
 from azlib.rewards import RewardFunction, RewardKind, RewardWeights, call_reward, reward_name
@@ -55,7 +55,7 @@ class Completion(Example):
     finished: bool = False  # ended by EOS or by its answer line (not cut at the token limit)
     eos: bool = False  # an end-of-sequence token follows the text in training (finished answers)
     parts: dict[str, float] = field(default_factory=dict)  # reward components, when the reward has them
-    writer: str = "student"  # who wrote it (a forking tree's answer: azlib.mcts.forking.Answer.writer)
+    writer: str = "student"  # who wrote it (a forking tree's answer: azlib.textsearch.forking.Answer.writer)
 
 
 def completion(backend, group: int, problem: int, prompt: Prompt, prompt_ids: list[int], text: str, reward: float,
@@ -147,7 +147,7 @@ def distinct_solution(text: str) -> str:
 
 
 def verified(completions: Sequence[Completion]) -> list[Completion]:
-    """The finished, correct completions, each solution once per problem (azlib.groups.distinct_solution):
+    """The finished, correct completions, each solution once per problem (azlib.textsearch.signals.distinct_solution):
     what expert iteration imitates."""
     seen, out = set(), []
     for c in completions:
