@@ -283,6 +283,10 @@ class Experiment:
             row |= {"a": a, "b": b, "set": name, "b_above_a_in": sum(y > x for x, y in zip(accuracy_a, accuracy_b))}
         return rows
 
+    def trained_records(self, name: str = "heldout") -> list[dict]:
+        """Every trained arm's per-problem records on one evaluation set, arm after arm (in `runs`' order)."""
+        return [r for run in self.runs.values() for r in run.records[name]]
+
     def _records(self, model: str, seed: int, name: str) -> list[dict]:
         return self.base[name] if model == "base" else self.runs[(model, seed)].records[name]
 
@@ -342,8 +346,7 @@ def instrument(params) -> Backend:
     from azlib.training import generation_engine
 
     if params.generation == "vllm":
-        return make_backend("vllm", params.model, enable_lora=True, max_lora_rank=max(params.lora.r, 8),
-                            **generation_engine(params))
+        return make_backend("vllm", params.model, lora_rank=params.lora.r, **generation_engine(params))
     device = local_device(params.device)
     backend = make_backend("hf", params.model, dtype=params.dtype, device=device)
     if device.startswith("cuda"):  # batches sized by half the memory free now, for the longest answers it writes

@@ -37,7 +37,7 @@ def table(out: Path) -> None:
     rows = experiment.eval_sets["heldout"]
     students = {"base student": experiment.base["heldout"],
                 f"trained students ({len(experiment.runs)} arms x seeds)":
-                    [r for run in experiment.runs.values() for r in run.records["heldout"]]}
+                    experiment.trained_records("heldout")}
     tables = {name: precision_table(check_records(records, rows)) for name, records in students.items()}
     for name, t in tables.items():
         print(f"\n{name}, held-out answers ({made.label})")

