@@ -145,8 +145,10 @@ def test_a_training_run_samples_its_answers_one_way():
         ("search", {"c": float("nan")}, "search: Value error, c: must be finite"),
         ("grpo", {"temperature": 0.5}, "unknown field(s) ['temperature'] of GRPOSettings"),
         ("train", {"groups": "trees"}, "groups: Input should be 'answers', 'paths'"),
-        ("train", {"steps": 0}, "steps, problems_per_step and checkpoint_every must be >= 1"),
-        ("train", {"group_size": 1}, "group_size must be >= 2 (a group of one has no advantage)"),
+        ("train", {"steps": 0}, "train: Value error, steps must be >= 1, got 0"),
+        ("train", {"group_size": 1}, "group_size must be >= 2, got 1"),
+        ("grpo", {"clip_advantages": -1.0}, "grpo: Value error, clip_advantages must be > 0, got -1.0"),
+        ("lora", {"dropout": 1.0}, "lora: Value error, dropout must be >= 0 and < 1, got 1.0"),
         ("lora", 16, "expected a dict of LoraSettings fields, got int"),
     ],
 )
