@@ -25,26 +25,23 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="execute the notebooks under a profile into outputs/<run-id>/, ending "
                                           "with its page, index.md")
-    run.add_argument("--profile", choices=PROFILES, default="cpu")
     run.add_argument("--only", type=lambda s: [p.strip() for p in s.split(",") if p.strip()],
                      help="comma-separated notebook prefixes, e.g. 01,04")
     run.add_argument("--out", type=Path, help="run folder (default outputs/<timestamp>-<profile>)")
     train = commands.add_parser("train", help="notebook 04's training, headless, into <out>/train-04/")
-    train.add_argument("--profile", choices=PROFILES, default="cpu")
     train.add_argument("--out", type=Path, required=True, help="run folder (keeps checkpoints and train_log.jsonl)")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     referee = commands.add_parser("referee", help="notebook 07's arms, headless; under torchrun one DDP process each")
-    referee.add_argument("--profile", choices=PROFILES, default="cpu")
     referee.add_argument("--out", type=Path, required=True, help="run folder; writes <out>/referee-07/")
     experiment = commands.add_parser("experiment", help="notebook 05's arms x seeds, headless, into "
                                                          "<out>/05-experiment/; under torchrun each process trains "
                                                          "its share of them")
-    experiment.add_argument("--profile", choices=PROFILES, default="cpu")
     experiment.add_argument("--out", type=Path, required=True,
                             help="run folder; `azlib run --only 05 --out` the same folder then draws the results")
     experiment.add_argument("--arms", nargs="+", help="only these arms (default: the profile's)")
     experiment.add_argument("--seeds", type=int, nargs="+", help="only these training seeds (default: the profile's)")
     for command in (run, train, referee, experiment):
+        command.add_argument("--profile", choices=PROFILES, default="cpu")
         command.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE", dest="assignments",
                              help="parameters over the profile's, e.g. train.steps=3 model=/path/to/model "
                                   "seeds='[0, 1]' (each value read as YAML)")
@@ -65,37 +62,33 @@ def main(argv: list[str] | None = None) -> int:
         serve.add_argument(f"--{limit.name.replace('_', '-')}", type=type(limit.default), default=limit.default,
                            help=f"{limit.metadata['help']} (default {limit.default})")
     args = parser.parse_args(argv)
-
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "train":
-        return _train(args)
-    if args.command == "referee":
-        return _referee(args)
-    if args.command == "experiment":
-        return _experiment(args)
-    from azlib.plan import H100_GIB, PlanError, print_plan
-    from azlib.runner import run as run_notebooks
-
+    handlers = {"run": _run, "plan": _plan, "train": _train, "referee": _referee, "experiment": _experiment,
+                "serve": _serve}
     try:
-        if args.command == "plan":
-            return print_plan(args.profile, args.gpu_memory or H100_GIB)
-        return run_notebooks(args.profile, only=args.only, out=args.out, assignments=args.assignments)
-    except (ParamsError, PlanError) as err:
+        return handlers[args.command](args)
+    except ParamsError as err:  # what the user asked for is refused (a plan that does not fit too), with the reason
         print(f"azlib: {err}", file=sys.stderr)
         return 2
 
 
+def _run(args) -> int:
+    from azlib.runner import run
+
+    return run(args.profile, only=args.only, out=args.out, assignments=args.assignments)
+
+
+def _plan(args) -> int:
+    from azlib.plan import H100_GIB, print_plan
+
+    return print_plan(args.profile, args.gpu_memory or H100_GIB)
+
+
 def _library_params(notebook: str, args):
     """A notebook's parameters from the library's defaults under --profile, env overrides and --set applied (no
-    notebook read: a test keeps the defaults equal to the notebook's), or None after saying why not."""
+    notebook read: a test keeps the defaults equal to the notebook's)."""
     from azlib.config import resolve_library
 
-    try:
-        return resolve_library(notebook, args.profile, args.out.resolve(), args.assignments)[0]
-    except ParamsError as err:
-        print(f"azlib: {err}", file=sys.stderr)
-        return None
+    return resolve_library(notebook, args.profile, args.out.resolve(), args.assignments)[0]
 
 
 def _train(args) -> int:
@@ -104,19 +97,16 @@ def _train(args) -> int:
     from azlib.parallel import init_from_env, world
     from azlib.training import trainer_from_params, training_problems
 
-    if (params := _library_params("04_gsm8k_run", args)) is None:
-        return 2
+    params = _library_params("04_gsm8k_run", args)
     if params.custom_reward:
-        print("azlib: custom_reward = true needs the reward function written in notebook 04; the command line "
-              "trains with train.reward (run the notebook, or python -m azlib run --only 04)", file=sys.stderr)
-        return 2
+        raise ParamsError("custom_reward = true needs the reward function written in notebook 04; the command line "
+                          "trains with train.reward (run the notebook, or python -m azlib run --only 04)")
     init_from_env()
     rank, size = world()
     if params.generation == "vllm" and size > 1:
-        print("azlib: under torchrun the ranks generate with their own student (generation 'hf') or through one "
-              "vLLM server (generation 'server', generation_url); a vLLM engine in every rank is not supported",
-              file=sys.stderr)
-        return 2
+        raise ParamsError("under torchrun the ranks generate with their own student (generation 'hf') or through one "
+                          "vLLM server (generation 'server', generation_url); a vLLM engine in every rank is not "
+                          "supported")
     problems, note = training_problems(params)
     if note and rank == 0:
         print("NOTE:", note)
@@ -136,14 +126,9 @@ def _experiment(args) -> int:
     from azlib.experiment import EXPERIMENT_FOLDER, Experiment, task_sets
     from azlib.parallel import independent_process
 
-    if (params := _library_params("05_base_vs_trained", args)) is None:
-        return 2
+    params = _library_params("05_base_vs_trained", args)
     if changes := {k: v for k, v in (("arms", args.arms), ("seeds", args.seeds)) if v}:
-        try:
-            params = validate("05_base_vs_trained", {**params.model_dump(), **changes})
-        except ParamsError as err:
-            print(f"azlib: {err}", file=sys.stderr)
-            return 2
+        params = validate("05_base_vs_trained", {**params.model_dump(), **changes})
     # Each (arm, seed) is a whole training: the processes share them out and nothing passes between them (no
     # process group; each on its own GPU); under torchrun a failed process ends the others.
     rank, ranks = independent_process()
@@ -167,8 +152,7 @@ def _referee(args) -> int:
     from azlib.referee import load_corpus
     from azlib.referee.train import arms_from_params
 
-    if (params := _library_params("07_referee_rl", args)) is None:
-        return 2
+    params = _library_params("07_referee_rl", args)
     init_from_env()
     corpus, note = load_corpus(params.gsm8k, params.max_chars or None, fallback=params.gsm8k_fallback)
     arms = arms_from_params(params, corpus)
@@ -194,8 +178,7 @@ def _serve(args) -> int:
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:
-        print(f"azlib: environment variable {args.api_key_env} is not set", file=sys.stderr)
-        return 2
+        raise ParamsError(f"environment variable {args.api_key_env} is not set")
     server = BatchingServer(make_backend("hf", args.model, dtype=args.dtype, device=args.device),
                             args.served_model_name or args.model, args.host,
                             args.port, api_key=key,

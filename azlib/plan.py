@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from azlib.config import ParamsError
 from azlib.models.hf import BATCH_SIZE
 from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
@@ -41,7 +42,7 @@ TOKENS_PER_SECOND = {  # one GPU, a 1.5B-parameter model in bf16; scaled by 1.5B
 GPT_CHARS_PER_SECOND = 450_000  # measured: notebook 07, one main-size arm of the character GPT, 427k-462k
 
 
-class PlanError(ValueError):
+class PlanError(ParamsError):
     """A notebook's plan does not fit the GPU memory, or names a model of unknown shape."""
 
 
