@@ -308,34 +308,18 @@ class TrainingRunParams(TrainingParams):
                                             "train.reward (azlib.training.Trainer.add_reward)")
 
 
-# Notebook 05's defaults (azlib.config.BaseVsTrainedParams): a quick look at the pipeline, minutes on 2 CPU cores
-# and numbers that are noise; params/cpu/05_base_vs_trained.yaml holds the experiment itself. Small steps (2
-# problems, answers of at most 64 tokens: the base student's right answers are mostly shorter), temperature 0.3
-# (about 2.5 times the right answers per token of 0.7's) and a one-step warm-up at the cpu profile's learning
-# rate, so that every arm has answers to imitate from its second step and takes several optimiser steps.
-QUICK_TRAIN = TrainSettings(groups="forked", update="sft", steps=1000, token_budget=3000, problems_per_step=2,  # steps:
-                            checkpoint_every=5, group_size=4, max_new_tokens=64, temperature=0.3)  # the budget ends every arm
-QUICK_GRPO = GRPOSettings(learning_rate=2e-4, warmup_steps=1)
-QUICK_SEARCH = dataclasses.replace(TRAINING_SEARCH, num_simulations=4, max_depth=8, max_tokens=20000, leaves_per_step=2)
-QUICK_TEXT = TextSearchSettings(student_samples=2)
-# forks only from answers that finished within the cap (docs/results.md, "Does the tree earn its place?")
-QUICK_FORK = ForkSettings(fork_from="finished")
-
-
 class BaseVsTrainedParams(TrainingParams):
     """Notebook 05: does the tree help? Every arm trained to train.token_budget for each seed, against the base.
-    Its defaults are a quick look at the pipeline (the QUICK_* sections above); the cpu profile holds the
-    experiment itself."""
+    The sections' defaults are the library's; the notebook's parameters cell (a quick look at the pipeline) and
+    each profile (the experiment itself) set what they change."""
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1, 2], description="step counts of the arithmetic task, within 1..4")
-    search: Search = Field(QUICK_SEARCH, description="the mcts arm's azlib.mcts.SearchSettings fields")
-    text: TextSearch = Field(QUICK_TEXT, description="the mcts arm's TextSearchSettings fields")
-    fork: Fork = Field(QUICK_FORK, description="the tree arms' azlib.textsearch.forking.ForkSettings fields")
-    train: Train = Field(QUICK_TRAIN, description="azlib.settings.TrainSettings fields (the arms set groups and "
-                                                  "update); train.token_budget ends every arm")
-    grpo: GRPO = Field(QUICK_GRPO, description="azlib.settings.GRPOSettings fields: every arm's update (the trl arm's "
-                                               "GRPOTrainer takes its learning rate, warm-up and loss settings too)")
+    train: Train = Field(TrainSettings(), description="azlib.settings.TrainSettings fields (the arms set groups and "
+                                                      "update); train.token_budget ends every arm")
+    grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields: every arm's update (the trl "
+                                                   "arm's GRPOTrainer takes its learning rate, warm-up and loss "
+                                                   "settings too)")
     arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
                        "grpo", "trl"]] = Field(
         ["tree", "rft"], min_length=1,
