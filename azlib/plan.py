@@ -25,21 +25,20 @@ GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 H100_GIB = 81_559 / 1024  # an H100 80 GB as torch.cuda.mem_get_info reports its total (81,559 MiB)
 
-# Each figure measured on one H200 by benchmarks/gpu_smoke.py (docs/gpu.md, "Measured on a GPU") where it says so;
-# the others are assumptions until a GPU run measures them.
+# A figure marked "measured" is benchmarks/gpu_smoke.py's (docs/gpu.md, "Measured on a GPU", with its machine and
+# commit); the others are assumptions until a GPU run measures them.
 VLLM_RESERVE_GIB = 2.0  # assumed: per engine, inside its share: CUDA context, its profiling forward, CUDA graphs
-CUDA_CONTEXT_GIB = 1.0  # measured: the device's used memory above torch's peak after loading and decoding, 0.75-1.06
-TRAINING_CACHE_GIB = 5.3  # measured: above that once training micro-batches ran (the allocator keeps their freed
-#                          blocks): 5.1-6.3 GiB above torch's peak in all
+CUDA_CONTEXT_GIB = 1.0  # measured: the device's used memory above torch's peak after loading and decoding
+TRAINING_CACHE_GIB = 5.3  # measured: above that once training micro-batches ran (the allocator keeps their blocks)
 PROMPT_TOKENS = 256  # a GSM8K question (or 06's question + solution) in the chat template, upper end
 SOLUTION_TOKENS = 256  # notebook 06: the reference solution the student scores after an explanation
 GSM8K_TEST_PROBLEMS = 1_319  # GSM8K's test split
 TOKENS_PER_SECOND = {  # one GPU, a 1.5B-parameter model in bf16; scaled by 1.5B / parameters
     "vllm": 5_000,  # assumed: batched generation through a vLLM engine
-    "hf": 350,  # measured: azlib's hf decode loop at 32 rows a batch, 348 (92 ms a step, overhead-bound)
-    "train": 7_000,  # measured: forward + backward of the LoRA student (checkpointing on), GRPO 7,073 once warm
+    "hf": 350,  # measured: azlib's hf decode loop at 32 rows a batch (overhead-bound)
+    "train": 7_000,  # measured: forward + backward of the LoRA student (checkpointing on), GRPO once warm
 }
-GPT_CHARS_PER_SECOND = 450_000  # measured: notebook 07, one main-size arm of the character GPT, 427k-462k
+GPT_CHARS_PER_SECOND = 450_000  # measured: notebook 07, one main-size arm of the character GPT
 
 
 class PlanError(ParamsError):
@@ -271,9 +270,7 @@ def _adapter(shape: ModelShape, lora, optimizer: str, snapshot: bool = False) ->
 def training_logits(what: str, rows: int, length: int, shape: ModelShape, dtype: str) -> Part:
     """The logits of one micro-batch at their peak, in its backward: the fp32 logits / temperature that the
     log-softmax saved, the softmax its gradient builds, that gradient (three fp32 copies) and its cast back to
-    the weights' dtype. Measured on an H200 (benchmarks/gpu_smoke.py, Qwen2.5-1.5B's shape, bf16, 16 x 384
-    completion tokens after 256-token prompts): the peak was within 3% of this; counting only the forward's
-    copies (dtype + two fp32) left it 4 GiB short."""
+    the weights' dtype (the backward's copies count: docs/gpu.md compares this with a measured peak)."""
     per = DTYPE_BYTES[dtype] + 3 * 4
     return Part(f"{what} logits: {rows} x {length} x {shape.vocab:,} x {per} bytes", rows * length * shape.vocab * per)
 
@@ -472,8 +469,8 @@ def print_plan(profile: str, memory_gib: float) -> int:
     memory = memory_gib * GIB
     print(f"GPU memory plan of profile {profile} on {memory_gib:.2f} GiB: predictions until a GPU run measures "
           f"them; assumed: vLLM reserve {VLLM_RESERVE_GIB:g} GiB per engine, prompts of {PROMPT_TOKENS} tokens, "
-          f"tokens/s on one GPU for a 1.5B model {TOKENS_PER_SECOND} (scaled by size; hf and train measured on an "
-          f"H200)\n")
+          f"tokens/s on one GPU for a 1.5B model {TOKENS_PER_SECOND} (scaled by size; hf and train measured, "
+          f"docs/gpu.md)\n")
     fits, hours = True, 0.0
     for nb in list_notebooks():
         params, _ = resolve(NOTEBOOKS_DIR / nb.name, profile, Path("outputs/plan"))
