@@ -18,11 +18,12 @@ from azlib.data.arithmetic import STEP_COUNTS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
 from azlib.models.generation import Backend
 from azlib.models.loading import free_memory
-from azlib.prompts import chat_prompt
+from azlib.prompts import PROMPT_TOKENS, chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
 from azlib.runs import atomic_write_text
 from azlib.settings import arm_settings, asks_teachers
 
+GSM8K_TEST_PROBLEMS = 1_319  # GSM8K's test split
 EXPERIMENT_FOLDER = "05-experiment"  # its folder in a run folder (notebook 05, `python -m azlib experiment`)
 
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
@@ -52,6 +53,17 @@ def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
                 raise
             note += f" GSM8K test unavailable, not evaluated: {err}"
     return problems, sets, note.strip()
+
+
+def problems_answered(params) -> int:
+    """How many problems each model answers (`Experiment._evaluate` asks each problem once, however many of
+    `task_sets`' sets hold it): arithmetic's held-out and transfer sets are other prompts; GSM8K's held-out
+    problems are among its test problems, all of them when the whole test split is evaluated."""
+    if params.task == "arithmetic":
+        return 2 * params.eval_problems + params.eval_gsm8k_problems
+    if params.eval_gsm8k_problems >= GSM8K_TEST_PROBLEMS:
+        return params.eval_gsm8k_problems
+    return params.eval_problems + params.eval_gsm8k_problems
 
 
 def calibration_sets(params) -> dict[str, list[Row]]:
@@ -351,8 +363,6 @@ def instrument(params) -> Backend:
     backend = make_backend("hf", params.model, dtype=params.dtype, device=device)
     if device.startswith("cuda"):  # batches sized by half the memory free now, for the longest answers it writes
         import torch
-
-        from azlib.plan import PROMPT_TOKENS
 
         backend.size_batches(PROMPT_TOKENS + params.eval_max_new_tokens, torch.cuda.mem_get_info(device)[0] / 2)
     return backend

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from azlib.config import ParamsError
+from azlib.experiment import problems_answered
 from azlib.models.hf import BATCH_SIZE
 from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
+from azlib.prompts import PROMPT_TOKENS
 from azlib.teachers import chosen_teachers
 from azlib.training import GENERATION_MAX_MODEL_LEN, TrainerSettings
 
@@ -30,9 +32,7 @@ H100_GIB = 81_559 / 1024  # an H100 80 GB as torch.cuda.mem_get_info reports its
 VLLM_RESERVE_GIB = 2.0  # assumed: per engine, inside its share: CUDA context, its profiling forward, CUDA graphs
 CUDA_CONTEXT_GIB = 1.0  # measured: the device's used memory above torch's peak after loading and decoding
 TRAINING_CACHE_GIB = 5.3  # measured: above that once training micro-batches ran (the allocator keeps their blocks)
-PROMPT_TOKENS = 256  # a GSM8K question (or 06's question + solution) in the chat template, upper end
 SOLUTION_TOKENS = 256  # notebook 06: the reference solution the student scores after an explanation
-GSM8K_TEST_PROBLEMS = 1_319  # GSM8K's test split
 TOKENS_PER_SECOND = {  # one GPU, a 1.5B-parameter model in bf16; scaled by 1.5B / parameters
     "vllm": 5_000,  # assumed: batched generation through a vLLM engine
     "hf": 350,  # measured: azlib's hf decode loop at 32 rows a batch (overhead-bound)
@@ -356,20 +356,11 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
     work = [Work(f"generation ({params.generation})", by_student,
                  _rate("vllm" if params.generation == "server" else params.generation, shape)),
             Work("training", generated, _rate("train", shape))]
-    if notebook == "05_base_vs_trained":
-        # azlib.experiment: every model (the base, each arm and seed) answers through one instrument, the run's
-        # generation kind, each problem once: arithmetic's held-out and transfer sets are other prompts, GSM8K's
-        # held-out problems are among its test problems (all of them when the whole test split is evaluated)
-        if params.task == "arithmetic":
-            per_model = 2 * params.eval_problems + params.eval_gsm8k_problems
-        elif params.eval_gsm8k_problems >= GSM8K_TEST_PROBLEMS:
-            per_model = params.eval_gsm8k_problems
-        else:
-            per_model = params.eval_problems + params.eval_gsm8k_problems
+    if notebook == "05_base_vs_trained":  # every model (the base, each arm and seed) through one instrument
         answering = 1 + len(params.arms) * len(params.seeds)
         kind = "vllm" if params.generation == "vllm" else "hf"
         work.append(Work(f"evaluation of {answering} models ({kind})",
-                         answering * per_model * params.eval_max_new_tokens, _rate(kind, shape)))
+                         answering * problems_answered(params) * params.eval_max_new_tokens, _rate(kind, shape)))
         if "trl" in params.arms:  # TRL's own generation: its colocated vLLM engine (the student's share, while
             # no azlib student holds one) or transformers' generate, at azlib's hf rate until a GPU measures it;
             # its micro-batches are the grpo section's (azlib.peers.trl_config), the phase above

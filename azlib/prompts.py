@@ -11,6 +11,9 @@ ANSWER_MARK = re.compile(r"####\s*-?[\d,]*\.?\d+")
 ANSWER_LINE = re.compile(ANSWER_MARK.pattern + r"\s*\n")
 CHAT_INSTRUCTION = "Solve the problem step by step. End with a final line of the form '#### <number>'."
 HINT_INTRO = "A worked solution, for you to explain in your own words:"
+# A GSM8K question (or notebook 06's question + solution) in the chat template, in tokens, upper end: what GPU
+# plans and batch sizes assume of a prompt
+PROMPT_TOKENS = 256
 
 
 def chat_prompt(question: str) -> list[dict[str, str]]:

@@ -348,7 +348,7 @@ def update_examples(check: Check) -> list:
     """Two full micro-batches of random answers in groups of 4 that share one prompt, rewards mixed within each
     group (so no group is dropped and every row is trained on)."""
     from azlib.grpo import Example
-    from azlib.plan import PROMPT_TOKENS
+    from azlib.prompts import PROMPT_TOKENS
 
     vocab = len(check.need_student().tokenizer)
     generator = torch.Generator().manual_seed(1)
@@ -365,7 +365,8 @@ def update_phase(kind: str, ballast: bool = False):
         already holds."""
         from azlib.grpo import GRPOSettings, PolicyUpdate
         from azlib.models.generation import AnswerSampling
-        from azlib.plan import GIB, H100_GIB, PROMPT_TOKENS, activations, model_shape, training_logits
+        from azlib.plan import GIB, H100_GIB, activations, model_shape, training_logits
+        from azlib.prompts import PROMPT_TOKENS
 
         student, size = check.need_student(), check.size
         shape, _ = model_shape(check.model_dir)
