@@ -14,7 +14,6 @@ from azlib.data import arithmetic_problems
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.models.serve import BatchingServer
 from azlib.teachers import TeacherEnsemble, loopback_teacher, teacher_messages, tier_teachers
-from azlib.teachers.ensemble import LABELS
 
 
 def main() -> None:
@@ -37,7 +36,7 @@ def main() -> None:
     start, single_tokens = time.perf_counter(), 0
     for teacher in ensemble.teachers:
         for question, partial in contexts:
-            for label in LABELS:
+            for label in teacher.spec.labels:
                 prompt = teacher_messages(teacher.spec.persona, label, question, partial)
                 (sample,), = teacher.backend.generate([prompt], max_new_tokens=args.tokens,
                                                       temperature=teacher.spec.temperature, top_p=0.95, seed=1)
@@ -46,7 +45,7 @@ def main() -> None:
     ensemble.close()
     server.close()
 
-    requests = len(contexts) * len(LABELS) * len(ensemble.teachers)
+    requests = len(contexts) * sum(len(teacher.spec.labels) for teacher in ensemble.teachers)
     print(f"{requests} proposals ({len(ensemble.teachers)} teachers x {len(contexts)} nodes x right/wrong), "
           f"{args.tokens} tokens each")
     print(f"ensemble (batched per teacher, teachers concurrent): {batched_tokens} tokens in {batched_s:.1f} s = "

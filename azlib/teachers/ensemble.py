@@ -21,7 +21,7 @@ from azlib.teachers.backends import TeacherBackends
 from azlib.teachers.spec import TeacherSpec
 from azlib.teachers.weights import TeacherWeights
 
-LABELS = ("1", "0")  # right, wrong: the path code of the original system
+# Each persona's system prompt per label: "1" a right step, "0" a wrong one (the original system's path code)
 PERSONAS = {
     "tutor": {
         "1": "You are an expert math tutor. Continue the assistant's partial solution with the next correct step.",
