@@ -164,17 +164,6 @@ class _IPCKernelManager(AsyncKernelManager):
         super().__init__(transport="ipc", ip=os.path.join(folder, "kernel"), **kwargs)
 
 
-def run_one(number: str, profile: str | None, out: Path) -> tuple[dict, float]:
-    """One notebook (by its number) run into `out`: (its metrics, minutes of wall time). The benchmarks
-    that are notebook runs (rlt.py) use it; a failed notebook raises."""
-    start = time.perf_counter()
-    if run(profile, only=[number], out=out):
-        raise RuntimeError(f"notebook {number} failed under profile {profile or 'none (its defaults)'}; its partial "
-                           f"output is in {out}")
-    (stem,) = [nb.stem for nb in list_notebooks([number])]
-    return RunFolder(out).metrics()[stem], (time.perf_counter() - start) / 60
-
-
 def summary(run_dir: RunFolder, status: dict[str, dict]) -> str:
     metrics = run_dir.metrics()
     rows = [("notebook", "status", "seconds", "metrics")]

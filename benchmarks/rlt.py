@@ -16,14 +16,18 @@ import time
 from pathlib import Path
 
 from azlib.paths import REPO_ROOT
-from azlib.runner import run_one
+from azlib.runner import run
+from azlib.runs import RunFolder
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / f"rlt-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
-    m, minutes = run_one("06", "cpu", args.out)
+    start = time.perf_counter()
+    if run("cpu", only=["06"], out=args.out):
+        raise SystemExit(f"notebook 06 failed under the cpu profile; its partial output is in {args.out}")
+    m, minutes = RunFolder(args.out).metrics()["06_rlt_teachers"], (time.perf_counter() - start) / 60
     print(f"\nnotebook 06, cpu profile, in {minutes:.1f} min (goal < 45; run folder {args.out}); "
           f"teacher training {m['teacher_seconds'] / 60:.1f} min")
     print(f"teacher reward, first vs last quarter ({m['teacher_steps']} steps): {m['reward_first_quarter']:.3f} -> "
