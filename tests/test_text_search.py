@@ -101,3 +101,20 @@ def test_answer_line_and_similarity():
     assert complete_answer("3 + 4 = 7\n#### 7", ended=True) == ("3 + 4 = 7\n#### 7", True)
     assert complete_answer("3 + 4 = 7\n#### 7", ended=False) == ("3 + 4 = 7\n#### 7", False), "cut: unfinished"
     assert word_similarity("a b c", "a b d") == pytest.approx(0.5)
+
+
+def test_a_checkers_verdict_finishes_a_child_without_an_end_of_sequence_token(student):
+    class Always:  # a terminal checker that calls every text complete
+        def check(self, questions, texts):
+            return [True] * len(texts)
+
+    rows = arithmetic_problems(1, seed=3, steps=(1,))
+    env = TextEnv(student, rows, TextSearchSettings(expansion="chunk", student_samples=2, chunk_tokens=8),
+                  replace(TEXT_SEARCH_SAMPLING, max_new_tokens=48), checker=Always())
+    (expansion,) = env.expand([env.root(0)], random.Random(0))
+    assert any("checker" in c.info for c in expansion.children), "8-token chunks leave some children open"
+    for child in expansion.children:
+        answer = child.state.answer
+        assert answer.finished and env.is_terminal(child.state)
+        assert answer.eos == ("checker" not in child.info), "an answer line ends with EOS, a verdict does not"
+        assert answer.reward == float(answer.correct), "scored as a finished answer"
