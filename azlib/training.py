@@ -29,7 +29,7 @@ from azlib.data.rows import Row
 from azlib.grpo import PolicyUpdate
 from azlib.textsearch.signals import (SCORABLE_GROUPS, Completion, best_verified, forked_groups,
                           tree_groups, verified, with_rewards)
-from azlib.textsearch.env import TextEnv, TextSearchSettings, teacher_values
+from azlib.textsearch.env import TextEnv, TextSearchSettings, search_answer, teacher_values
 from azlib.textsearch.forking import ForkingSearch, ForkSettings
 from azlib.mcts.search import SearchSettings, search
 from azlib.models.generation import AnswerSampling, Resource
@@ -230,7 +230,7 @@ class Trainer(Resource):
         results = search(self.env, [self.env.root(i) for i in indices], self.settings.search, random.Random(seed))
         # prefill None: the text env does not count its prompts
         return Exploration(tree_groups(results, self.env, s.groups), sum(r.tokens for r in results), None,
-                           [search_answer(r, self.env)["correct"] for r in results], [],
+                           [search_answer(r).correct for r in results], [],
                            [teacher_values(r) for r in results] if self.teachers is not None else [])
 
     # -- the loop ----------------------------------------------------------------------------------------
@@ -417,15 +417,3 @@ def _mean_parts(completions) -> dict[str, float]:
         for k, v in c.parts.items():
             parts.setdefault(k, []).append(v)
     return {f"reward_{k}": sum(v) / len(v) for k, v in parts.items()}
-
-
-def search_answer(result, env: TextEnv) -> dict:
-    """The answer the search recommends: most visited children down to a leaf, completed by its rollout."""
-    tree, node = result.tree, result.tree.root
-    while node.children:
-        node = max((tree.nodes[c] for c in node.children), key=lambda n: n.visits)
-    rollouts = node.info.get("rollouts")
-    if rollouts and not node.terminal:
-        best = max(rollouts, key=lambda r: r["reward"])
-        return {"text": best["text"], "correct": best["finished"] and best["hre"] == 1.0}
-    return {"text": node.state["text"], "correct": node.state["finished"] and env.rewards(node.state, True).hre == 1.0}

@@ -25,7 +25,8 @@ def run_azlib(args) -> dict:
 
     from azlib.data import arithmetic_problems
     from azlib.grpo import PolicyUpdate, GRPOSettings
-    from azlib.textsearch.signals import sampled_groups
+    from azlib.textsearch.forking import ForkingSearch, ForkSettings
+    from azlib.textsearch.signals import forked_groups
     from azlib.models.generation import AnswerSampling
     from azlib.models.student import LoraSettings, Student
 
@@ -39,7 +40,9 @@ def run_azlib(args) -> dict:
     for step in range(args.steps + 1):  # step 0 warms up
         start = time.perf_counter()
         indices = list(range(step * args.prompts, (step + 1) * args.prompts))
-        completions, _ = sampled_groups(student.backend, rows, indices, args.group_size, sampling=sampling, seed=step)
+        trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0), sampling=sampling).grow(
+            indices, args.group_size, step)  # plain sampling: a forking tree with no forks
+        completions = forked_groups(trees, student.backend)
         trainer.step([c for c in completions if c.text])  # as the Trainer's step
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}

@@ -13,7 +13,7 @@ from azlib import config
 from azlib.data import arithmetic_problems
 from azlib.settings import ARMS, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings
-from azlib.textsearch.signals import Completion, forked_groups, sampled_groups, verified
+from azlib.textsearch.signals import Completion, forked_groups, verified
 from azlib.mcts import tree_after
 from azlib.textsearch.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
 from azlib.models.generation import AnswerSampling, TokenIds
@@ -25,7 +25,7 @@ from azlib.training import Trainer, TrainerSettings, TrainSettings, accuracy_col
 
 
 def answer(reward: float, ids=(9,)) -> Answer:
-    return Answer(0, tuple(ids), (-1.0,) * len(ids), "x", True, reward, reward == 1.0, {})
+    return Answer(0, tuple(ids), (-1.0,) * len(ids), "x", True, True, reward, reward == 1.0, {})
 
 
 def hand_tree() -> ForkTree:
@@ -188,8 +188,9 @@ def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student)
 @pytest.mark.model
 def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(student):
     rows = arithmetic_problems(2, seed=7, steps=(1,))
-    completions, _ = sampled_groups(student.backend, rows, [0, 1], 3,
-                                    sampling=AnswerSampling(temperature=1.0, max_new_tokens=12), seed=0)
+    trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0),
+                          sampling=AnswerSampling(temperature=1.0, max_new_tokens=12)).grow([0, 1], 3, seed=0)
+    completions = forked_groups(trees, student.backend)
     completions = [Completion(c.prompt_ids, c.completion_ids, float(i % 2), c.group, c.problem, c.prompt, c.text,
                               c.correct) for i, c in enumerate(completions)]  # mixed rewards in each group
     settings = GRPOSettings(beta=0.0, scale_rewards="none", clip_advantages=None, learning_rate=1e-3, warmup_steps=0)
@@ -241,9 +242,9 @@ def test_fork_from_chooses_whose_tokens_are_fork_points(student):
     of all. 'any' forks there first; 'finished' never forks in the cut answer; 'wrong' skips the right one."""
     ids = student.tokenizer("3 * 4 = 11\n11 + 5 = 16\n", add_special_tokens=False)["input_ids"]
     tree = ForkTree(0, "q", [0])
-    cut = Answer(0, tuple(ids), (-0.1, -9.0) + (-0.1,) * (len(ids) - 2), "x", False, 0.0, False, {})
-    done = Answer(0, tuple(ids[:3]), (-2.0,) * 3, "x", True, 0.0, False, {})
-    right = Answer(0, tuple(ids[3:6]), (-5.0,) * 3, "x", True, 1.0, True, {})
+    cut = Answer(0, tuple(ids), (-0.1, -9.0) + (-0.1,) * (len(ids) - 2), "x", False, False, 0.0, False, {})
+    done = Answer(0, tuple(ids[:3]), (-2.0,) * 3, "x", True, True, 0.0, False, {})
+    right = Answer(0, tuple(ids[3:6]), (-5.0,) * 3, "x", True, True, 1.0, True, {})
     tree.nodes[0].children = [1, 2, 3]
     tree.nodes += [Node(0, 0, list(a.token_ids), list(a.logprobs), answer=a) for a in (cut, done, right)]
 
@@ -361,7 +362,7 @@ def test_step_forks_start_where_the_first_step_fails(student):
     tree = ForkTree(0, "q", [0])
     for text in texts:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        a = Answer(0, tuple(ids), (-1.0,) * len(ids), tokenizer.decode(ids), True, float(text.endswith("17")),
+        a = Answer(0, tuple(ids), (-1.0,) * len(ids), tokenizer.decode(ids), True, True, float(text.endswith("17")),
                    text.endswith("17"), {})
         tree.nodes[0].children.append(len(tree.nodes))
         tree.nodes.append(Node(0, 0, list(ids), list(a.logprobs), answer=a))

@@ -9,7 +9,7 @@ import pytest
 from azlib.data import arithmetic_problems
 from azlib.mcts import SearchSettings, search
 from azlib.textsearch.env import (
-    TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, trajectories, visit_targets, word_similarity,
+    TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, trajectories, word_similarity,
 )
 from azlib.teachers import TeacherSpec
 from azlib.rewards import ANSWER_LINE, complete_answer
@@ -69,7 +69,7 @@ def test_one_generate_call_per_step_for_all_problems_and_leaves(student):
         assert proposers >= {"student", "tutor:1", "tutor:0"}
         assert len({c.action for c in children}) == len(children), "duplicate chunks are merged"
         for c in children:
-            assert c.state["code"] in ("1", "0") and len(c.state["step_pres"]) == 1
+            assert c.state.code in ("1", "0") and len(c.state.step_pres) == 1
             assert c.prior == pytest.approx(math.exp(c.info["pre"]) / sum(math.exp(x.info["pre"]) for x in children))
 
 
@@ -78,18 +78,15 @@ def test_trajectories_carry_the_combined_reward(student):
     for result in results:
         paths = trajectories(result, env)
         assert paths, "every search yields root-to-leaf paths"
-        states = {n.state["text"]: n.state for n in result.tree.nodes}
-        for p in paths:
-            assert set(p["code"]) <= {"s"}, "without a teacher, student chunks are unlabelled"
-            pres = states[p["completion"]]["step_pres"]
-            assert p["accumulated_pre"] == pytest.approx(sum(0.95**i * x for i, x in enumerate(pres)))
-            assert p["total"] == pytest.approx(0.4 * p["hre"] + 0.6 * p["accumulated_pre"] + p["length_penalty"]
-                                               + p["direction_bonus"])
-            assert p["length_penalty"] == pytest.approx(-0.01 * len(p["code"]))
-        targets = visit_targets(result)
-        assert targets and targets[0]["text"] == "", "the root's visit distribution comes first"
-        for t in targets:
-            assert sum(t["pi"]) == pytest.approx(1.0) and len(t["pi"]) == len(t["chunks"])
+        for leaf, answer in paths:
+            state, parts = leaf.state, answer.parts
+            assert set(state.code) <= {"s"}, "without a teacher, student chunks are unlabelled"
+            assert answer.text == state.answer.text and answer.token_ids == state.answer.token_ids
+            assert parts["accumulated_pre"] == pytest.approx(sum(0.95**i * x for i, x in enumerate(state.step_pres)))
+            assert answer.reward == pytest.approx(0.4 * parts["hre"] + 0.6 * parts["accumulated_pre"]
+                                                  + parts["length_penalty"] + parts["direction_bonus"])
+            assert parts["length_penalty"] == pytest.approx(-0.01 * len(state.code))
+            assert leaf.terminal or parts["hre"] == 0.0, "the original reward counts HRE only at a terminal"
 
 
 def test_seeded_text_search_is_reproducible(student):
@@ -104,3 +101,20 @@ def test_answer_line_and_similarity():
     assert complete_answer("3 + 4 = 7\n#### 7", ended=True) == ("3 + 4 = 7\n#### 7", True)
     assert complete_answer("3 + 4 = 7\n#### 7", ended=False) == ("3 + 4 = 7\n#### 7", False), "cut: unfinished"
     assert word_similarity("a b c", "a b d") == pytest.approx(0.5)
+
+
+def test_a_checkers_verdict_finishes_a_child_without_an_end_of_sequence_token(student):
+    class Always:  # a terminal checker that calls every text complete
+        def check(self, questions, texts):
+            return [True] * len(texts)
+
+    rows = arithmetic_problems(1, seed=3, steps=(1,))
+    env = TextEnv(student, rows, TextSearchSettings(expansion="chunk", student_samples=2, chunk_tokens=8),
+                  replace(TEXT_SEARCH_SAMPLING, max_new_tokens=48), checker=Always())
+    (expansion,) = env.expand([env.root(0)], random.Random(0))
+    assert any("checker" in c.info for c in expansion.children), "8-token chunks leave some children open"
+    for child in expansion.children:
+        answer = child.state.answer
+        assert answer.finished and env.is_terminal(child.state)
+        assert answer.eos == ("checker" not in child.info), "an answer line ends with EOS, a verdict does not"
+        assert answer.reward == float(answer.correct), "scored as a finished answer"

@@ -18,7 +18,8 @@ from azlib import config
 from azlib.__main__ import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
-from azlib.textsearch.signals import sampled_groups, tree_groups
+from azlib.textsearch.forking import ForkingSearch, ForkSettings
+from azlib.textsearch.signals import forked_groups, tree_groups
 from azlib.mcts import SearchSettings, search
 from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
 from azlib.models.generation import AnswerSampling
@@ -109,8 +110,9 @@ def test_groups_from_trees_and_from_samples(student):
             assert len(members) >= 2 and len({str(c.prompt) for c in members}) == 1
             if kind == "visits":
                 assert sum(c.reward for c in members) == pytest.approx(1.0)
-    sampled, tokens = sampled_groups(student.backend, rows, [0, 1], 3,
-                                     sampling=AnswerSampling(temperature=1.0, max_new_tokens=12), seed=0)
+    trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0),
+                          sampling=AnswerSampling(temperature=1.0, max_new_tokens=12)).grow([0, 1], 3, seed=0)
+    sampled, tokens = forked_groups(trees, student.backend), sum(t.tokens for t in trees)
     assert len(sampled) == 6 and [c.group for c in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
     assert all(len(c.completion_ids) <= 12 + c.eos and c.prompt_ids for c in sampled), "token ids from creation"
     direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=3, max_new_tokens=12,
@@ -133,7 +135,7 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
                               text=replace(params.text, expansion="chunk", student_samples=3, chunk_tokens=40))
     trainer = Trainer(student, arithmetic_problems(2, seed=3, steps=(1,)), "/nonexistent", training)
     results = search(trainer.env, [trainer.env.root(i) for i in range(2)], trainer.settings.search, random.Random(0))
-    finished_leaves = [n for r in results for i in r.tree.leaves() if (n := r.tree.nodes[i]).state["finished"]]
+    finished_leaves = [n for r in results for i in r.tree.leaves() if (n := r.tree.nodes[i]).state.answer.finished]
     assert finished_leaves, "a finished child (a terminal beside open siblings) is entered once: a visited leaf"
     paths = tree_groups(results, trainer.env, "paths")
     assert any(c.finished for c in paths), "finished answers are among the paths trained on"
@@ -156,10 +158,10 @@ def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
             child = r.tree.nodes[i]
             rollouts = child.info["rollouts"]
             assert child.visits >= len(rollouts)
-            assert rollouts[0]["text"].startswith(child.state["text"])
+            assert rollouts[0].text.startswith(child.state.answer.text)
         for node in r.tree.nodes:  # leaves of every depth share one generate call: each keeps its own cap
             for rollout in node.info.get("rollouts", []):
-                assert rollout["tokens"] <= 64 and len(rollout["ids"]) <= 64, "an answer never runs past the cap"
+                assert len(rollout.token_ids) <= 64, "an answer never runs past the cap"
 
 
 def _common_prefix(a, b) -> int:
@@ -202,10 +204,10 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
 
 
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
-    """The search values an answer, tree_answers collects it, search_answer grades the recommended one: one
-    computation, whoever reads it."""
-    import azlib.textsearch.env as text_env
-    from azlib.training import search_answer
+    """Each state and each rollout is scored when it is made; the search values them, tree_answers collects them,
+    search_answer grades the recommended one without scoring anything again."""
+    import azlib.textsearch.forking as forking
+    from azlib.textsearch.env import search_answer
 
     computed = []
 
@@ -213,19 +215,17 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
         computed.append((args, tuple(sorted(kwargs.items()))))
         return answer_reward(*args, **kwargs)
 
-    monkeypatch.setattr(text_env, "answer_reward", counted)
-    text_env._answer_reward.cache_clear()
+    monkeypatch.setattr(forking, "answer_reward", counted)
     rows = arithmetic_problems(2, seed=4, steps=(1,))
     env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3),
                   replace(TEXT_SEARCH_SAMPLING, temperature=0.7, max_new_tokens=48))
     settings = SearchSettings(num_simulations=4, max_depth=3, skip_solved=True)
     results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
-    during_search = len(computed)
+    made = sum(len(r.tree.nodes) + sum(len(n.info.get("rollouts", [])) for n in r.tree.nodes) for r in results)
+    assert len(computed) == made, "one computation per state (the roots too) and per rollout"
     answers = tree_groups(results, env, "answers")
-    graded = [search_answer(r, env) for r in results]
-    assert answers and graded and during_search > 0
-    assert len(computed) == during_search, "the readers after the search found every reward computed"
-    assert len(set(computed)) == len(computed), "no answer's reward computed twice"
+    graded = [search_answer(r) for r in results]
+    assert answers and graded and len(computed) == made, "the readers after the search find every reward computed"
 
 
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):

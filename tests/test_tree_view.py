@@ -75,10 +75,10 @@ def test_a_tree_searched_without_replay_is_shown_as_it_ends():
 def teacher_tree() -> Tree:
     """A tree as notebook 03's searches grow them (azlib.textsearch.env with teachers): each node's proposers
     ("student", or "teacher:label") and its path code, whose last letter is the branch."""
-    tree = Tree.with_root({"problem": 0, "text": "", "code": ""})
+    tree = Tree.with_root({"problem": 0, "code": "", "answer": {"text": ""}})
 
     def child(parent: int, code: str, proposers: list[str], chunk: str) -> int:
-        i = tree.add_child(parent, {"problem": 0, "text": chunk, "code": code}, chunk, 0.25,
+        i = tree.add_child(parent, {"problem": 0, "code": code, "answer": {"text": chunk}}, chunk, 0.25,
                            info={"chunk": chunk, "proposers": proposers, "pre": -1.0})
         tree.nodes[i].visits = 1
         return i

@@ -75,21 +75,47 @@ class ForkSettings:
 
 @dataclass(frozen=True)
 class Answer:
-    """A whole answer as sampled, scored once. `token_ids` are the sampled ids up to its answer line (what
-    training reads; an EOS id follows when `finished`); `logprobs` the raw log-probs of those ids, as their
-    writer sampled them (after a hint fork: the hint teacher's, under its prompt; after a teacher's fork: the
-    student's own, scored under its plain prompt, since the teacher's tokenizer need not be the student's)."""
+    """A whole answer as sampled, scored once (scored_answer). `token_ids` are the sampled ids up to its answer
+    line (what training reads); `logprobs` the raw log-probs of those ids, as their writer sampled them (after a
+    hint fork: the hint teacher's, under its prompt; after a teacher's chunk or fork: the student's own, scored
+    under its plain prompt, since the teacher's tokenizer need not be the student's); `eos`: an end-of-sequence id
+    follows it in training (finished by its writer, not by a terminal checker's verdict)."""
 
     problem: int
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     text: str
     finished: bool
+    eos: bool
     reward: float
     correct: bool
     parts: dict[str, float]
     # who wrote the tokens after its fork point: "student", "hint", or "<teacher>:<label>" (ForkSettings.writer)
     writer: str = "student"
+
+
+def scored_answer(backend: Backend, problem: int, gold: str, text: str | None, ids: Sequence[int],
+                  logprobs: Sequence[float], ended: bool, *, kind: RewardKind, weights: RewardWeights,
+                  pres: Sequence[float] | None = None, code: str = "", writer: str = "student",
+                  terminal: bool = False) -> Answer:
+    """Sampled ids as a finished answer and its reward: `text` (None: the text of the ids; or the text of the head
+    they continue and of the continuation) cut at its answer line, the ids cut with it, scored. The ids are decoded
+    once; a cut text is matched at the ids that write a newline (where an answer line ends), a few prefixes.
+    `ended`: the writer stopped (EOS or the answer line); `pres`: the PRE of each step (a search path's), default
+    one step, the answer's own tokens; `terminal`: the original reward counts HRE at any terminal (a depth or token
+    cap too), the correctness reward only for a finished answer."""
+    decode = backend.tokenizer.decode
+    whole = decode(ids, skip_special_tokens=True)
+    text, finished = complete_answer(whole if text is None else text, ended)
+    kept = len(ids) if len(text) >= len(whole) else next(
+        (k for k in range(1, len(ids) + 1)
+         if backend.writes_newline(ids[k - 1]) and len(decode(ids[:k], skip_special_tokens=True)) >= len(text)),
+        len(ids))
+    ids, logprobs = tuple(ids[:kept]), tuple(logprobs[:kept])
+    r = answer_reward(text, gold, finished=finished or (terminal and kind == "original"), kind=kind, weights=weights,
+                      step_pres=[perplexity_reward(logprobs)] if pres is None else pres, path_code=code)
+    parts = {k: v for k, v in r.as_dict().items() if k != "total"}
+    return Answer(problem, ids, logprobs, text, finished, finished, r.total, finished and r.hre == 1.0, parts, writer)
 
 
 @dataclass
@@ -276,16 +302,15 @@ class ForkingSearch:
             tree.prefill += sum(p.sample.prompt_tokens for i, p in enumerate(props) if i % self.settings.branches == 0)
             for p in props:
                 tree.tokens += p.sample.completion_tokens
-                ids = self.backend.encode_continuation(p.sample.text)[:left]
-                if ids:  # an empty proposal adds its tokens to the count and nothing to the tree
-                    kept.append((tree, node, prefix, p, ids))
+                encoded = self.backend.encode_continuation(p.sample.text)
+                if encoded:  # an empty proposal adds its tokens to the count and nothing to the tree
+                    kept.append((tree, node, prefix, p, encoded[:left], len(encoded) <= left))
                     tree.prefill += len(tree.prompt_ids) + len(prefix)
         if not kept:
             return
-        scores = self.backend.score([TokenIds(tree.prompt_ids + prefix) for tree, _, prefix, _, _ in kept],
-                                    [ids for *_, ids in kept])
-        for (tree, node, _, p, ids), logprobs in zip(kept, scores):
-            whole = len(ids) == len(self.backend.encode_continuation(p.sample.text))
+        scores = self.backend.score([TokenIds(tree.prompt_ids + prefix) for tree, _, prefix, *_ in kept],
+                                    [ids for *_, ids, _ in kept])
+        for (tree, node, _, p, ids, whole), logprobs in zip(kept, scores):
             sample = Sample(p.sample.text if whole else tokenizer.decode(ids, skip_special_tokens=True), tuple(ids),
                             tuple(logprobs), p.sample.finish_reason if whole else "length", p.sample.prompt_tokens, 0)
             self._attach(tree, node, sample, round_, f"{p.teacher}:{p.label}")
@@ -306,16 +331,9 @@ class ForkingSearch:
         tree.nodes.append(Node(parent, len(prefix_ids), list(sample.token_ids), list(sample.logprobs), round=round_))
         tree.nodes[parent].children.append(len(tree.nodes) - 1)
         tree.tokens += sample.completion_tokens
-        tokenizer = self.backend.tokenizer
-        full = tokenizer.decode(ids, skip_special_tokens=True)  # the text of exactly the ids (not a backend's cut)
-        text, finished = complete_answer(full, sample.finish_reason == "stop")
-        kept = len(ids) if text == full else ids_for_text(tokenizer, ids, len(text))
-        gold = self.problems[tree.problem]["answer"]
-        r = answer_reward(text, gold, finished=finished, kind=self.reward, weights=self.weights,
-                          step_pres=[perplexity_reward(logprobs[:kept])])
-        parts = {k: v for k, v in r.as_dict().items() if k != "total"}
-        tree.nodes[-1].answer = Answer(tree.problem, tuple(ids[:kept]), tuple(logprobs[:kept]), text, finished,
-                                       r.total, finished and r.hre == 1.0, parts, writer)
+        tree.nodes[-1].answer = scored_answer(self.backend, tree.problem, self.problems[tree.problem]["answer"], None,
+                                              ids, logprobs, sample.finish_reason == "stop", kind=self.reward,
+                                              weights=self.weights, writer=writer)
 
     def fork_points(self, tree: ForkTree) -> list[tuple[int | None, int]]:
         """(leaf, position) pairs: fork before answer token `position` of leaf's answer (None, 0: the question).
@@ -373,16 +391,10 @@ class ForkingSearch:
         failed = first_failure(steps, self.settings.check)
         if failed is None:
             return []
-        return [ids_for_text(self.backend.tokenizer, answer.token_ids, failed[0] + 1) - 1]
-
-
-def ids_for_text(tokenizer, ids: Sequence[int], length: int) -> int:
-    """The fewest leading ids whose text is at least `length` characters (an answer cut at its answer line
-    by a backend that generated past it)."""
-    for k in range(1, len(ids) + 1):
-        if len(tokenizer.decode(ids[:k], skip_special_tokens=True)) >= length:
-            return k
-    return len(ids)
+        decode = self.backend.tokenizer.decode
+        return [next((k for k in range(len(answer.token_ids))
+                      if len(decode(answer.token_ids[:k + 1], skip_special_tokens=True)) > failed[0]),
+                     len(answer.token_ids) - 1)]
 
 
 def tree_advantages(tree: ForkTree) -> dict[int, list[float]]:

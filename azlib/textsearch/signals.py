@@ -32,10 +32,10 @@ from azlib.data.rows import Row
 from azlib.prompts import chat_prompt, continuation_prompt
 from azlib.grpo import Example
 from azlib.textsearch.env import TextEnv, trajectories, tree_answers
-from azlib.textsearch.forking import Answer, ForkingSearch, ForkSettings, ForkTree, tree_advantages
+from azlib.textsearch.forking import Answer, ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
-from azlib.models.generation import AnswerSampling, Backend, Prompt
-from azlib.rewards import RewardFunction, RewardKind, RewardWeights, call_reward, reward_name
+from azlib.models.generation import Prompt
+from azlib.rewards import RewardFunction, call_reward, reward_name
 from azlib.settings import GroupKind
 
 # Signals whose completions are whole (or root-to-leaf) answers, each trained on its reward: what a reward
@@ -73,36 +73,28 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     out: list[Completion] = []
     backend, sibling_groups = env.student, 0
     for g, result in enumerate(results):
-        problem = result.tree.root.state["problem"]
-        if kind in ("answers", "paths"):
+        problem = result.tree.root.state.problem
+        if kind in ("answers", "paths"):  # paths log their reward's parts (the original system's sum)
             prompt = chat_prompt(env.problems[problem]["prompt"])
             prompt_ids = backend.encode_prompt(prompt)
-        if kind == "answers":
-            for a in tree_answers(result, env):
-                out.append(completion(backend, g, problem, prompt, prompt_ids, a["text"], a["reward"], ids=a["ids"],
-                                      correct=a["finished"] and a["hre"] == 1.0, finished=a["finished"], eos=a["eos"]))
-            continue
-        if kind == "paths":
-            for path in trajectories(result, env):
-                if path["completion"]:
-                    parts = {k: path[k] for k in ("hre", "accumulated_pre", "length_penalty", "direction_bonus")}
-                    out.append(completion(backend, g, problem, prompt, prompt_ids, path["completion"], path["total"],
-                                          ids=path["ids"], correct=path["finished"] and path["hre"] == 1.0, finished=path["finished"],
-                                          eos=path["eos"], parts=parts))
+            answers = tree_answers(result) if kind == "answers" else [a for _, a in trajectories(result, env) if a.text]
+            out += [completion(backend, g, problem, prompt, prompt_ids, a.text, a.reward, ids=a.token_ids,
+                               correct=a.correct, finished=a.finished, eos=a.eos,
+                               parts=a.parts if kind == "paths" else None) for a in answers]
             continue
         tree = result.tree
         for node in tree.nodes:
             children = [tree.nodes[c] for c in node.children if tree.nodes[c].visits]
             if len(children) < 2:
                 continue
-            question = env.problems[node.state["problem"]]["prompt"]
+            question = env.problems[problem]["prompt"]
             total = sum(c.visits for c in children)
-            prompt = continuation_prompt(question, node.state["text"])
+            prompt = continuation_prompt(question, node.state.answer.text)
             prompt_ids = backend.encode_prompt(prompt)
             for child in children:
                 reward = child.q if kind == "siblings" else child.visits / total
                 out.append(completion(backend, sibling_groups, problem, prompt, prompt_ids, child.action, reward,
-                                      ids=child.state["ids"][len(node.state["ids"]):]))
+                                      ids=child.state.answer.token_ids[len(node.state.answer.token_ids):]))
             sibling_groups += 1
     return out
 
@@ -110,13 +102,13 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
 def answer_completion(backend, group: int, tree: ForkTree, answer: Answer,
                       advantages: Sequence[float] = ()) -> Completion:
     """A sampled answer as training reads it: its sampled ids (no decode and re-encode) with an EOS id after a
-    finished one (Backend.with_eos), under the tree's plain prompt whoever wrote it (a hint teacher's answer is
+    finished one (Answer.eos, Backend.with_eos), under the tree's plain prompt whoever wrote it (a hint teacher's answer is
     trained without the hint: rationalization)."""
-    ids = backend.with_eos(answer.token_ids, answer.finished)
+    ids = backend.with_eos(answer.token_ids, answer.eos)
     eos = len(ids) > len(answer.token_ids)
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
     return Completion(tree.prompt_ids, ids, answer.reward, group, tree.problem, tree.prompt, answer.text,
-                      answer.correct, answer.finished, answer.finished, answer.parts, answer.writer,
+                      answer.correct, answer.finished, answer.eos, answer.parts, answer.writer,
                       advantages=per_token)
 
 
@@ -129,16 +121,6 @@ def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "
         out += [answer_completion(backend, g, tree, tree.nodes[leaf].answer, per_token.get(leaf, ()))
                 for leaf in tree.leaves()]
     return out
-
-
-def sampled_groups(backend: Backend, problems: Sequence[Row], indices: Sequence[int], group_size: int, *,
-                   sampling: AnswerSampling, seed: int, reward: RewardKind = "correctness",
-                   weights: RewardWeights = RewardWeights()) -> tuple[list[Completion], int]:
-    """G plain samples per problem (a forking tree with no forks), each scored as a whole answer; returns
-    the completions and the tokens generated."""
-    trees = ForkingSearch(backend, problems, ForkSettings(rounds=0), sampling=sampling, reward=reward,
-                          weights=weights).grow(indices, group_size, seed)
-    return forked_groups(trees, backend), sum(t.tokens for t in trees)
 
 
 def distinct_solution(text: str) -> str:

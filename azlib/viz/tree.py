@@ -38,13 +38,20 @@ def describe_text_node(node: Node) -> tuple[str, str]:
     """Text search (azlib.textsearch.env): the chunk's first words as label; the whole partial answer and rewards."""
     if node.parent < 0:
         return "question", "root: the question"
-    info, state = node.info, node.state
-    lines = [f"depth {node.depth}   proposed by {', '.join(info.get('proposers', []))}   path code {state['code']}",
+    info, (code, text) = node.info, code_and_text(node)
+    lines = [f"depth {node.depth}   proposed by {', '.join(info.get('proposers', []))}   path code {code}",
              f"chunk PRE {info.get('pre', 0.0):.3f}   similarity to teacher's right chunk {info.get('student_similarity')}"]
     if node.terminal:
         lines.append(f"terminal, reward {info.get('terminal_value', 0.0):.3f}")
-    lines += ["", "chunk:", info.get("chunk", ""), "", "answer so far:", state["text"]]
+    lines += ["", "chunk:", info.get("chunk", ""), "", "answer so far:", text]
     return first_words(info.get("chunk", "")), "\n".join(lines)
+
+
+def code_and_text(node: Node) -> tuple[str, str]:
+    """A text search node's path code and text so far, from its state (azlib.textsearch.env.TextState) or, in a
+    tree loaded from JSON, the dict that holds it."""
+    state = node.state
+    return (state["code"], state["answer"]["text"]) if isinstance(state, dict) else (state.code, state.answer.text)
 
 
 def proposer_of(node: Node) -> str | None:
@@ -58,7 +65,7 @@ def branch_of(node: Node) -> str | None:
     chunk, a student chunk joining the teacher chunk it resembles most, or a student chunk with no teacher asked."""
     if node.parent < 0:
         return None
-    return {"1": "right (1)", "0": "wrong (0)"}.get(node.state["code"][-1:], "no teacher (s)")
+    return {"1": "right (1)", "0": "wrong (0)"}.get(code_and_text(node)[0][-1:], "no teacher (s)")
 
 
 # The kinds a text search's nodes can be coloured by, beside Q (TreeWidget's colourings)
