@@ -141,7 +141,7 @@ def test_a_training_run_samples_its_answers_one_way():
     [
         ("search", {"num_simulation": 3}, "search: Value error, unknown field(s) ['num_simulation'] of SearchSettings"),
         ("search", {"num_simulations": "3"}, "search: Value error, num_simulations: Input should be a valid integer"),
-        ("search", {"num_simulations": 0}, "num_simulations, max_depth and leaves_per_step must be >= 1"),
+        ("search", {"num_simulations": 0}, "num_simulations must be >= 1, got 0"),
         ("search", {"c": float("nan")}, "search: Value error, c: must be finite"),
         ("grpo", {"temperature": 0.5}, "unknown field(s) ['temperature'] of GRPOSettings"),
         ("train", {"groups": "trees"}, "groups: Input should be 'answers', 'paths'"),

@@ -14,8 +14,11 @@ import random
 import sys
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from typing import Any, Callable, Literal, NamedTuple, Protocol, Sequence
+from typing import Annotated, Any, Callable, Literal, NamedTuple, Protocol, Sequence
 
+from annotated_types import Ge, Gt, Le
+
+from azlib.fields import check_fields
 from azlib.mcts.tree import Backup, Node, Tree
 
 
@@ -24,8 +27,8 @@ class SearchSettings:
     """Budgets and the selection rule. Defaults follow the original system (60 iterations, depth 12,
     c = 1.414); `NUM_MCTS_ITERATIONS`, `MAX_TREE_DEPTH`, `MAX_TOKENS` reach these through azlib.config."""
 
-    num_simulations: int = 60  # leaf evaluations per root; the root's own expansion is the first
-    max_depth: int = 12  # a node this deep is terminal
+    num_simulations: Annotated[int, Ge(1)] = 60  # leaf evaluations per root; the root's own expansion is the first
+    max_depth: Annotated[int, Ge(1)] = 12  # a node this deep is terminal
     # How a node picks the child to descend into (RULES maps each name to its policy below):
     # "puct" (puct_scores, AlphaZero): Q + c * P * sqrt(N_parent) / (1 + N_child).
     # "uct" (uct_scores, the original system): Q + c * sqrt(ln N_parent / N_child), an unvisited child first.
@@ -37,7 +40,7 @@ class SearchSettings:
     #   per tree per step (leaves_per_step = 1): a text search still batches one leaf of every root per
     #   model call.
     rule: Literal["puct", "uct", "gumbel"] = "puct"
-    c: float = 1.414  # exploration constant of puct and uct
+    c: Annotated[float, Ge(0)] = 1.414  # exploration constant of puct and uct
     # How puct and uct read Q (Q_TRANSFORMS maps each name to its function below): "raw" (q_raw: the mean
     # backed-up value, 0 for an unvisited child; AlphaZero on games with values in [-1, 1]; the original system),
     # "parent_value" (q_by_parent_value: an unvisited child valued at its parent, then rescaled to [0, 1] by the
@@ -45,34 +48,20 @@ class SearchSettings:
     # default for MuZero: the same rescaling, an unvisited child valued at the minimum, so it reads 0).
     # Rescaled, c means the same whatever the reward's scale.
     q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
-    max_considered_actions: int = 16  # gumbel: root actions sampled without replacement (m; mctx's default)
-    gumbel_scale: float = 1.0  # gumbel: scale of the root's Gumbel noise; 0 searches without noise
-    value_scale: float = 0.1  # gumbel: c_scale in sigma(q) = (c_visit + max_b N(b)) * c_scale * q (mctx's default)
-    maxvisit_init: float = 50.0  # gumbel: c_visit in that sigma (mctx's default)
-    dirichlet_alpha: float = 0.3
-    dirichlet_fraction: float = 0.0  # share of root prior replaced by Dirichlet noise (AlphaZero: 0.25); not gumbel
-    temperature: float = 1.0  # on the root visit counts: 0 = argmax, 1 = proportional
-    leaves_per_step: int = 1  # leaves collected per tree per step, kept apart by virtual loss
-    virtual_loss: float = 1.0
-    max_tokens: int | None = None  # stop once expansions generated this many tokens (all roots)
+    max_considered_actions: Annotated[int, Ge(1)] = 16  # gumbel: root actions sampled without replacement (m; mctx's default)
+    gumbel_scale: Annotated[float, Ge(0)] = 1.0  # gumbel: scale of the root's Gumbel noise; 0 searches without noise
+    value_scale: Annotated[float, Gt(0)] = 0.1  # gumbel: c_scale in sigma(q) = (c_visit + max_b N(b)) * c_scale * q (mctx's default)
+    maxvisit_init: Annotated[float, Ge(0)] = 50.0  # gumbel: c_visit in that sigma (mctx's default)
+    dirichlet_alpha: Annotated[float, Gt(0)] = 0.3
+    dirichlet_fraction: Annotated[float, Ge(0), Le(1)] = 0.0  # share of root prior replaced by Dirichlet noise (AlphaZero: 0.25); not gumbel
+    temperature: Annotated[float, Ge(0)] = 1.0  # on the root visit counts: 0 = argmax, 1 = proportional
+    leaves_per_step: Annotated[int, Ge(1)] = 1  # leaves collected per tree per step, kept apart by virtual loss
+    virtual_loss: Annotated[float, Ge(0)] = 1.0
+    max_tokens: Annotated[int, Ge(1)] | None = None  # stop once expansions generated this many tokens (all roots)
     skip_solved: bool = False  # never re-enter a solved subtree (single-agent text: nothing to gain)
 
     def __post_init__(self):
-        if self.num_simulations < 1 or self.max_depth < 1 or self.leaves_per_step < 1:
-            raise ValueError("num_simulations, max_depth and leaves_per_step must be >= 1")
-        if self.rule not in RULES or self.c < 0 or self.temperature < 0:
-            raise ValueError(f"bad selection settings: rule={self.rule!r}, c={self.c}, temperature={self.temperature}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 (or None), got {self.max_tokens}")
-        if not 0 <= self.dirichlet_fraction <= 1 or self.dirichlet_alpha <= 0 or self.virtual_loss < 0:
-            raise ValueError("need 0 <= dirichlet_fraction <= 1, dirichlet_alpha > 0 and virtual_loss >= 0")
-        if self.q_transform not in Q_TRANSFORMS:
-            raise ValueError(f"q_transform must be one of {', '.join(map(repr, Q_TRANSFORMS))}, "
-                             f"got {self.q_transform!r}")
-        if self.max_considered_actions < 1 or self.gumbel_scale < 0 or self.value_scale <= 0 or self.maxvisit_init < 0:
-            raise ValueError(f"need max_considered_actions >= 1, gumbel_scale >= 0, value_scale > 0 and "
-                             f"maxvisit_init >= 0, got {self.max_considered_actions}, {self.gumbel_scale}, "
-                             f"{self.value_scale}, {self.maxvisit_init}")
+        check_fields(self)
         if self.rule == "gumbel" and (self.leaves_per_step != 1 or self.dirichlet_fraction):
             raise ValueError("rule 'gumbel' takes one leaf per tree per step (leaves_per_step=1) and explores by "
                              f"its Gumbel noise (dirichlet_fraction=0), got {self.leaves_per_step}, "

@@ -14,9 +14,12 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple, Sequence
+
+from annotated_types import Ge
 
 from azlib.data.rows import Row
+from azlib.fields import check_fields
 from azlib.prompts import continuation_prompt
 from azlib.textsearch.forking import Answer, scored_answer
 from azlib.mcts.search import Child, Expansion, SearchResult
@@ -37,15 +40,12 @@ class TextSearchSettings:
     them with its update and its forks."""
 
     expansion: Literal["rollout", "chunk"] = "rollout"
-    student_samples: int = 3  # rollouts (or chunks) per expanded leaf
-    teacher_samples: int = 1
-    chunk_tokens: int = 16  # "chunk" expansion, and teachers' chunks
+    student_samples: Annotated[int, Ge(1)] = 3  # rollouts (or chunks) per expanded leaf
+    teacher_samples: Annotated[int, Ge(1)] = 1
+    chunk_tokens: Annotated[int, Ge(1)] = 16  # "chunk" expansion, and teachers' chunks
 
     def __post_init__(self):
-        if self.expansion not in ("rollout", "chunk"):
-            raise ValueError(f"expansion must be 'rollout' or 'chunk', got {self.expansion!r}")
-        if min(self.student_samples, self.teacher_samples, self.chunk_tokens) < 1:
-            raise ValueError("student_samples, teacher_samples and chunk_tokens must be >= 1")
+        check_fields(self)
 
 
 # TextEnv's sampling when none is given: a partial answer of max_new_tokens is terminal, rollouts stop there.

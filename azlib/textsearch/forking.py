@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Literal, Sequence
+
+from annotated_types import Ge
 
 from azlib.data.rows import Row
+from azlib.fields import check_fields
 from azlib.mcts.tree import Backup, Tree
 from azlib.models.generation import AnswerSampling, Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
-from azlib.rewards.step_checks import STEP_CHECKS, StepCheckKind, check_steps, first_failure
+from azlib.rewards.step_checks import StepCheckKind, check_steps, first_failure
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble
@@ -34,9 +37,9 @@ BUCKET = 16  # forks whose answers have about as many tokens left share one gene
 class ForkSettings:
     """How a problem's tree grows after its independent answers (the sampling arm's draw of G)."""
 
-    rounds: int = 1  # forking rounds; 0: the tree is plain sampling
-    points: int = 2  # fork points per problem per round
-    branches: int = 2  # continuations written from each point
+    rounds: Annotated[int, Ge(0)] = 1  # forking rounds; 0: the tree is plain sampling
+    points: Annotated[int, Ge(1)] = 2  # fork points per problem per round
+    branches: Annotated[int, Ge(1)] = 2  # continuations written from each point
     # surprise: before the tokens the student sampled with the lowest probability (EPTree forks at high-
     #   entropy tokens; a sampled token's surprisal -log p is a one-sample estimate of the entropy there);
     # line: the same, among the first tokens of lines (step boundaries of a worked answer);
@@ -61,16 +64,7 @@ class ForkSettings:
     writer: Literal["student", "hint", "teachers"] = "student"
 
     def __post_init__(self):
-        if self.rounds < 0 or self.points < 1 or self.branches < 1:
-            raise ValueError(f"need rounds >= 0, points >= 1 and branches >= 1, got {self.rounds}, {self.points}, "
-                             f"{self.branches}")
-        if self.where not in ("surprise", "line", "root", "step") or self.fork_from not in ("any", "wrong", "finished"):
-            raise ValueError(f"where must be 'surprise', 'line', 'root' or 'step' and fork_from 'any', 'wrong' or "
-                             f"'finished', got {self.where!r}, {self.fork_from!r}")
-        if self.check not in STEP_CHECKS:
-            raise ValueError(f"check must be one of {STEP_CHECKS}, got {self.check!r}")
-        if self.writer not in ("student", "hint", "teachers"):
-            raise ValueError(f"writer must be 'student', 'hint' or 'teachers', got {self.writer!r}")
+        check_fields(self)
 
 
 @dataclass(frozen=True)
