@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from azlib.data.rows import Row
 from azlib.grpo import PolicyUpdate
 from azlib.textsearch.signals import SCORABLE_GROUPS, Completion, best_verified, verified, with_rewards
-from azlib.textsearch.env import TextEnv, TextSearchSettings
+from azlib.textsearch.env import TextSearchSettings
 from azlib.textsearch.explorers import Exploration, explorer
 from azlib.textsearch.forking import ForkSettings
 from azlib.mcts.search import SearchSettings
@@ -375,15 +375,3 @@ def _mean_parts(completions) -> dict[str, float]:
         for k, v in c.parts.items():
             parts.setdefault(k, []).append(v)
     return {f"reward_{k}": sum(v) / len(v) for k, v in parts.items()}
-
-
-def search_answer(result, env: TextEnv) -> dict:
-    """The answer the search recommends: most visited children down to a leaf, completed by its rollout."""
-    tree, node = result.tree, result.tree.root
-    while node.children:
-        node = max((tree.nodes[c] for c in node.children), key=lambda n: n.visits)
-    rollouts = node.info.get("rollouts")
-    if rollouts and not node.terminal:
-        best = max(rollouts, key=lambda r: r["reward"])
-        return {"text": best["text"], "correct": best["finished"] and best["hre"] == 1.0}
-    return {"text": node.state["text"], "correct": node.state["finished"] and env.rewards(node.state, True).hre == 1.0}

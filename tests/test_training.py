@@ -206,7 +206,7 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """The search values an answer, tree_answers collects it, search_answer grades the recommended one: one
     computation, whoever reads it."""
     import azlib.textsearch.env as text_env
-    from azlib.training import search_answer
+    from azlib.textsearch.explorers import search_answer
 
     computed = []
 

@@ -24,7 +24,6 @@ from azlib.textsearch.signals import Completion, forked_groups, tree_groups
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
-    from azlib.training import TrainerSettings
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,6 @@ class TreeExplorer:
         self.env, self.search, self.kind = env, search, kind
 
     def explore(self, indices: Sequence[int], seed: int) -> Exploration:
-        from azlib.training import search_answer
-
         results = search(self.env, [self.env.root(i) for i in indices], self.search, random.Random(seed))
         credits = [teacher_values(r) for r in results] if self.env.teachers is not None else []
         # prefill None: the text env does not count its prompts
@@ -100,10 +97,23 @@ class ForkExplorer:
                 "verified_by_writer": dict(Counter(c.writer for c in good))}
 
 
-def explorer(settings: TrainerSettings, backend: Backend, problems: Sequence[Row], groups: GroupKind | None = None, *,
+def search_answer(result, env: TextEnv) -> dict:
+    """The answer the search recommends: most visited children down to a leaf, completed by its rollout."""
+    tree, node = result.tree, result.tree.root
+    while node.children:
+        node = max((tree.nodes[c] for c in node.children), key=lambda n: n.visits)
+    rollouts = node.info.get("rollouts")
+    if rollouts and not node.terminal:
+        best = max(rollouts, key=lambda r: r["reward"])
+        return {"text": best["text"], "correct": best["finished"] and best["hre"] == 1.0}
+    return {"text": node.state["text"], "correct": node.state["finished"] and env.rewards(node.state, True).hre == 1.0}
+
+
+def explorer(settings, backend: Backend, problems: Sequence[Row], groups: GroupKind | None = None, *,
              teachers: TeacherEnsemble | None = None, checker: TerminalChecker | None = None,
              weights: RewardWeights = RewardWeights()) -> TreeExplorer | ForkExplorer:
-    """The explorer of `groups` (the run's train.groups when None) under a run's settings."""
+    """The explorer of `groups` (the run's train.groups when None) under a run's settings (azlib.training's
+    TrainerSettings)."""
     t, groups = settings.train, groups or settings.train.groups
     if EXPLORER_OF[groups] == "tree":
         env = TextEnv(backend, problems, settings.text, settings.sampling, t.reward, teachers=teachers,
