@@ -65,7 +65,10 @@ class LoraSettings:
 
 # -- the training loop (azlib.training) ---------------------------------------------------------------------------
 
-# The training signals a run can take (azlib.textsearch.signals builds them)
+# The training signals a run can take (azlib.textsearch.signals builds them), each with the explorer that grows its
+# trees (azlib.textsearch.explorers): "tree", the MCTS search over text, or "fork", forking trees (sampling: no forks)
+EXPLORER_OF = {"answers": "tree", "paths": "tree", "siblings": "tree", "visits": "tree",
+               "sampling": "fork", "forked": "fork", "treerl": "fork"}
 GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling", "forked", "treerl"]
 GROUP_KINDS = get_args(GroupKind)
 
@@ -102,9 +105,9 @@ TRAINING_SEARCH = SearchSettings(skip_solved=True, q_transform="parent_value")
 
 
 def asks_teachers(groups: str, writer: str) -> bool:
-    """Whether a run with these signals asks its teachers: the search (groups "answers") and forks written by
-    teachers do, and the student then scores the text they write (its prior and perplexity of it)."""
-    return groups == "answers" or writer == "teachers"
+    """Whether a run with these signals asks its teachers: the MCTS search over text and forks written by teachers
+    do, and the student then scores the text they write (its prior and perplexity of it)."""
+    return EXPLORER_OF[groups] == "tree" or writer == "teachers"
 
 
 # -- notebook 05's arms (azlib.experiment) ------------------------------------------------------------------------

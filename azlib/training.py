@@ -13,46 +13,34 @@ import json
 import math
 import os
 import pickle
-import random
 import resource
 import shutil
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
 from azlib.grpo import PolicyUpdate
-from azlib.textsearch.signals import (SCORABLE_GROUPS, Completion, best_verified, forked_groups,
-                          tree_groups, verified, with_rewards)
-from azlib.textsearch.env import TextEnv, TextSearchSettings, search_answer, teacher_values
-from azlib.textsearch.forking import ForkingSearch, ForkSettings
-from azlib.mcts.search import SearchSettings, search
+from azlib.textsearch.signals import SCORABLE_GROUPS, Completion, best_verified, verified, with_rewards
+from azlib.textsearch.env import TextSearchSettings
+from azlib.textsearch.explorers import Exploration, explorer
+from azlib.textsearch.forking import ForkSettings
+from azlib.mcts.search import SearchSettings
 from azlib.models.generation import AnswerSampling, Resource
 from azlib.models.student import Student
 from azlib.parallel import barrier, gather, local_device, shard, world
 from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_reward_function, reward_name
 from azlib.runs import CHECKPOINT_PREFIX, saved_checkpoints
-from azlib.settings import GROUP_KINDS, TRAINING_SEARCH, GRPOSettings, LoraSettings, TrainSettings
+from azlib.settings import EXPLORER_OF, TRAINING_SEARCH, GRPOSettings, LoraSettings, TrainSettings
 
-FORKED_GROUPS = ("sampling", "forked", "treerl")  # grown by azlib.textsearch.forking, not by the MCTS search
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.
 RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_every")
 GENERATION_MAX_MODEL_LEN = 4096  # tokens of one sequence in the student's vLLM engine (prompt + answer)
-
-
-def accuracy_column(groups: str) -> str:
-    """The step log's accuracy for a run of these `train.groups`: "sampled_accuracy" (the share of the student's own
-    independent answers that were right, before the step's update) where the answers are sampled or forked, else
-    "answer_accuracy" (the share of problems whose search answer was right: search plus verifier)."""
-    if groups not in GROUP_KINDS:
-        raise ValueError(f"groups must be one of {GROUP_KINDS}, got {groups!r}")
-    return "sampled_accuracy" if groups in FORKED_GROUPS else "answer_accuracy"
 
 
 class CheckpointError(RuntimeError):
@@ -77,32 +65,9 @@ class TrainerSettings:
         top-p (the update's log-probs are of softmax(logits / T) alone), and train's answer length; the
         original system's chunked search ends an answer at depth x chunk instead."""
         t = self.train
-        chunked = self.text.expansion == "chunk" and t.groups not in FORKED_GROUPS
+        chunked = self.text.expansion == "chunk" and EXPLORER_OF[t.groups] == "tree"
         length = self.text.chunk_tokens * self.search.max_depth if chunked else t.max_new_tokens
         return AnswerSampling(temperature=t.temperature, top_p=1.0, max_new_tokens=length)
-
-
-class Exploration(NamedTuple):
-    """What a step's search or sampling found (on one rank: for its share of the step's problems)."""
-
-    completions: list[Completion]
-    tokens: int
-    prefill: int | None  # prompt tokens read (forking trees count them; the text env does not)
-    search_correct: list[bool]  # searches: whether each problem's search answer is right (forking trees: none)
-    independent: list[bool]  # forking trees: the correctness of each of their G independent answers
-    credits: list[dict[str, list[float]]] = []  # per search, the teachers' backed-up values (TeacherEnsemble.credit)
-
-    @staticmethod
-    def joined(parts: Sequence[Exploration]) -> Exploration:
-        """The ranks' explorations as one, in rank order; group keys renumbered so no two ranks' groups share one."""
-        completions, offset = [], 0
-        for part in parts:
-            completions += [replace(c, group=c.group + offset) for c in part.completions]
-            offset += 1 + max((c.group for c in part.completions), default=-1)
-        prefills = [p.prefill for p in parts]
-        return Exploration(completions, sum(p.tokens for p in parts), None if None in prefills else sum(prefills),
-                           [a for p in parts for a in p.search_correct], [a for p in parts for a in p.independent],
-                           [c for p in parts for c in p.credits])
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -125,14 +90,9 @@ class Trainer(Resource):
         self.folder = Path(folder)
         self.checkpoints = self.folder / "checkpoints"
         self.log_path = self.folder / "train_log.jsonl"
-        t, sampling = settings.train, settings.sampling
-        self.policy_update = PolicyUpdate(student, settings.grpo, sampling)
-        self.teachers, self.weights = teachers, weights
-        self.env = TextEnv(student.backend, self.problems, settings.text, sampling, t.reward, teachers=teachers,
-                           weights=weights, checker=checker)
-        self.forking = ForkingSearch(student.backend, self.problems,
-                                     replace(settings.fork, rounds=0) if t.groups == "sampling" else settings.fork,
-                                     sampling=sampling, reward=t.reward, weights=weights, teachers=teachers)
+        self.policy_update = PolicyUpdate(student, settings.grpo, settings.sampling)
+        self.teachers, self.checker, self.weights = teachers, checker, weights
+        self.explorer = self.explorer_for(settings.train.groups)  # the run's: its problems and seed in, completions out
         self.step, self.position, self.tokens = 0, 0, 0
         self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
         self.reward_functions: list[RewardFunction] = []  # added by add_reward: a learner's own, TRL-shaped
@@ -155,6 +115,12 @@ class Trainer(Resource):
                              f"(taken: {sorted(reserved)}); give the function another name (def ...)")
         self.reward_functions.append(function)
 
+    def explorer_for(self, groups: str):
+        """An explorer of these `train.groups` over this run's problems, student and teachers (azlib.textsearch.
+        explorers); the run's own is `self.explorer`."""
+        return explorer(self.settings, self.student.backend, self.problems, groups, teachers=self.teachers,
+                        checker=self.checker, weights=self.weights)
+
     def close(self) -> None:
         """Stop the student's generation engine and the teachers' engines and servers. Idempotent."""
         self.student.close()
@@ -171,67 +137,59 @@ class Trainer(Resource):
         return [(self.position + k) % len(self.problems) for k in range(count)]
 
     def train_step(self) -> dict:
-        s, start = self.settings.train, time.perf_counter()
+        """One step: explore the next problems, credit the teachers, reward, update, advance, and the log record."""
+        start, s = time.perf_counter(), self.settings.train
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         seed = step_seed(s.seed, self.step)
-        if self.teachers is not None:
-            self.teachers.reseed(seed)  # which teachers each node asks: from (seed, step) too
         indices = self._problems_for_step()
-        found = self._explore(shard(indices), seed)  # this rank's share of the step's problems
-        if world()[1] > 1:  # every rank gets the whole step's answers, in the order one process lists them
-            found = Exploration.joined(gather(found))
-        completions, tokens, prefill, search_correct, independent, credits = found
+        found = self._explore(indices, seed)
         if self.teachers is not None:
-            for values in credits:
+            for values in found.credits:
                 self.teachers.credit(values)
         torch.manual_seed(seed)  # LoRA dropout in the update
-        completions = with_rewards(completions, self.problems, self.reward_functions)
+        completions = with_rewards(found.completions, self.problems, self.reward_functions)
         good = best_verified(completions) if self.reward_functions else verified(completions)
-        if s.update == "sft":
-            self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
-            stats = self.policy_update.sft_step(self.replay)
-        else:
-            stats = self.policy_update.step([c for c in completions if c.text])  # an empty answer has nothing to train
-        self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + tokens
+        stats = self._update(completions, good)
+        self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + found.tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
             self.student.refresh_reference()
-        whole = completions if s.groups not in ("siblings", "visits") else []  # sibling steps are not answers
+        return self._record(found, completions, good, stats, time.perf_counter() - start)
+
+    def _explore(self, indices: list[int], seed: int) -> Exploration:
+        """The explorer on this rank's share of the problems; under torchrun every rank then holds the whole
+        step's exploration, in the order one process lists it."""
+        if self.teachers is not None:
+            self.teachers.reseed(seed)  # which teachers each node asks: from (seed, step) too
+        found = self.explorer.explore(shard(indices), seed)
+        return Exploration.joined(gather(found)) if world()[1] > 1 else found
+
+    def _update(self, completions: list[Completion], good: list[Completion]) -> dict:
+        """GRPO on the step's answers, or imitation of the verified answers (with the replay buffer's)."""
+        s = self.settings.train
+        if s.update == "grpo":
+            return self.policy_update.step([c for c in completions if c.text])  # an empty answer has nothing to train
+        self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
+        return self.policy_update.sft_step(self.replay)
+
+    def _record(self, found: Exploration, completions: list[Completion], good: list[Completion], stats: dict,
+                seconds: float) -> dict:
+        """The step's line of the log: what it explored and verified, what it cost, the update's statistics, and
+        the explorer's own fields (its accuracy)."""
+        n = max(len(completions), 1)
         record = {"step": self.step, "position": self.position, "completions": len(completions),
-                  "completion_correct": sum(c.correct for c in completions) / max(len(completions), 1),
-                  "reward_mean": sum(c.reward for c in completions) / max(len(completions), 1),
-                  "verified": len(good), "solved": len({c.problem for c in good}), "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
-                  "tokens": tokens, "prefill_tokens": prefill, "tokens_total": self.tokens, "seconds": time.perf_counter() - start,
-                  "updates": self.policy_update.updates,  # optimiser steps so far (imitation skips a step with nothing verified)
-                  "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats}
-        if s.groups in FORKED_GROUPS:  # the student's own accuracy (see _explore); whose verified answers these are
-            record["sampled_accuracy"] = sum(independent) / max(len(independent), 1)
-            record["verified_by_teacher"] = sum(c.writer != "student" for c in good)
-            record["verified_by_writer"] = dict(Counter(c.writer for c in good))
-        else:  # each problem's search answer: its most-visited path, completed by its best rollout by reward
-            record["answers"] = len(search_correct)
-            record["answer_accuracy"] = sum(search_correct) / max(len(search_correct), 1)
+                  "completion_correct": sum(c.correct for c in completions) / n,
+                  "reward_mean": sum(c.reward for c in completions) / n,
+                  "verified": len(good), "solved": len({c.problem for c in good}),
+                  "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,
+                  "seconds": seconds,
+                  "updates": self.policy_update.updates,  # optimiser steps so far (imitation skips a step with none verified)
+                  "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats, **self.explorer.step_log(found, good)}
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
             record["vram_used_mb"] = (total - free) / 2**20  # the whole GPU now: vLLM engines included
         return record
-
-    def _explore(self, indices: list[int], seed: int) -> Exploration:
-        """Search (or sample) the given problems: the completions to train on and what the step log counts."""
-        s = self.settings.train
-        if s.groups in FORKED_GROUPS:
-            trees = self.forking.grow(indices, s.group_size, seed)
-            completions = forked_groups(trees, self.student.backend, "treerl" if s.groups == "treerl" else "answers")
-            # the student's own accuracy before this step's update: its G independent answers to problems it has
-            # not trained on yet (forks aim at unsolved problems, so all leaves together would understate it)
-            return Exploration(completions, sum(t.tokens for t in trees), sum(t.prefill for t in trees), [],
-                               [a.correct for t in trees for a in t.independent_answers()])
-        results = search(self.env, [self.env.root(i) for i in indices], self.settings.search, random.Random(seed))
-        # prefill None: the text env does not count its prompts
-        return Exploration(tree_groups(results, self.env, s.groups), sum(r.tokens for r in results), None,
-                           [search_answer(r).correct for r in results], [],
-                           [teacher_values(r) for r in results] if self.teachers is not None else [])
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, resume: bool = False, progress: bool = True) -> list[dict]:
@@ -255,7 +213,7 @@ class Trainer(Resource):
                 if self.step % s.checkpoint_every == 0 or self.step == s.steps:
                     self.save_checkpoint()
                 bar.update(1)
-                accuracy = accuracy_column(s.groups)
+                accuracy = self.explorer.accuracy
                 bar.set_postfix({"reward": f"{record['reward_mean']:+.3f}", accuracy: f"{record[accuracy]:.2f}"})
         if log and self.step % s.checkpoint_every:
             self.save_checkpoint()

@@ -180,7 +180,8 @@ def test_generation_through_a_server_is_refused_where_the_student_must_score_its
     score() is a BackendError), so those settings stop before anything starts; teachers left unused do not."""
     served = {"generation": "server", "generation_url": "http://127.0.0.1:8000/v1", "output_dir": "x"}
     values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"), **served, "teacher_tier": "cpu"}
-    for change in ({"train": {**values["train"], "groups": "answers"}},
+    searches = [{"train": {**values["train"], "groups": groups}} for groups in ("answers", "paths", "siblings", "visits")]
+    for change in (*searches,
                    {"train": {**values["train"], "groups": "forked"}, "fork": {**values["fork"], "writer": "teachers"}}):
         with pytest.raises(ParamsError, match="generation 'server' cannot score the teachers' text"):
             config.validate("04_gsm8k_run", {**values, **change})

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from azlib import training
+from azlib.textsearch import explorers
 from azlib.grpo import group_advantages
 from azlib.textsearch.signals import Completion, best_verified, with_rewards
 from azlib.rewards import call_reward, correctness_reward
@@ -100,8 +100,8 @@ class FakeUpdate:
 def trainer_with_answers(tmp_path, monkeypatch, update):
     trainer = Trainer(FakeStudent(), ROWS, tmp_path / "run",
                       TrainerSettings(train=TrainSettings(groups="sampling", update=update, problems_per_step=2)))
-    monkeypatch.setattr(trainer.forking, "grow", lambda indices, size, seed: [SimpleNamespace(tokens=8, prefill=4, independent_answers=list)])
-    monkeypatch.setattr(training, "forked_groups", lambda trees, backend, kind: answers())
+    monkeypatch.setattr(trainer.explorer.forking, "grow", lambda indices, size, seed: [SimpleNamespace(tokens=8, prefill=4, independent_answers=list)])
+    monkeypatch.setattr(explorers, "forked_groups", lambda trees, backend, kind: answers())
     trainer.policy_update = FakeUpdate()
     return trainer
 

@@ -21,7 +21,8 @@ from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import Trainer, TrainerSettings, TrainSettings, accuracy_column
+from azlib.textsearch.explorers import accuracy_column
+from azlib.training import Trainer, TrainerSettings, TrainSettings
 
 
 def answer(reward: float, ids=(9,)) -> Answer:
@@ -151,7 +152,7 @@ def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
         record = trainer.train_step()
         # the step log's accuracy is the student's own (its independent answers); answer_accuracy is a search's
         assert accuracy_column(groups) == "sampled_accuracy" in record and "answer_accuracy" not in record, sorted(record)
-        return trainer.replay, trainer.forking.grow([0, 1, 2], 2, seed=9)
+        return trainer.replay, trainer.explorer.forking.grow([0, 1, 2], 2, seed=9)
 
     sampled, again = first_step("sampling")
     forked, forked_again = first_step("forked", fork=ForkSettings(rounds=0, points=3, branches=2))
@@ -337,8 +338,8 @@ def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question
                             temperature=0.7, seed=1),
         fork=ForkSettings(rounds=1, points=2, branches=2, where="root", writer="hint")))
     trainer.policy_update.sft_step = lambda examples: {}  # the answers, not the update, are looked at
-    grown, grow = [], trainer.forking.grow
-    trainer.forking.grow = lambda *args: grown.extend(grow(*args)) or grown
+    grown, grow = [], trainer.explorer.forking.grow
+    trainer.explorer.forking.grow = lambda *args: grown.extend(grow(*args)) or grown
     record = trainer.train_step()
     forked = [(t, t.nodes[leaf]) for t in grown for leaf in t.leaves() if t.nodes[leaf].round]
     assert forked, "some problem was not all correct, so the teacher answered it"

@@ -28,8 +28,8 @@ from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.training import (CheckpointError, Trainer, TrainerSettings, TrainSettings, accuracy_column,
-                            trainer_from_params, training_problems)
+from azlib.textsearch.explorers import accuracy_column
+from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params, training_problems
 from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student
@@ -134,10 +134,11 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
                               search=replace(params.search, num_simulations=8, max_depth=3),
                               text=replace(params.text, expansion="chunk", student_samples=3, chunk_tokens=40))
     trainer = Trainer(student, arithmetic_problems(2, seed=3, steps=(1,)), "/nonexistent", training)
-    results = search(trainer.env, [trainer.env.root(i) for i in range(2)], trainer.settings.search, random.Random(0))
+    env = trainer.explorer.env
+    results = search(env, [env.root(i) for i in range(2)], trainer.settings.search, random.Random(0))
     finished_leaves = [n for r in results for i in r.tree.leaves() if (n := r.tree.nodes[i]).state.answer.finished]
     assert finished_leaves, "a finished child (a terminal beside open siblings) is entered once: a visited leaf"
-    paths = tree_groups(results, trainer.env, "paths")
+    paths = tree_groups(results, env, "paths")
     assert any(c.finished for c in paths), "finished answers are among the paths trained on"
     assert all(c.completion_ids[-1] == student.tokenizer.eos_token_id for c in paths if c.eos), "an EOS-ended answer keeps EOS"
 
@@ -267,7 +268,8 @@ def test_the_accuracy_column_is_the_one_each_kind_of_run_logs(student, tmp_path)
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
     trainer = small_trainer(student, tmp_path, steps=1)
-    assert trainer.env.sampling == trainer.forking.sampling == trainer.policy_update.sampling == AnswerSampling(
+    tree, forks = trainer.explorer_for("answers"), trainer.explorer_for("forked")
+    assert tree.env.sampling == forks.forking.sampling == trainer.policy_update.sampling == AnswerSampling(
         temperature=0.7, top_p=1.0, max_new_tokens=12), "the search, the forks and the update read the run's sampling"
     log = trainer.run(progress=False)
     assert len(log) == 1 and log[0]["completions"] > 0 and log[0]["tokens"] > 0

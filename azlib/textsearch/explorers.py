@@ -1,0 +1,121 @@
+"""The explorer a training run uses: `explore(indices, seed)` turns problems into an Exploration, the completions
+one update trains on and what the step's log counts. Not the update (azlib.grpo), not the loop (azlib.training).
+
+TreeExplorer runs the MCTS search over text (train.groups "answers", "paths", "siblings", "visits"); ForkExplorer
+grows forking trees ("forked", "treerl"; "sampling" is a forking tree with no forks). `explorer` builds the one a
+run's settings name (azlib.settings.EXPLORER_OF), and only that one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, Sequence
+
+from azlib.data.rows import Row
+from azlib.mcts.search import SearchSettings, search
+from azlib.models.generation import Backend
+from azlib.rewards import RewardWeights
+from azlib.settings import EXPLORER_OF, GROUP_KINDS, GroupKind
+from azlib.textsearch.env import TextEnv, search_answer, teacher_values
+from azlib.textsearch.forking import ForkingSearch
+from azlib.textsearch.signals import Completion, forked_groups, tree_groups
+
+if TYPE_CHECKING:
+    from azlib.teachers import TeacherEnsemble, TerminalChecker
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """What a step's explorer found (on one rank: for its share of the step's problems)."""
+
+    completions: list[Completion]
+    tokens: int
+    prefill: int | None  # prompt tokens read (forking trees count them; the text env does not)
+    correct: list[bool]  # what the step's accuracy counts: the explorer's `accuracy`
+    credits: list[dict[str, list[float]]] = field(default_factory=list)  # per search, the teachers' backed-up values
+
+    @staticmethod
+    def joined(parts: Sequence[Exploration]) -> Exploration:
+        """The ranks' explorations as one, in rank order; group keys renumbered so no two ranks' groups share one."""
+        completions, offset = [], 0
+        for part in parts:
+            completions += [replace(c, group=c.group + offset) for c in part.completions]
+            offset += 1 + max((c.group for c in part.completions), default=-1)
+        prefills = [p.prefill for p in parts]
+        return Exploration(completions, sum(p.tokens for p in parts), None if None in prefills else sum(prefills),
+                           [a for p in parts for a in p.correct], [c for p in parts for c in p.credits])
+
+
+class TreeExplorer:
+    """One MCTS search (azlib.mcts.search) over the text env per problem, its tree turned into `kind` groups."""
+
+    # each problem's search answer (its most-visited path, completed by its best rollout by reward) right or not:
+    # search plus verifier, not the student alone
+    accuracy = "answer_accuracy"
+
+    def __init__(self, env: TextEnv, search: SearchSettings, kind: GroupKind):
+        self.env, self.search, self.kind = env, search, kind
+
+    def explore(self, indices: Sequence[int], seed: int) -> Exploration:
+        results = search(self.env, [self.env.root(i) for i in indices], self.search, random.Random(seed))
+        credits = [teacher_values(r) for r in results] if self.env.teachers is not None else []
+        # prefill None: the text env does not count its prompts
+        return Exploration(tree_groups(results, self.env, self.kind), sum(r.tokens for r in results), None,
+                           [search_answer(r).correct for r in results], credits)
+
+    def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
+        """The step log's fields of a search: truncated answers, and the search answers' count and accuracy."""
+        whole = found.completions if self.kind in ("answers", "paths") else []  # sibling steps are not answers
+        return {"truncated": sum(not c.finished for c in whole) / max(len(whole), 1), "answers": len(found.correct),
+                self.accuracy: sum(found.correct) / max(len(found.correct), 1)}
+
+
+class ForkExplorer:
+    """One forking tree (azlib.textsearch.forking) per problem: `group_size` independent answers, then forks."""
+
+    # the student's own accuracy before the step's update: its G independent answers to problems it has not trained
+    # on yet (forks aim at unsolved problems, so all leaves together would understate it)
+    accuracy = "sampled_accuracy"
+
+    def __init__(self, forking: ForkingSearch, group_size: int, kind: Literal["answers", "treerl"]):
+        self.forking, self.group_size, self.kind = forking, group_size, kind
+
+    def explore(self, indices: Sequence[int], seed: int) -> Exploration:
+        trees = self.forking.grow(indices, self.group_size, seed)
+        return Exploration(forked_groups(trees, self.forking.backend, self.kind), sum(t.tokens for t in trees),
+                           sum(t.prefill for t in trees), [a.correct for t in trees for a in t.independent_answers()])
+
+    def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
+        """The step log's fields of forking trees: truncated answers, the student's own accuracy, and who wrote the
+        verified answers."""
+        answers, correct = found.completions, found.correct
+        return {"truncated": sum(not c.finished for c in answers) / max(len(answers), 1),
+                self.accuracy: sum(correct) / max(len(correct), 1),
+                "verified_by_teacher": sum(c.writer != "student" for c in good),
+                "verified_by_writer": dict(Counter(c.writer for c in good))}
+
+
+def explorer(settings, backend: Backend, problems: Sequence[Row], groups: GroupKind | None = None, *,
+             teachers: TeacherEnsemble | None = None, checker: TerminalChecker | None = None,
+             weights: RewardWeights = RewardWeights()) -> TreeExplorer | ForkExplorer:
+    """The explorer of `groups` (the run's train.groups when None) under a run's settings (azlib.training's
+    TrainerSettings)."""
+    t, groups = settings.train, groups or settings.train.groups
+    if EXPLORER_OF[groups] == "tree":
+        env = TextEnv(backend, problems, settings.text, settings.sampling, t.reward, teachers=teachers,
+                      weights=weights, checker=checker)
+        return TreeExplorer(env, settings.search, groups)
+    fork = replace(settings.fork, rounds=0) if groups == "sampling" else settings.fork
+    forking = ForkingSearch(backend, problems, fork, sampling=settings.sampling, reward=t.reward, weights=weights,
+                            teachers=teachers)
+    return ForkExplorer(forking, t.group_size, "treerl" if groups == "treerl" else "answers")
+
+
+def accuracy_column(groups: str) -> str:
+    """The step log's accuracy for a run of these `train.groups`: its explorer's `accuracy`, "answer_accuracy" for
+    a search (search plus verifier), "sampled_accuracy" where the answers are sampled or forked."""
+    if groups not in GROUP_KINDS:
+        raise ValueError(f"groups must be one of {GROUP_KINDS}, got {groups!r}")
+    return {"tree": TreeExplorer, "fork": ForkExplorer}[EXPLORER_OF[groups]].accuracy
