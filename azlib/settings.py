@@ -88,7 +88,8 @@ class TrainSettings:
     steps: Annotated[int, Ge(1)] = 10
     problems_per_step: Annotated[int, Ge(1)] = 2
     checkpoint_every: Annotated[int, Ge(1)] = 1  # steps; every step by default, so a kill loses no finished step
-    group_size: Annotated[int, Ge(2)] = 8  # samples per problem for "sampling" groups (one has no advantage)
+    # G: independent answers per problem, a forking tree's round 0 ("sampling": all of it); one has no advantage
+    group_size: Annotated[int, Ge(2)] = 8
     max_new_tokens: Annotated[int, Ge(1)] = 128  # answer length: sampled answers and search rollouts
     temperature: Annotated[float, Gt(0)] = 0.7  # of answers, rollouts and chunks; GRPO's log-probs are taken at it
     token_budget: Annotated[int, Ge(1)] | None = None  # stop once this many tokens were generated (equal budgets)
@@ -188,8 +189,6 @@ class GPTSettings:
         check_fields(self)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
-
-
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from azlib.data.rows import Row
 from azlib.grpo import PolicyUpdate
 from azlib.textsearch.signals import SCORABLE_GROUPS, Completion, best_verified, verified, with_rewards
 from azlib.textsearch.env import TextSearchSettings
-from azlib.textsearch.explorers import Exploration, explorer
+from azlib.textsearch.explorers import Exploration, ForkExplorer, TreeExplorer, explorer
 from azlib.textsearch.forking import ForkSettings
 from azlib.mcts.search import SearchSettings
 from azlib.models.generation import AnswerSampling, Resource
@@ -115,9 +115,9 @@ class Trainer(Resource):
                              f"(taken: {sorted(reserved)}); give the function another name (def ...)")
         self.reward_functions.append(function)
 
-    def explorer_for(self, groups: str):
-        """An explorer of these `train.groups` over this run's problems, student and teachers (azlib.textsearch.
-        explorers); the run's own is `self.explorer`."""
+    def explorer_for(self, groups: str) -> TreeExplorer | ForkExplorer:
+        """An explorer of these `train.groups` over this run's problems, student and teachers
+        (azlib.textsearch.explorers); the run's own is `self.explorer`."""
         return explorer(self.settings, self.student.backend, self.problems, groups, teachers=self.teachers,
                         checker=self.checker, weights=self.weights)
 

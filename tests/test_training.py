@@ -266,6 +266,14 @@ def test_the_accuracy_column_is_the_one_each_kind_of_run_logs(student, tmp_path)
     with pytest.raises(ValueError, match="groups must be one of .* got 'sample'"):
         accuracy_column("sample")
 
+
+def test_every_training_signal_has_an_explorer():
+    """EXPLORER_OF names an explorer for each train.groups the settings accept, and only for those."""
+    from azlib.settings import EXPLORER_OF, GROUP_KINDS
+
+    assert sorted(EXPLORER_OF) == sorted(GROUP_KINDS) and set(EXPLORER_OF.values()) == {"tree", "fork"}
+
+
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
     trainer = small_trainer(student, tmp_path, steps=1)
     tree, forks = trainer.explorer_for("answers"), trainer.explorer_for("forked")

@@ -83,7 +83,8 @@ def word_similarity(a: str, b: str) -> float:
 
 
 class TextEnv:
-    """States are TextStates: each child's text is cut at its answer line and scored once, when it is made."""
+    """States are TextStates: each child's text is cut at its answer line and scored once, when it is made (under the
+    original reward `partial` also scores a state that is not finished, as a partial answer)."""
 
     two_player = False
 

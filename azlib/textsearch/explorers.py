@@ -2,8 +2,8 @@
 one update trains on and what the step's log counts. Not the update (azlib.grpo), not the loop (azlib.training).
 
 TreeExplorer runs the MCTS search over text (train.groups "answers", "paths", "siblings", "visits"); ForkExplorer
-grows forking trees ("forked", "treerl"; "sampling" is a forking tree with no forks). `explorer` builds the one a
-run's settings name (azlib.settings.EXPLORER_OF), and only that one.
+grows forking trees ("forked", "treerl"; "sampling" is a forking tree with no forks). `explorer` builds the explorer
+of one `train.groups` (azlib.settings.EXPLORER_OF): the run's, unless `groups` names another.
 """
 
 from __future__ import annotations

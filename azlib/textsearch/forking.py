@@ -92,7 +92,7 @@ def scored_answer(backend: Backend, problem: int, gold: str, text: str | None, i
                   logprobs: Sequence[float], ended: bool, *, kind: RewardKind, weights: RewardWeights,
                   pres: Sequence[float] | None = None, code: str = "", writer: str = "student",
                   terminal: bool = False) -> Answer:
-    """Sampled ids as a finished answer and its reward: `text` (None: the text of the ids; or the text of the head
+    """Sampled ids as a whole answer and its reward: `text` (None: the text of the ids; or the text of the head
     they continue and of the continuation) cut at its answer line, the ids cut with it, scored. The ids are decoded
     once; a cut text is matched at the ids that write a newline (where an answer line ends), a few prefixes.
     `ended`: the writer stopped (EOS or the answer line); `pres`: the PRE of each step (a search path's), default
