@@ -78,9 +78,8 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
             prompt = chat_prompt(env.problems[problem]["prompt"])
             prompt_ids = backend.encode_prompt(prompt)
             answers = tree_answers(result) if kind == "answers" else [a for _, a in trajectories(result, env) if a.text]
-            out += [completion(backend, g, problem, prompt, prompt_ids, a.text, a.reward, ids=a.token_ids,
-                               correct=a.correct, finished=a.finished, eos=a.eos,
-                               parts=a.parts if kind == "paths" else None) for a in answers]
+            out += [answer_completion(backend, g, problem, prompt, prompt_ids, a, with_parts=kind == "paths")
+                    for a in answers]
             continue
         tree = result.tree
         for node in tree.nodes:
@@ -99,16 +98,17 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     return out
 
 
-def answer_completion(backend, group: int, tree: ForkTree, answer: Answer,
-                      advantages: Sequence[float] = ()) -> Completion:
-    """A sampled answer as training reads it: its sampled ids (no decode and re-encode) with an EOS id after a
-    finished one (Answer.eos, Backend.with_eos), under the tree's plain prompt whoever wrote it (a hint teacher's answer is
-    trained without the hint: rationalization)."""
+def answer_completion(backend, group: int, problem: int, prompt: Prompt, prompt_ids: list[int], answer: Answer,
+                      advantages: Sequence[float] = (), with_parts: bool = True) -> Completion:
+    """A whole answer (a search's or a forking tree's) as training reads it: its sampled ids (no decode and re-encode)
+    with an EOS id after a finished one (Answer.eos, Backend.with_eos), under the problem's plain prompt whoever wrote
+    it (a hint teacher's answer is trained without the hint: rationalization); per-token `advantages` (TreeRL's)
+    extended over that EOS id."""
     ids = backend.with_eos(answer.token_ids, answer.eos)
     eos = len(ids) > len(answer.token_ids)
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
-    return Completion(tree.prompt_ids, ids, answer.reward, group, tree.problem, tree.prompt, answer.text,
-                      answer.correct, answer.finished, answer.eos, answer.parts, answer.writer,
+    return Completion(prompt_ids, ids, answer.reward, group, problem, prompt, answer.text, answer.correct,
+                      answer.finished, answer.eos, answer.parts if with_parts else {}, answer.writer,
                       advantages=per_token)
 
 
@@ -118,8 +118,8 @@ def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "
     out = []
     for g, tree in enumerate(trees):
         per_token = tree_advantages(tree) if kind == "treerl" else {}
-        out += [answer_completion(backend, g, tree, tree.nodes[leaf].answer, per_token.get(leaf, ()))
-                for leaf in tree.leaves()]
+        out += [answer_completion(backend, g, tree.problem, tree.prompt, tree.prompt_ids, tree.nodes[leaf].answer,
+                                  per_token.get(leaf, ())) for leaf in tree.leaves()]
     return out
 
 
