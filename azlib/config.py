@@ -500,8 +500,7 @@ def resumable_run_dir(root: Path, notebook: str) -> Path:
     if not earlier:
         raise ParamsError(f"resume = True, but {root} holds no earlier run of {notebook} to continue; set "
                           "resume = False, or output_dir to the run folder to continue")
-    for i in reversed(range(len(earlier))):
-        folder = earlier[i]
+    for i, folder in reversed(list(enumerate(earlier))):
         if trainings := trainings_in(folder):
             passed = earlier[i + 1:]
             steps = ", ".join(f"{training.relative_to(folder)} from step {checkpoint_step(checkpoint)}"

@@ -25,8 +25,8 @@ def run_azlib(args) -> dict:
 
     from azlib.data import arithmetic_problems
     from azlib.grpo import PolicyUpdate, GRPOSettings
+    from azlib.textsearch.explorers import ForkExplorer
     from azlib.textsearch.forking import ForkingSearch, ForkSettings
-    from azlib.textsearch.signals import forked_groups
     from azlib.models.generation import AnswerSampling
     from azlib.models.student import LoraSettings, Student
 
@@ -36,13 +36,13 @@ def run_azlib(args) -> dict:
     sampling = AnswerSampling(temperature=args.temperature, top_p=1.0, max_new_tokens=args.tokens)
     trainer = PolicyUpdate(student, settings, sampling)
     rows = arithmetic_problems(args.prompts * (args.steps + 1), seed=0, steps=(1,))
+    # plain sampling, as a run of train.groups "sampling" explores: a forking tree with no forks
+    sampler = ForkExplorer(ForkingSearch(student.backend, rows, ForkSettings(rounds=0), sampling=sampling),
+                           args.group_size, "answers")
     times = []
     for step in range(args.steps + 1):  # step 0 warms up
         start = time.perf_counter()
-        indices = list(range(step * args.prompts, (step + 1) * args.prompts))
-        trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0), sampling=sampling).grow(
-            indices, args.group_size, step)  # plain sampling: a forking tree with no forks
-        completions = forked_groups(trees, student.backend)
+        completions = sampler.explore(list(range(step * args.prompts, (step + 1) * args.prompts)), step).completions
         trainer.step([c for c in completions if c.text])  # as the Trainer's step
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}

@@ -55,7 +55,7 @@ class Walk:
             self.depth += 1
             self.deepest = max(self.deepest, self.depth)
             module = code.co_filename[len(PACKAGE) - len("azlib"):].removesuffix(".py").replace("/", ".")
-            self.functions.add((module, code.co_qualname))
+            self.functions.add((module, getattr(code, "co_qualname", code.co_name)))  # co_qualname: Python 3.11+
             self._note(list(frame.f_locals.values())[:code.co_argcount + code.co_kwonlyargcount])
         elif event == "return":
             self.depth -= 1
@@ -70,17 +70,20 @@ def main() -> None:
     parser.add_argument("--groups", default="answers")
     parser.add_argument("--update", default="grpo", choices=("grpo", "sft"))
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp())
-    params, _ = resolve_library("04_gsm8k_run", "smoke", folder, [f"train.groups={args.groups}",
-                                                                  f"train.update={args.update}",
-                                                                  "train.max_new_tokens=48"])
-    problems, _ = training_problems(params)
-    with trainer_from_params(params, folder / "run", problems) as trainer:
-        trainer.train_step()
-        walk = Walk()
-        sys.setprofile(walk)
-        trainer.train_step()
-        sys.setprofile(None)
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        params, _ = resolve_library("04_gsm8k_run", "smoke", folder, [f"train.groups={args.groups}",
+                                                                      f"train.update={args.update}",
+                                                                      "train.max_new_tokens=48"])
+        problems, _ = training_problems(params)
+        with trainer_from_params(params, folder / "run", problems) as trainer:
+            trainer.train_step()
+            walk = Walk()
+            sys.setprofile(walk)
+            try:
+                trainer.train_step()
+            finally:
+                sys.setprofile(None)
     modules = {module for module, _ in walk.functions}
     print(f"train.groups {args.groups}, update {args.update}: {len(walk.functions)} functions in {len(modules)} "
           f"modules, {walk.deepest} calls deep, {len(walk.records)} record types")

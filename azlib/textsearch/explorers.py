@@ -102,7 +102,9 @@ def explorer(settings, backend: Backend, problems: Sequence[Row], groups: GroupK
              weights: RewardWeights = RewardWeights()) -> TreeExplorer | ForkExplorer:
     """The explorer of `groups` (the run's train.groups when None) under a run's settings (azlib.training's
     TrainerSettings)."""
-    t, groups = settings.train, groups or settings.train.groups
+    if groups not in (None, settings.train.groups):  # the sampling (a chunked search's length) follows the groups
+        settings = replace(settings, train=replace(settings.train, groups=groups))
+    t, groups = settings.train, settings.train.groups
     if EXPLORER_OF[groups] == "tree":
         env = TextEnv(backend, problems, settings.text, settings.sampling, t.reward, teachers=teachers,
                       weights=weights, checker=checker)

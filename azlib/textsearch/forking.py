@@ -305,8 +305,9 @@ class ForkingSearch:
         scores = self.backend.score([TokenIds(tree.prompt_ids + prefix) for tree, _, prefix, *_ in kept],
                                     [ids for *_, ids, _ in kept])
         for (tree, node, _, p, ids, whole), logprobs in zip(kept, scores):
-            sample = Sample(p.sample.text if whole else tokenizer.decode(ids, skip_special_tokens=True), tuple(ids),
-                            tuple(logprobs), p.sample.finish_reason if whole else "length", p.sample.prompt_tokens, 0)
+            # the leaf's text is decoded from its ids when it is scored (_attach), so the chunk's text is not cut here
+            sample = Sample(p.sample.text, tuple(ids), tuple(logprobs), p.sample.finish_reason if whole else "length",
+                            p.sample.prompt_tokens, 0)
             self._attach(tree, node, sample, round_, f"{p.teacher}:{p.label}")
 
     def _fork_prompt_ids(self, tree: ForkTree) -> list[int]:
