@@ -131,8 +131,7 @@ class HFBackend(TokenizerPrompts, Backend):
                              temperature=sampling.temperature, top_p=sampling.top_p,
                              is_done=self._stop_check(sampling), generator=generator)
             for i, d in zip(batch, decoded):
-                text = self.tokenizer.decode(d.tokens, skip_special_tokens=True)
-                samples[i] = Sample(cut_at_stop(text, sampling.stop)[0], tuple(d.tokens), tuple(d.logprobs),
+                samples[i] = Sample(self.sample_text(d.tokens, sampling.stop), tuple(d.tokens), tuple(d.logprobs),
                                     "stop" if d.finished else "length", len(rows[i]), len(d.tokens))
         return [samples[p * n : (p + 1) * n] for p in range(len(prompts))]
 

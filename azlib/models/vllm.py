@@ -9,7 +9,7 @@ from typing import Sequence
 
 from azlib.extras import require
 from azlib.models.generation import (
-    Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
+    Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts, one_call_at_a_time,
 )
 from azlib.models.loading import free_memory, resolve_model_path
 
@@ -104,16 +104,16 @@ class VLLMBackend(TokenizerPrompts, Backend):
     def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
         from vllm import SamplingParams
 
-        # logprobs=0: only the chosen token's log-prob; vLLM's default logprobs mode is the raw model's
+        # logprobs=0: only the chosen token's log-prob; vLLM's default logprobs mode is the raw model's.
+        # vLLM detokenizes only to find stop strings: the samples' text is written from their ids.
         params = SamplingParams(n=sampling.n, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                                top_p=sampling.top_p, stop=list(sampling.stop) or None, seed=sampling.seed, logprobs=0)
+                                top_p=sampling.top_p, stop=list(sampling.stop) or None, seed=sampling.seed, logprobs=0,
+                                detokenize=bool(sampling.stop))
         results = []
         for out in self._run([self.encode_prompt(p) for p in prompts], params):
-            # Text decoded from the ids as the hf backend decodes them: vLLM's own text holds back a trailing
-            # partial UTF-8 character that a decode of the same ids writes as U+FFFD.
             results.append([
                 Sample(
-                    text=cut_at_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), sampling.stop)[0],
+                    text=self.sample_text(c.token_ids, sampling.stop),
                     token_ids=tuple(c.token_ids),
                     logprobs=tuple(step[t].logprob for step, t in zip(c.logprobs, c.token_ids)),
                     finish_reason="length" if c.finish_reason == "length" else "stop",
