@@ -16,7 +16,7 @@ from pathlib import Path
 
 from azlib.config import ParamsError
 from azlib.experiment import problems_answered
-from azlib.models.hf import BATCH_SIZE
+from azlib.models.hf import BATCH_SIZE, kv_bytes_per_token
 from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
 from azlib.prompts import PROMPT_TOKENS
@@ -70,8 +70,7 @@ class ModelShape:
         return cls(layers, hidden, heads, kv_heads, head_dim, vocab, inter, parameters, tied)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """Keys and values of every layer (vLLM's cache, and the hf decode loop's)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype_bytes)
 
     def lora_parameters(self, r: int) -> int:
         """LoRA on every linear layer of a decoder block (q, k, v, o, gate, up, down): r x (in + out) each."""

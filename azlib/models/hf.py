@@ -22,6 +22,11 @@ BATCH_SIZE = 32  # rows per decode or scoring forward, unless a caller says othe
 MOST_ROWS = 256  # rows per decode batch at most when sized by memory (decode is overhead-bound: rows are speed)
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """Bytes of one token's keys and values over every layer: the hf decode loop's cache, and vLLM's."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
 class HFBackend(TokenizerPrompts, Backend):
     name = "hf"
 
@@ -92,8 +97,8 @@ class HFBackend(TokenizerPrompts, Backend):
         config = self.model.config.get_text_config()
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        per_token = (2 * config.num_hidden_layers * getattr(config, "num_key_value_heads", heads) * head_dim
-                     * self.model.dtype.itemsize)
+        per_token = kv_bytes_per_token(config.num_hidden_layers, getattr(config, "num_key_value_heads", heads),
+                                       head_dim, self.model.dtype.itemsize)
         self.batch_size = int(min(MOST_ROWS, max(BATCH_SIZE, memory // (per_token * tokens))))
         return self.batch_size
 
