@@ -280,10 +280,14 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
                                                    "train.groups 'forked' and 'treerl' (rounds, points, branches, "
                                                    "where, check, fork_from, writer)")
     grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields (the answers' temperature and "
-                                                   "length are the train section's)")
+                                                   "length are the train section's; in notebook 05 every arm's "
+                                                   "update, and the trl arm's GRPOTrainer's learning rate, warm-up "
+                                                   "and loss)")
     lora: Lora = Field(LoraSettings(), description="azlib.settings.LoraSettings fields: r, alpha, dropout")
     train: Train = Field(
-        TrainSettings(), description="azlib.settings.TrainSettings fields: signal, update, steps, sampling")
+        TrainSettings(), description="azlib.settings.TrainSettings fields: signal, update, steps, sampling (in "
+                                     "notebook 05 the arms set groups and update, and train.token_budget ends "
+                                     "every arm)")
 
     @property
     def has_teachers(self) -> bool:
@@ -315,11 +319,6 @@ class BaseVsTrainedParams(TrainingParams):
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1, 2], description="step counts of the arithmetic task, within 1..4")
-    train: Train = Field(TrainSettings(), description="azlib.settings.TrainSettings fields (the arms set groups and "
-                                                      "update); train.token_budget ends every arm")
-    grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields: every arm's update (the trl "
-                                                   "arm's GRPOTrainer takes its learning rate, warm-up and loss "
-                                                   "settings too)")
     arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
                        "grpo", "trl"]] = Field(
         ["tree", "rft"], min_length=1,
