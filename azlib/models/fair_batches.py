@@ -201,6 +201,7 @@ class FairBatcher:
             return self.backend.tokenizer.decode(row.tokens, skip_special_tokens=True)
 
     def _sample(self, job: Job, row: Row) -> Sample:
-        text = cut_at_stop(self._text(row), job.stop)[0]
+        with self._lock:
+            text = self.backend.sample_text(row.tokens, job.stop)
         return Sample(text, tuple(row.tokens), tuple(row.logprobs), "stop" if row.finished else "length",
                       len(job.prompt_ids), len(row.tokens))
