@@ -1,14 +1,10 @@
-"""Command line: `python -m azlib run --profile {smoke,cpu,h100} [--only 01,04] [--out DIR]` (the notebooks),
-`[torchrun --nproc_per_node=N -m] azlib train --profile P --out DIR [--resume]` (notebook 04's training from the
-library's defaults and the profile, no notebook read; data-parallel under torchrun),
-`[torchrun --nproc_per_node=N -m] azlib referee --profile P --out DIR` (notebook 07's training from the library's
-defaults and the profile, DDP under torchrun),
-`[torchrun --nproc_per_node=N -m] azlib experiment --profile P --out DIR [--arms A ...] [--seeds S ...]` (notebook
-05's arms and seeds from the library's defaults and the profile; under torchrun the processes share them out);
-run, train, referee and experiment take `--set NAME=VALUE ...` over the profile (train.steps=3, model=/path),
-`python -m azlib plan --profile P [--gpu-memory GIB]` (each notebook's predicted GPU memory and time),
-`python -m azlib serve [--model M] [--port P] [--dtype D] [--device D] [--max-n N ...]` (a local OpenAI-compatible
-server; `serve --help` lists its limits). Parses, hands over."""
+"""azlib's command line: the notebooks (run), headless training (train, experiment, referee), the GPU plan, a server.
+
+run: the notebooks under a profile into one run folder. train, experiment, referee: notebook 04's training, 05's
+arms x seeds and 07's arms from the library's defaults and the profile, no notebook read; under `torchrun
+--nproc_per_node=N -m azlib ...` data-parallel, the arms shared out, DDP. All four take `--set NAME=VALUE ...` over the
+profile. plan: each notebook's predicted GPU memory and time. serve: a local OpenAI-compatible server.
+`python -m azlib COMMAND --help` lists a command's flags. Parses, hands over."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from azlib.config import PROFILES, ParamsError
+from azlib.models import DEFAULT_MODEL
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--profile", choices=PROFILES, default="h100")
     plan.add_argument("--gpu-memory", type=float, help="GiB of the GPU (default: an H100 80 GB's 79.65)")
     serve = commands.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (hf backend)")
-    serve.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    serve.add_argument("--model", default=DEFAULT_MODEL)
     serve.add_argument("--served-model-name", help="name clients send (default: --model)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)

@@ -131,7 +131,7 @@ class Experiment:
     def run(self, progress: bool = True, rank: int = 0, ranks: int = 1) -> Experiment:
         """Train, then evaluate, what is not on disk yet: a trained (arm, seed) leaves its adapter and
         `trained.json` in its own folder, an evaluated one `result.json`, so an interrupted experiment continues
-        where it stopped and loses no finished arm. Every model answers through one instrument (`instrument()`),
+        where it stopped and loses no finished arm. Every model answers through one instrument (`instrument`),
         opened once the training is done. Processes sharing the folder split the work (`torchrun -m azlib
         experiment`, one GPU each): rank r trains and evaluates jobs r, r + ranks, ..., rank 0 the base too; each
         arm is a whole training, so nothing passes between them, and `wait()` then reads what all have finished."""
@@ -142,7 +142,7 @@ class Experiment:
             free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
         unanswered = [job for job in mine if not self._done(*job)]
         if unanswered or (rank == 0 and not self._base_done()):
-            with self.instrument() as backend:
+            with instrument(self.params) as backend:
                 if rank == 0:
                     self._evaluate(backend, self.folder / "base")
                 for arm, seed in tqdm(unanswered, desc="evaluating", unit="run", disable=not progress):
@@ -154,10 +154,6 @@ class Experiment:
             self.base = self._evaluate(None, self.folder / "base")
         self.runs = {job: self._arm(*job) for job in mine}
         return self
-
-    def instrument(self) -> Backend:
-        """The run's one instrument (`instrument`)."""
-        return instrument(self.params)
 
     def wait(self, poll_seconds: float = 10.0, progress: bool = True) -> Experiment:
         """`load()` once the base and every job are on disk: the other processes' share of a shared run. The

@@ -54,18 +54,13 @@ def _git_commit() -> str:
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def default_run_dir(profile: str) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return REPO_ROOT / "outputs" / f"{stamp}-{profile}"
-
-
 def run(profile: str | None, only: list[str] | None = None, out: Path | None = None,
         assignments: Sequence[str] = ()) -> int:
     """Execute the notebooks; return a process exit code (0 = all succeeded). Profile None runs each
     notebook with its parameters cell's defaults (benchmarks/notebook_minutes.py). assignments: NAME=VALUE over
     the profile, for every notebook of the run (`--set`; a name one of them lacks is an error)."""
     label = profile or "defaults"
-    path = repo_path(out or default_run_dir(label))
+    path = repo_path(out or REPO_ROOT / "outputs" / f"{datetime.now():%Y%m%d-%H%M%S}-{label}")
     notebooks = list_notebooks(only)
 
     # Validate everything first: a typo in notebook 05's params must not cost a 04 run.

@@ -181,7 +181,7 @@ def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_d
     from types import SimpleNamespace
 
     import azlib.training
-    from azlib.experiment import Experiment
+    from azlib.experiment import instrument
     from azlib.grpo import Example, GRPOSettings, PolicyUpdate
     from azlib.models.student import LoraSettings, Student
 
@@ -200,7 +200,7 @@ def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_d
     answers = {}
     for generation in ("vllm", "hf"):
         params.generation = generation
-        with Experiment(params, [], {}, tmp_path).instrument() as backend:
+        with instrument(params) as backend:
             assert backend.name == generation
             for adapter in (None, *adapters):
                 backend.use_adapter(adapter)
