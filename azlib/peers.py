@@ -18,8 +18,6 @@ from azlib.rewards.trl import completion_text
 
 @dataclass
 class PeerRun:
-    adapter: Path  # the trained LoRA adapter (a peft folder), for azlib's evaluation
-    steps: int
     tokens: int  # completion tokens generated
     log: list[dict]  # TRL's per-step log (reward, lengths, clip ratios, ...)
 
@@ -70,7 +68,8 @@ def trl_config(params, folder: str | Path, tokenizer):
 
 
 def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_budget: int) -> PeerRun:
-    """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated.
+    """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated; the adapter
+    is saved to `folder`/adapter.
     The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0. Under hf
     generation rows stop at their answer line as azlib's do (vLLM's: `trl_config`); the end-of-sequence token
     generate pads a stopped row with is not counted.
@@ -84,11 +83,12 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+    from azlib.models.hf import eos_ids
+
     path = resolve_model_path(params.model)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, params.dtype))  # the arms' dtype
-    eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
-        model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
+    eos = eos_ids(model, tokenizer)
     spent = [0]
 
     def finished_correctness(prompts, completions, answer, completion_ids, **_) -> list[float]:
@@ -115,7 +115,5 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
         stop = answer_line_stop(tokenizer)
         trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
     trainer.train()
-    adapter = Path(folder) / "adapter"
-    trainer.model.save_pretrained(str(adapter), save_embedding_layers=False)
-    log = [entry for entry in trainer.state.log_history if "reward" in entry]
-    return PeerRun(adapter, trainer.state.global_step, spent[0], log)
+    trainer.model.save_pretrained(str(Path(folder) / "adapter"), save_embedding_layers=False)
+    return PeerRun(spent[0], [entry for entry in trainer.state.log_history if "reward" in entry])

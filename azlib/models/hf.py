@@ -22,6 +22,12 @@ BATCH_SIZE = 32  # rows per decode or scoring forward, unless a caller says othe
 MOST_ROWS = 256  # rows per decode batch at most when sized by memory (decode is overhead-bound: rows are speed)
 
 
+def eos_ids(model, tokenizer) -> set[int]:
+    """The ids that end a sample of a transformers model: its generation config's EOS ids and its tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    return {*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id} - {None}
+
+
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
     """Bytes of one token's keys and values over every layer: the hf decode loop's cache, and vLLM's."""
     return 2 * layers * kv_heads * head_dim * dtype_bytes
@@ -70,8 +76,7 @@ class HFBackend(TokenizerPrompts, Backend):
         self.lock = threading.RLock()
         self.batch_size, self.scoring_memory = batch_size, scoring_memory
         self.device = device
-        eos = self.model.generation_config.eos_token_id
-        self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
+        self.eos_ids = eos_ids(model, tokenizer)
 
     @one_call_at_a_time
     def close(self) -> None:
