@@ -34,7 +34,6 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
     "transformers.cache_utils.DynamicLayer.lazy_initialization": ("self", "key_states", "value_states"),
     "transformers.cache_utils.DynamicLayer.update": ("self", "key_states", "value_states"),
     "transformers.cache_utils.DynamicLayer.get_seq_length": ("self",),
-    "transformers.cache_utils.DynamicLayer.batch_repeat_interleave": ("self", "repeats"),
     "transformers.cache_utils.DynamicLayer.batch_select_indices": ("self", "indices"),
     "transformers.integrations.sdpa_attention.sdpa_attention_forward": (
         "module", "query", "key", "value", "attention_mask", "*", "dropout", "scaling"),
@@ -122,10 +121,6 @@ class BufferLayer(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self.length
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self.keys = self.keys.repeat_interleave(repeats, 0)
-        self.values = self.values.repeat_interleave(repeats, 0)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self.keys, self.values = self.keys[indices], self.values[indices]
