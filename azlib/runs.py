@@ -46,18 +46,9 @@ class RunFolder:
     def __init__(self, path: str | Path):
         self.path = repo_path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def config_path(self) -> Path:
-        return self.path / "config.json"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.path / "metrics.json"
-
-    @property
-    def figures_dir(self) -> Path:
-        return self.path / "figures"
+        self.config_path = self.path / "config.json"
+        self.metrics_path = self.path / "metrics.json"
+        self.figures_dir = self.path / "figures"
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return read_json(self.metrics_path) if self.metrics_path.exists() else {}
