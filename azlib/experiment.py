@@ -249,12 +249,11 @@ class Experiment:
     # -- what the runs say ------------------------------------------------------------------------------
     def accuracies(self) -> list[dict]:
         """One row per (model, seed, set): accuracy (`correct` of `problems`), tokens trained, tokens per answer."""
-        rows = [{"model": "base", "seed": None, "set": name, **_score(records), "tokens": 0,
-                 "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in self.base.items()]
-        for (arm, seed), run in self.runs.items():
-            rows += [{"model": arm, "seed": seed, "set": name, **_score(records), "tokens": run.tokens,
-                      "tokens_per_answer": _mean(r["tokens"] for r in records)} for name, records in run.records.items()]
-        return rows
+        models = [("base", None, 0, self.base),
+                  *((arm, seed, run.tokens, run.records) for (arm, seed), run in self.runs.items())]
+        return [{"model": model, "seed": seed, "set": name, **_score(records), "tokens": tokens,
+                 "tokens_per_answer": _mean(r["tokens"] for r in records)}
+                for model, seed, tokens, sets in models for name, records in sets.items()]
 
     def summary(self) -> str:
         """Accuracy per set and model: the mean over seeds, each seed's, and the tokens each trained on."""
