@@ -187,8 +187,8 @@ def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step
 
     existing = 1 + sum(len(n.children) for n in then.nodes)
     status = f"after {step} of {len(tree.history)} simulations; " if step is not None else ""
-    rule = f"the {top_k} most visited children of each node" if top_k else "all children" if unvisited else \
-        "the visited children"
+    rule = (f"the {top_k} most visited children of each node" if top_k else
+            "all children" if unvisited else "the visited children")
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + LEGEND_HEIGHT}" '
              f'font-family="sans-serif" font-size="9">',
              f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
