@@ -10,7 +10,7 @@ import random
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -283,9 +283,6 @@ class Comparison:
                 f"{a + ' right':14s}{self.both:12d}{self.only_a:12d}\n"
                 f"{a + ' wrong':14s}{self.only_b:12d}{self.neither:12d}\n"
                 f"exact McNemar p = {self.p_value:.4g} (n = {self.both + self.only_a + self.only_b + self.neither})")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def compare(records_a: Sequence[dict], records_b: Sequence[dict]) -> Comparison:

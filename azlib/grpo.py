@@ -107,12 +107,6 @@ class Example:
     advantages: Sequence[float] = field(default=(), kw_only=True)
 
 
-def completion_mask(completions: Sequence[Sequence[int]]) -> torch.Tensor:
-    """[B, T] ones over each completion's tokens (right padding), the layout of Student.token_logprobs."""
-    width = max(len(c) for c in completions)
-    return torch.tensor([[1.0] * len(c) + [0.0] * (width - len(c)) for c in completions])
-
-
 def make_optimizer(params, settings: GRPOSettings) -> torch.optim.Optimizer:
     if settings.optimizer == "adamw_8bit":
         bnb = require("bitsandbytes", "optimizer adamw_8bit", otherwise="or optimizer 'adamw'")
@@ -194,27 +188,27 @@ class PolicyUpdate:
         if s.drop_equal_groups:
             keep = [i for i in keep if not equal[i]]
         stats = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
-                 "zero_std_groups": _share_of_groups(equal, groups),
+                 "zero_std_groups": len(groups[equal].unique()) / max(len(groups.unique()), 1),
                  "sequences": len(keep), "dropped_sequences": len(examples) - len(keep)}
         if not keep:
             return stats | {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "clip_low": 0.0,
                             "clip_high": 0.0, "grad_norm": 0.0}
         mine = shard(keep)
         batches = [mine[i : i + s.micro_batch_size] for i in range(0, len(mine), s.micro_batch_size)]
-        fixed = []  # per micro-batch: old log-probs (policy before the update), reference log-probs, mask
+        fixed = []  # per micro-batch: old log-probs (policy before the update), reference log-probs
         with torch.no_grad():
             for idx in batches:
                 # one update per batch: the old policy IS the current one (ratio 1, as TRL does), no forward
                 old = self._logprobs(examples, idx)[0] if s.num_iterations > 1 else None
                 ref = self._logprobs(examples, idx, reference=True)[0] if s.beta else None
-                fixed.append((old, ref, completion_mask([examples[i].completion_ids for i in idx]).to(device)))
+                fixed.append((old, ref))
         batch_tokens = float(sum(len(examples[i].completion_ids) for i in keep))  # every rank's, not only this one's
         model.train()
         try:
             for _ in range(s.num_iterations):
                 totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_low": 0.0, "clip_high": 0.0}
-                for idx, (old, ref, mask) in zip(batches, fixed):
-                    logp, _, entropy = self._logprobs(examples, idx, entropy=True)
+                for idx, (old, ref) in zip(batches, fixed):
+                    logp, mask, entropy = self._logprobs(examples, idx, entropy=True)
                     a = (advantages[idx] if per_token is None else
                          torch.nn.utils.rnn.pad_sequence([per_token[i] for i in idx], batch_first=True)).to(device)
                     parts = token_losses(logp, logp.detach() if old is None else old, ref, a, s)
@@ -237,9 +231,3 @@ class PolicyUpdate:
                         "clip_low": totals["clip_low"] / batch_tokens, "clip_high": totals["clip_high"] / batch_tokens,
                         "grad_norm": grad_norm, "completion_tokens": int(batch_tokens),
                         "advantage_abs_mean": advantages[keep].abs().mean().item()}
-
-
-def _share_of_groups(flags: torch.Tensor, groups: torch.Tensor) -> float:
-    """Share of groups whose members are flagged (flags are per sequence, equal within a group)."""
-    keys = groups.unique()
-    return sum(bool(flags[groups == g][0]) for g in keys) / max(len(keys), 1)

@@ -11,8 +11,9 @@ from azlib.data import arithmetic_problems
 from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.models.hf import HFBackend
 from azlib.models.student import LoraSettings, Student
+from azlib.prompts import chat_prompt
 from azlib.rlt import (RLTSettings, TeacherTrainer, kl_reward, score_explanations, sft_examples, sft_to_budget,
-                       solution_reward, student_prompt, teacher_prompt)
+                       solution_reward, teacher_prompt)
 from azlib.rlt.teacher import solution_ids
 from conftest import save_tiny_llama
 
@@ -38,10 +39,10 @@ def test_rewards_equal_the_formulas_by_hand(models):
     solutions = [solution_ids(student, r) for r in rows]
     alpha, lam = 0.5, 3.0  # a large alpha so the min/max terms weigh in the comparison
     got = score_explanations(teacher, student, [teacher_prompt(r["prompt"], r["info"]["solution"]) for r in rows],
-                             [student_prompt(r["prompt"]) for r in rows], explanations, solutions,
+                             [chat_prompt(r["prompt"]) for r in rows], explanations, solutions,
                              alpha=alpha, kl_weight=lam)
     for i, (row, t, s) in enumerate(zip(rows, explanations, solutions)):
-        both = by_hand(student, student_prompt(row["prompt"]), t + s)
+        both = by_hand(student, chat_prompt(row["prompt"]), t + s)
         sol, stu = both[len(t):], both[: len(t)]
         tea = by_hand(teacher, teacher_prompt(row["prompt"], row["info"]["solution"]), t)
         r_ss = sum(sol) / len(sol) + alpha * min(sol)
@@ -107,7 +108,7 @@ def test_a_trained_teacher_joins_the_ensemble_as_a_right_branch_proposer(models,
     ensemble = TeacherEnsemble([spec], per_node=1)
     try:
         merged = ensemble.teachers[0].backend
-        prompt, ids = student_prompt("What is 2 + 3?"), teacher.backend.encode_continuation("It is 5.")
+        prompt, ids = chat_prompt("What is 2 + 3?"), teacher.backend.encode_continuation("It is 5.")
         assert merged.score([prompt], [ids])[0] == pytest.approx(teacher.backend.score([prompt], [ids])[0], abs=1e-4)
         assert merged.score([prompt], [ids]) != HFBackend(models[0]).score([prompt], [ids]), "the adapter is loaded"
         proposals = ensemble.propose([("What is 2 + 3?", "")], n=2, max_new_tokens=4, seed=0)[0]

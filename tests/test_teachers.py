@@ -92,7 +92,7 @@ def test_weights_follow_the_documented_rule(student):
     exp = [math.exp(s / 0.1) for s in (score_a, score_b, score_c)]
     expected = [0.9 * e / sum(exp) + 0.1 / 3 for e in exp]
     assert list(ensemble.weights().values()) == pytest.approx(expected)
-    assert len(ensemble.history) == 2
+    assert len(ensemble.rule.history) == 2
     ensemble.per_node = 1
     draws = [ensemble._draw(1)[0].name for _ in range(3000)]
     for name, w in zip("abc", expected):

@@ -125,7 +125,7 @@ def arithmetic_problems(n: int, seed: int = 0, steps: tuple[int, ...] = (1, 2),
         raise ValueError(f"wording must be one of {WORDINGS}, got wording={wording!r}")
     slots = _slot_templates(wording)
     rng, words = random.Random(seed), random.Random(f"{seed}-words")
-    # Training ids keep their old form; the other wordings' ids differ, so a mixed evaluation never collides.
+    # The other wordings' ids name the wording, so a mixed evaluation never collides with the training ids.
     id_prefix = "arith" if wording == "train" else f"arith-{wording}"
     rows: list[Row] = []
     for i in range(n):

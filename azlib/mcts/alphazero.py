@@ -89,10 +89,9 @@ class AlphaZeroSettings:
     c: float = 1.414  # PUCT's exploration constant
     exploratory_moves: int = 9  # moves sampled from the visit shares, then argmax; 9: every move of a game
     # Each self-play game opens with k uniformly random moves, k drawn from 0..random_opening; they are neither
-    # searched nor trained on. From the empty board alone, self-play (even sampling every move) reaches about a
-    # third of the positions the grade asks about (212 of 627 up to symmetry in 500 games of a trained net): a
-    # won position needs a blunder first, so the net never learns its forks and the search, led by the net's
-    # priors, lets some won games go as draws. 0: every game from the empty board.
+    # searched nor trained on. From the empty board alone, self-play rarely reaches a won position (it needs a
+    # blunder first), so the net never learns its forks and the search, led by the net's priors, lets some won
+    # games go as draws. 0: every game from the empty board.
     random_opening: int = 6
     dirichlet_alpha: float = 1.0  # about 10 / legal moves, as AlphaZero's 0.3 for chess's ~35 moves
     dirichlet_fraction: float = 0.25  # share of the root prior replaced by noise, root only (AlphaZero)

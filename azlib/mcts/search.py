@@ -1,9 +1,9 @@
 """One Monte Carlo tree search for games and for text: select (PUCT, UCT or Gumbel), expand a batch of
 leaves with ONE environment call, back up. Pure function of environment, roots, settings and rng.
 
-The shape follows mctx: `search(env, roots, settings, rng) -> [SearchResult(action, action_weights,
-tree)]`, its rules functions that the search calls (a Q transform, a score, or Gumbel MuZero's policy), which
-the settings name by string (Q_TRANSFORMS, RULES). Many roots (problems) are searched in lock-step, and each step may take several leaves per
+The shape follows mctx: `search(env, roots, settings, rng) -> [SearchResult(action, action_weights, tree)]`, its
+rules functions that the search calls (a Q transform, a score, or Gumbel MuZero's policy), named by the settings
+(Q_TRANSFORMS, RULES). Many roots (problems) are searched in lock-step, and each step may take several leaves per
 tree (virtual loss; PUCT and UCT), so a text environment turns a whole step into one batched generate call.
 """
 
@@ -29,24 +29,14 @@ class SearchSettings:
 
     num_simulations: Annotated[int, Ge(1)] = 60  # leaf evaluations per root; the root's own expansion is the first
     max_depth: Annotated[int, Ge(1)] = 12  # a node this deep is terminal
-    # How a node picks the child to descend into (RULES maps each name to its policy below):
-    # "puct" (puct_scores, AlphaZero): Q + c * P * sqrt(N_parent) / (1 + N_child).
-    # "uct" (uct_scores, the original system): Q + c * sqrt(ln N_parent / N_child), an unvisited child first.
-    # "gumbel" (GumbelMuZeroPolicy, Danihelka et al. 2022, as mctx's gumbel_muzero_policy): the root samples
-    #   Gumbel noise once, keeps the top `max_considered_actions` by noise + log prior and shares the
-    #   simulations among them by sequential halving; below the root, the deterministic rule of the
-    #   improved policy. The move is the best survivor, `action_weights` the improved policy (not the
-    #   visits); `c`, `q_transform`, `temperature` are not read, nor `skip_solved` at the root. One leaf
-    #   per tree per step (leaves_per_step = 1): a text search still batches one leaf of every root per
-    #   model call.
+    # How a node picks the child to descend into (RULES maps each name to its policy below): "puct" (puct_scores,
+    # AlphaZero), "uct" (uct_scores, the original system), "gumbel" (GumbelMuZeroPolicy, mctx's gumbel_muzero_policy:
+    # one leaf per tree per step; it reads neither c, q_transform nor temperature, nor skip_solved at the root).
     rule: Literal["puct", "uct", "gumbel"] = "puct"
     c: Annotated[float, Ge(0)] = 1.414  # exploration constant of puct and uct
-    # How puct and uct read Q (Q_TRANSFORMS maps each name to its function below): "raw" (q_raw: the mean
-    # backed-up value, 0 for an unvisited child; AlphaZero on games with values in [-1, 1]; the original system),
-    # "parent_value" (q_by_parent_value: an unvisited child valued at its parent, then rescaled to [0, 1] by the
-    # min and max of the parent's and its visited children's Q), "mctx" (q_by_parent_and_siblings, mctx's
-    # default for MuZero: the same rescaling, an unvisited child valued at the minimum, so it reads 0).
-    # Rescaled, c means the same whatever the reward's scale.
+    # How puct and uct read Q (Q_TRANSFORMS maps each name to its function below): "raw" (q_raw; AlphaZero, the
+    # original system), "parent_value" (q_by_parent_value), "mctx" (q_by_parent_and_siblings, mctx's default for
+    # MuZero). The last two rescale Q to [0, 1], so that c means the same whatever the reward's scale.
     q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
     max_considered_actions: Annotated[int, Ge(1)] = 16  # gumbel: root actions sampled without replacement (m; mctx's default)
     gumbel_scale: Annotated[float, Ge(0)] = 1.0  # gumbel: scale of the root's Gumbel noise; 0 searches without noise

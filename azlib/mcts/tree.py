@@ -73,9 +73,8 @@ class Tree:
 
     @classmethod
     def from_json(cls, data: dict) -> Tree:
-        """A tree from its JSON; one without "history" (searched without replay) has nothing to replay."""
-        history = [[Backup(*b) for b in simulation] for simulation in data.get("history", [])]
-        return cls([Node(**n) for n in data["nodes"]], data.get("two_player", False), data.get("settings", {}), history)
+        history = [[Backup(*b) for b in simulation] for simulation in data["history"]]
+        return cls([Node(**n) for n in data["nodes"]], data["two_player"], data["settings"], history)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json()))

@@ -16,10 +16,6 @@ def ce_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def bits_per_token(ce_nats: float) -> float:
-    return ce_nats / math.log(2)
-
-
 def candidates(student_logits: torch.Tensor, referee_logits: torch.Tensor | None, targets: torch.Tensor,
                top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The action set A at each position: student top-k + referee top-k + ground truth.

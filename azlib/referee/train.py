@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from azlib.parallel import local_device, world
 from azlib.referee.data import CharCorpus
 from azlib.referee.gpt import GPT
-from azlib.referee.objective import bits_per_token, ce_loss, referee_rl_loss
+from azlib.referee.objective import ce_loss, referee_rl_loss
 from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings, settings_from_params
 
 
@@ -45,7 +45,7 @@ def validation_bits(model: torch.nn.Module, corpus: CharCorpus, cfg: RefereeTrai
     losses = [ce_loss(model(x.to(device)), y.to(device)).item()
               for x, y in corpus.val_batches(cfg.eval_batches, cfg.eval_batch_size, model.config.block_size, cfg.seed)]
     model.train()
-    return bits_per_token(sum(losses) / len(losses))
+    return sum(losses) / len(losses) / math.log(2)  # nats to bits
 
 
 class Arms:
@@ -151,8 +151,6 @@ def arm_specs(main: GPTSettings, small: GPTSettings, rl: RefereeRLSettings, abla
     same size as the model it trains, trained alongside on the same batches) and "rl" (referee RL against it).
     Ablations: "rl_gt_only" (referee weight 0: the reward sees the ground truth only) and "rl_small_referee"
     (against "referee_small", a smaller CE model trained alongside). Every main-size arm starts from one init."""
-    from dataclasses import replace
-
     specs = [ArmSpec("ce", "ce", main, init_seed=seed), ArmSpec("rl", "rl", main, "ce", rl, seed)]
     if "rl_gt_only" in ablations:
         specs.append(ArmSpec("rl_gt_only", "rl", main, None, replace(rl, referee_weight=0.0), seed))

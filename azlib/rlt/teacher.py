@@ -32,16 +32,6 @@ def teacher_prompt(question: str, solution: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"Question: {question}\n\nReference solution:\n{solution}\n\n{TEACHER_INSTRUCTION}"}]
 
 
-def student_prompt(question: str) -> list[dict[str, str]]:
-    """What the student sees: the kit's zero-shot chat prompt (the same as at test time)."""
-    return chat_prompt(question)
-
-
-def same_tokenizer(a: Backend, b: Backend) -> bool:
-    """Explanations move between teacher and student as token ids: their vocabularies must agree."""
-    return a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
-
-
 @dataclass
 class Explanation:
     """One explanation of one row, as token ids (without EOS) and text; finished: the teacher ended it."""
@@ -77,7 +67,7 @@ def score(teacher: Backend, student: Backend, explanations: Sequence[Explanation
     """rewards.score_explanations on each explanation of its row."""
     return score_explanations(
         teacher, student, [teacher_prompt(e.row["prompt"], e.row["info"]["solution"]) for e in explanations],
-        [student_prompt(e.row["prompt"]) for e in explanations], [e.ids for e in explanations],
+        [chat_prompt(e.row["prompt"]) for e in explanations], [e.ids for e in explanations],
         [solution_ids(student, e.row) for e in explanations], alpha=settings.alpha, kl_weight=settings.kl_weight)
 
 
@@ -91,7 +81,7 @@ class TeacherTrainer:
                  seed: int = 0):
         if grpo.student is not teacher:
             raise ValueError("the GRPO optimiser must hold the teacher's parameters")
-        if not same_tokenizer(teacher.backend, student):
+        if teacher.backend.tokenizer.get_vocab() != student.tokenizer.get_vocab():
             raise ValueError("teacher and student must share a tokenizer (explanations pass as token ids)")
         self.teacher, self.student, self.problems = teacher, student, list(problems)
         self.settings, self.grpo, self.seed = settings, grpo, seed
@@ -152,7 +142,7 @@ def sft_examples(backend: Backend, rows: Sequence[Row], explanations: Sequence[E
             if explanations[i].row is not row and explanations[i].row["prompt"] != row["prompt"]:
                 raise ValueError(f"explanation {i} belongs to another row")
             completion = explanations[i].ids + solution_ids(backend, row)
-        out.append(Example(backend.encode_prompt(student_prompt(row["prompt"])), completion + eos, 0.0, i))
+        out.append(Example(backend.encode_prompt(chat_prompt(row["prompt"])), completion + eos, 0.0, i))
     return out
 
 

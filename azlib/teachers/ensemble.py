@@ -91,11 +91,6 @@ class TeacherEnsemble(Resource):
         self.backends.close()
 
     # -- weights ---------------------------------------------------------------------------------
-    @property
-    def history(self) -> list[dict[str, float]]:
-        """The weights after each credit."""
-        return self.rule.history
-
     def available(self) -> list[Teacher]:
         now = self.clock()
         return [t for t in self.teachers if t.stats.benched_until <= now]

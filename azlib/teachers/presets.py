@@ -8,7 +8,7 @@ from typing import Sequence
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers.spec import TeacherSpec
 
-_OPENROUTER = "https://openrouter.ai/api/v1"
+_OPENROUTER = {"backend": "openai", "base_url": "https://openrouter.ai/api/v1", "api_key_env": "OPENROUTER_API_KEY"}
 TIERS: dict[str, list[dict]] = {
     # Remote tiers of the original system (OpenAI-compatible endpoints; key from OPENROUTER_API_KEY).
     "free": [
@@ -45,8 +45,8 @@ TIERS: dict[str, list[dict]] = {
     ],
 }
 _TIER_DEFAULTS = {
-    "free": {"backend": "openai", "base_url": _OPENROUTER, "api_key_env": "OPENROUTER_API_KEY"},
-    "production": {"backend": "openai", "base_url": _OPENROUTER, "api_key_env": "OPENROUTER_API_KEY"},
+    "free": _OPENROUTER,
+    "production": _OPENROUTER,
     "vllm": {"backend": "vllm"},
     "vllm-original": {"backend": "vllm", "options": {"gpu_memory_utilization": 0.2, "max_model_len": 4096}},
     "cpu": {},

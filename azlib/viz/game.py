@@ -4,8 +4,6 @@ player azlib.mcts.alphazero.NetPlayer."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import ipywidgets as widgets
 
 from azlib.mcts.alphazero import NetPlayer, PolicyValueNet
@@ -27,7 +25,7 @@ class PlayTicTacToe(widgets.VBox):
                                        style={"font_size": "24px", "font_weight": "bold"})
                         for _ in range(9)]
         for square, button in enumerate(self.squares):
-            button.on_click(partial(self._clicked, square))
+            button.on_click(lambda _button, square=square: self.click(square))
             button.add_class("azlib-square")  # for a browser test to find
         self.side = widgets.ToggleButtons(options=[("play X (you open)", "X"), ("play O", "O")], value=human)
         self.new_game_button = widgets.Button(description="New game", button_style="info")
@@ -53,9 +51,6 @@ class PlayTicTacToe(widgets.VBox):
         self.match.new_game(self.side.value)
         self._show()
 
-    def _clicked(self, square: int, _button) -> None:
-        self.click(square)
-
     def _show(self, note: str = "") -> None:
         board, match = self.match.board, self.match
         line = next((l for l in LINES if board[l[0]] != "." and board[l[0]] == board[l[1]] == board[l[2]]), ())
@@ -63,10 +58,7 @@ class PlayTicTacToe(widgets.VBox):
             button.description = "" if board[square] == "." else board[square]
             button.disabled = board[square] != "." or match.over
             button.button_style = "success" if square in line else ""
-        if match.over:
-            text = f"<b>{OUTCOME[match.result]}</b>"
-        else:
-            text = f"You play {match.human}: your move."
+        text = f"<b>{OUTCOME[match.result]}</b>" if match.over else f"You play {match.human}: your move."
         self.status.value = text + (f" {note}" if note else "")
         shares = self.player.visit_shares()
         if shares:

@@ -55,7 +55,7 @@ class BanditSliders(widgets.VBox):
         self.start_history: bandit.History | None = None
         for control in self.controls.values():
             control.layout.width = "420px"
-            control.observe(self._changed, "value")
+            control.observe(lambda _change: self.rerun(), "value")
         super().__init__([widgets.HBox([widgets.VBox(list(self.controls.values())[:4]),
                                         widgets.VBox(list(self.controls.values())[4:])]),
                           self.status, self.output])
@@ -110,6 +110,3 @@ class BanditSliders(widgets.VBox):
                      f"mean +- std over {self.num_seeds} seeds")
         fig.tight_layout()
         return fig
-
-    def _changed(self, _change) -> None:
-        self.rerun()

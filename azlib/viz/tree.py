@@ -154,12 +154,6 @@ def node_details(tree: Tree, i: int, describe: Describe = describe_node) -> str:
     return "\n".join([*lines, "", details])
 
 
-def _rank_rule(top_k: int | None, unvisited: bool) -> str:
-    if top_k:
-        return f"the {top_k} most visited children of each node"
-    return "all children" if unvisited else "the visited children"
-
-
 def kind_colours(tree: Tree, kind: Kind) -> dict[str, str]:
     """Each kind of node in the whole tree -> its colour, in sorted order: a replay or a pruned view keeps them."""
     kinds = sorted({k for n in tree.nodes if (k := kind(n)) is not None})
@@ -193,11 +187,13 @@ def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step
 
     existing = 1 + sum(len(n.children) for n in then.nodes)
     status = f"after {step} of {len(tree.history)} simulations; " if step is not None else ""
+    rule = (f"the {top_k} most visited children of each node" if top_k else
+            "all children" if unvisited else "the visited children")
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + LEGEND_HEIGHT}" '
              f'font-family="sans-serif" font-size="9">',
              f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
              f'<text x="{width / 2}" y="30" text-anchor="middle" fill="#555">{status}showing {len(shown)} of '
-             f'{existing} nodes: {_rank_rule(top_k, unvisited)}</text>']
+             f'{existing} nodes: {rule}</text>']
     for i in shown[1:]:
         (x1, y1), (x2, y2) = xy(then.nodes[i].parent), xy(i)
         style = 'stroke="#1f77b4" stroke-width="3"' if i in path else 'stroke="#999"'
