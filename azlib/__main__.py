@@ -2,8 +2,8 @@
 
 run: the notebooks under a profile into one run folder. train, experiment, referee: notebook 04's training, 05's
 arms x seeds and 07's arms from the library's defaults and the profile, no notebook read; under `torchrun
---nproc_per_node=N -m azlib ...` data-parallel, the arms shared out, DDP. All four take `--set NAME=VALUE ...` over the
-profile. plan: each notebook's predicted GPU memory and time. serve: a local OpenAI-compatible server.
+--nproc_per_node=N -m azlib ...` data-parallel, the arms shared out and DDP respectively. All four take
+`--set NAME=VALUE ...` over the profile. plan: each notebook's predicted GPU memory and time. serve: a local OpenAI-compatible server.
 `python -m azlib COMMAND --help` lists a command's flags. Parses, hands over."""
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ class _MetaStudent:
     def token_logprobs(self, prompts, completions, *, reference=False, entropy=False, temperature=1.0):
         shape = (len(completions), max(len(c) for c in completions))
         logp = torch.zeros(shape, device="meta") + (self.weight.detach() if reference else self.weight)
-        mask = torch.ones(shape, device="meta")
+        mask = torch.tensor([[1.0] * len(c) + [0.0] * (shape[1] - len(c)) for c in completions], device="meta")
         return logp, mask, torch.zeros(shape, device="meta") if entropy else None
 
     def sync_generation(self):

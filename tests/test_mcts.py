@@ -312,6 +312,9 @@ def test_golden_tree(tmp_path):
     restored = Tree.from_json(trees[0])
     restored.save(tmp_path / "t.json")
     assert Tree.load(tmp_path / "t.json").to_json() == trees[0]
+    (tmp_path / "partial.json").write_text(json.dumps({"nodes": trees[0]["nodes"]}))
+    with pytest.raises(ValueError, match="partial.json is not a tree .* no 'history'"):
+        Tree.load(tmp_path / "partial.json")
 
 
 def assert_same_tree(replayed: Tree, fresh: Tree):

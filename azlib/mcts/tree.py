@@ -73,6 +73,7 @@ class Tree:
 
     @classmethod
     def from_json(cls, data: dict) -> Tree:
+        """The tree `to_json` wrote."""
         history = [[Backup(*b) for b in simulation] for simulation in data["history"]]
         return cls([Node(**n) for n in data["nodes"]], data["two_player"], data["settings"], history)
 
@@ -81,4 +82,7 @@ class Tree:
 
     @classmethod
     def load(cls, path: str | Path) -> Tree:
-        return cls.from_json(json.loads(Path(path).read_text()))
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except KeyError as missing:
+            raise ValueError(f"{path} is not a tree Tree.save wrote: it has no {missing}") from None

@@ -195,8 +195,8 @@ class TokenizerPrompts:
         return self.tokenizer(self.render(prompt), add_special_tokens=isinstance(prompt, str))["input_ids"]
 
     def sample_text(self, ids: Sequence[int], stop: Sequence[str]) -> str:
-        """The text of sampled ids, cut before the earliest stop string: written from the ids on every backend
-        (vLLM's own text holds back a trailing partial UTF-8 character that a decode of the ids writes as U+FFFD)."""
+        """The text of sampled ids, cut before the earliest stop string: the hf and vllm backends and the server write
+        a sample's text with it (vLLM's own text holds back a trailing partial UTF-8 character that a decode of the ids writes as U+FFFD)."""
         return cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)[0]
 
     def encode_continuation(self, continuation: str | Sequence[int]) -> list[int]:
