@@ -74,10 +74,6 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % 2**31
 
 
-def peak_ram_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
 class Trainer(Resource):
     """Trainer(student, problems, ...).run(resume) -> the step log (also in <folder>/train_log.jsonl).
     `close()` (or `with trainer:`) closes its student and teachers, which may hold engines; a trainer around
@@ -174,17 +170,20 @@ class Trainer(Resource):
 
     def _record(self, found: Exploration, completions: list[Completion], good: list[Completion], stats: dict,
                 seconds: float) -> dict:
-        """The step's line of the log: what it explored and verified, what it cost, the update's statistics, and
-        the explorer's own fields (its accuracy)."""
-        n = max(len(completions), 1)
+        """The step's line of the log: what it explored and verified, its truncated answers and the explorer's
+        accuracy, what it cost, the update's statistics, and the explorer's own fields."""
+        n, answers = max(len(completions), 1), found.completions if self.explorer.whole_answers else []
         record = {"step": self.step, "position": self.position, "completions": len(completions),
                   "completion_correct": sum(c.correct for c in completions) / n,
                   "reward_mean": sum(c.reward for c in completions) / n,
                   "verified": len(good), "solved": len({c.problem for c in good}),
+                  "truncated": sum(not c.finished for c in answers) / max(len(answers), 1),
+                  self.explorer.accuracy: sum(found.correct) / max(len(found.correct), 1),
                   "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,
                   "seconds": seconds,
                   "updates": self.policy_update.updates,  # optimiser steps so far (imitation skips a step with none verified)
-                  "ram_peak_mb": peak_ram_mb(), **_mean_parts(completions), **stats, **self.explorer.step_log(found, good)}
+                  "ram_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # Linux reports KiB
+                  **_mean_parts(completions), **stats, **self.explorer.step_log(found, good)}
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors

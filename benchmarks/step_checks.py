@@ -127,7 +127,7 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
                     node = tree.nodes[leaf]
                     if not node.round:
                         continue
-                    shared = len(backend.tokenizer.decode(tree.prefix(node.parent)[0], skip_special_tokens=True))
+                    shared = len(backend.tokenizer.decode(tree.prefix(node.parent), skip_special_tokens=True))
                     steps = check_steps(node.answer.text, row["prompt"], row["info"]["solution"] if with_solution
                                         else None)
                     redrawn = next((s for s in steps if s.equation.end > shared), None)

@@ -4,6 +4,7 @@ GRPO trained on per-token advantages, and forks written by the hint teacher (tra
 the teacher ensemble."""
 
 import json
+from types import SimpleNamespace
 from dataclasses import asdict
 
 import pytest
@@ -15,9 +16,11 @@ from azlib.settings import ARMS, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.textsearch.signals import Completion, forked_groups, verified
 from azlib.mcts import tree_after
-from azlib.textsearch.forking import Answer, ForkingSearch, ForkSettings, ForkTree, Node, tree_advantages
+from azlib.textsearch.forking import (Answer, ForkingSearch, ForkSettings, ForkTree, Node, scored_answer,
+                                     tree_advantages)
 from azlib.models.generation import AnswerSampling, TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
+from azlib.rewards import RewardBreakdown, RewardWeights
 from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers import TeacherEnsemble, TeacherSpec
@@ -25,8 +28,13 @@ from azlib.textsearch.explorers import accuracy_column
 from azlib.training import Trainer, TrainerSettings, TrainSettings
 
 
+def breakdown(reward: float) -> RewardBreakdown:
+    """The correctness reward's parts of an answer scored `reward` (no PRE, no penalties)."""
+    return RewardBreakdown(reward, 0.0, 0.0, 0.0, reward)
+
+
 def answer(reward: float, ids=(9,)) -> Answer:
-    return Answer(0, tuple(ids), (-1.0,) * len(ids), "x", True, True, reward, reward == 1.0, {})
+    return Answer(0, tuple(ids), (-1.0,) * len(ids), "x", True, True, reward, reward == 1.0, breakdown(reward))
 
 
 def hand_tree() -> ForkTree:
@@ -63,10 +71,24 @@ def test_a_fork_splits_a_node_and_leaves_keep_their_ids():
     tree.nodes[0].children = [1]
     tree.nodes.append(Node(0, 0, [1, 2, 3, 4, 5], [-0.1] * 5, answer=answer(0.0, (1, 2, 3, 4, 5))))
     head = tree.branch_point(1, 3)
-    assert tree.prefix(head)[0] == [1, 2, 3] and tree.nodes[1].start == 3 and tree.nodes[1].token_ids == [4, 5]
-    assert tree.leaves() == [1] and tree.prefix(1)[0] == [1, 2, 3, 4, 5], "the leaf is still its whole answer"
+    assert tree.prefix(head) == [1, 2, 3] and tree.nodes[1].start == 3 and tree.nodes[1].token_ids == [4, 5]
+    assert tree.leaves() == [1] and tree.prefix(1) == [1, 2, 3, 4, 5], "the leaf is still its whole answer"
     assert tree.branch_point(1, 3) == head, "the same point again: the same node"
-    assert tree.branch_point(1, 1) != head and tree.prefix(tree.branch_point(1, 1))[0] == [1]
+    assert tree.branch_point(1, 1) != head and tree.prefix(tree.branch_point(1, 1)) == [1]
+
+
+def test_ids_are_cut_where_the_text_is_cut_at_its_answer_line():
+    """A tokenizer whose decoded ids are longer than the text they were sampled as (here: a leading space, as
+    SentencePiece's word marks can give): ids are cut only when the text was, and then at the first newline id
+    whose prefix holds the cut text."""
+    words = ["2 + 3 = 5\n", "x", "#### 5\n", "more"]
+    backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: " " + "".join(
+        words[i] for i in ids)), writes_newline=lambda token: words[token].endswith("\n"))
+    score = dict(kind="correctness", weights=RewardWeights())
+    open_ = scored_answer(backend, 0, "5", "2 + 3 = 5\nx", (0, 1), (-1.0, -1.0), False, **score)
+    assert open_.token_ids == (0, 1) and not open_.finished, "no answer line: every id kept"
+    done = scored_answer(backend, 0, "5", "2 + 3 = 5\n#### 5\nmore", (0, 2, 3), (-1.0,) * 3, False, **score)
+    assert (done.token_ids, done.text, done.finished, done.reward) == ((0, 2), "2 + 3 = 5\n#### 5\n", True, 1.0)
 
 
 def test_verified_answers_are_deduplicated_by_their_normalised_solution():
@@ -170,15 +192,15 @@ def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student)
     assert sum(t.tokens for t in trees) == backend.generated, "every generated token counted, none twice"
     for tree in trees:
         assert sum(len(n.token_ids) for n in tree.nodes) == tree.tokens, "each token lies in exactly one node"
-        sampled = [tree.prefix(leaf)[0] for leaf in tree.leaves()]
+        sampled = [tree.prefix(leaf) for leaf in tree.leaves()]
         forked = [leaf for leaf in tree.leaves() if tree.nodes[leaf].round > 0]
         if all(a.correct for a in tree.answers()[:3]):
             assert not forked, "a problem whose answers are all correct gets no forks"
         for leaf in forked:
             node = tree.nodes[leaf]
-            prefix = tree.prefix(node.parent)[0]
+            prefix = tree.prefix(node.parent)
             assert 0 < len(prefix) and any(other[: len(prefix)] == prefix for other in sampled
-                                           if other != tree.prefix(leaf)[0]), "a fork continues another answer's ids"
+                                           if other != tree.prefix(leaf)), "a fork continues another answer's ids"
             assert list(node.answer.token_ids) == (prefix + node.token_ids)[: len(node.answer.token_ids)]
             assert len(prefix) + len(node.token_ids) <= 40, "a forked answer is capped as a sampled one"
     completions = forked_groups(trees, student.backend, "treerl")
@@ -243,9 +265,10 @@ def test_fork_from_chooses_whose_tokens_are_fork_points(student):
     of all. 'any' forks there first; 'finished' never forks in the cut answer; 'wrong' skips the right one."""
     ids = student.tokenizer("3 * 4 = 11\n11 + 5 = 16\n", add_special_tokens=False)["input_ids"]
     tree = ForkTree(0, "q", [0])
-    cut = Answer(0, tuple(ids), (-0.1, -9.0) + (-0.1,) * (len(ids) - 2), "x", False, False, 0.0, False, {})
-    done = Answer(0, tuple(ids[:3]), (-2.0,) * 3, "x", True, True, 0.0, False, {})
-    right = Answer(0, tuple(ids[3:6]), (-5.0,) * 3, "x", True, True, 1.0, True, {})
+    cut = Answer(0, tuple(ids), (-0.1, -9.0) + (-0.1,) * (len(ids) - 2), "x", False, False, 0.0, False,
+                 breakdown(0.0))
+    done = Answer(0, tuple(ids[:3]), (-2.0,) * 3, "x", True, True, 0.0, False, breakdown(0.0))
+    right = Answer(0, tuple(ids[3:6]), (-5.0,) * 3, "x", True, True, 1.0, True, breakdown(1.0))
     tree.nodes[0].children = [1, 2, 3]
     tree.nodes += [Node(0, 0, list(a.token_ids), list(a.logprobs), answer=a) for a in (cut, done, right)]
 
@@ -308,7 +331,7 @@ def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(
         for leaf in tree.leaves():
             node, answer = tree.nodes[leaf], tree.nodes[leaf].answer
             if node.round:  # a teacher's continuation after the student's own prefix, as the student's tokens
-                prefix = tree.prefix(node.parent)[0]
+                prefix = tree.prefix(node.parent)
                 assert answer.token_ids[: len(prefix)] == tuple(prefix) and len(answer.token_ids) > len(prefix)
                 [scored] = student.backend.score([TokenIds(tree.prompt_ids + prefix)], [list(node.token_ids)])
                 assert node.logprobs == pytest.approx(scored, abs=1e-4), "the student's log-probs of the teacher's text"
@@ -364,7 +387,7 @@ def test_step_forks_start_where_the_first_step_fails(student):
     for text in texts:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         a = Answer(0, tuple(ids), (-1.0,) * len(ids), tokenizer.decode(ids), True, True, float(text.endswith("17")),
-                   text.endswith("17"), {})
+                   text.endswith("17"), breakdown(float(text.endswith("17"))))
         tree.nodes[0].children.append(len(tree.nodes))
         tree.nodes.append(Node(0, 0, list(ids), list(a.logprobs), answer=a))
 
@@ -417,5 +440,5 @@ def test_a_step_tree_forks_the_sampled_ids_at_the_failing_step_and_counts_every_
         for leaf in tree.leaves():
             node = tree.nodes[leaf]
             if node.round:
-                assert tuple(tree.prefix(node.parent)[0]) in failing, "a fork continues a sampled answer's ids " \
+                assert tuple(tree.prefix(node.parent)) in failing, "a fork continues a sampled answer's ids " \
                                                                       "up to its first failing step"

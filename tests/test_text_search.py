@@ -79,14 +79,14 @@ def test_trajectories_carry_the_combined_reward(student):
         paths = trajectories(result, env)
         assert paths, "every search yields root-to-leaf paths"
         for leaf, answer in paths:
-            state, parts = leaf.state, answer.parts
+            state, parts = leaf.state, answer.breakdown
             assert set(state.code) <= {"s"}, "without a teacher, student chunks are unlabelled"
             assert answer.text == state.answer.text and answer.token_ids == state.answer.token_ids
-            assert parts["accumulated_pre"] == pytest.approx(sum(0.95**i * x for i, x in enumerate(state.step_pres)))
-            assert answer.reward == pytest.approx(0.4 * parts["hre"] + 0.6 * parts["accumulated_pre"]
-                                                  + parts["length_penalty"] + parts["direction_bonus"])
-            assert parts["length_penalty"] == pytest.approx(-0.01 * len(state.code))
-            assert leaf.terminal or parts["hre"] == 0.0, "the original reward counts HRE only at a terminal"
+            assert parts.accumulated_pre == pytest.approx(sum(0.95**i * x for i, x in enumerate(state.step_pres)))
+            assert answer.reward == pytest.approx(0.4 * parts.hre + 0.6 * parts.accumulated_pre
+                                                  + parts.length_penalty + parts.direction_bonus)
+            assert parts.length_penalty == pytest.approx(-0.01 * len(state.code))
+            assert leaf.terminal or parts.hre == 0.0, "the original reward counts HRE only at a terminal"
 
 
 def test_seeded_text_search_is_reproducible(student):

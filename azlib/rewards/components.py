@@ -4,7 +4,7 @@ and the original system's weighted sum of HRE, discounted PRE, length penalty an
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from azlib.rewards.answers import extract_answer, is_correct
@@ -53,9 +53,6 @@ class RewardBreakdown:
     length_penalty: float
     direction_bonus: float
     total: float
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def combined_reward(

@@ -25,7 +25,7 @@ from azlib.textsearch.forking import Answer, scored_answer
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.mcts.tree import Node
 from azlib.models.generation import AnswerSampling, Backend, Sample
-from azlib.rewards import RewardKind, RewardWeights, perplexity_reward
+from azlib.rewards import RewardKind, RewardWeights, answer_reward, perplexity_reward
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
@@ -54,19 +54,18 @@ TEXT_SEARCH_SAMPLING = AnswerSampling(temperature=0.8, top_p=0.95, max_new_token
 
 @dataclass(frozen=True)
 class TextState:
-    """A partial answer: its text so far as an Answer, scored as if it ended here (its ids in the student's
-    vocabulary: as sampled; a teacher's chunk as the student encodes it, with the student's log-probs), and the
-    search's bookkeeping: the path code ('1' right, '0' wrong, 's' student chunk without a teacher to judge it),
-    each step's PRE, and the tokens generated."""
+    """A partial answer: its text so far as an Answer (which names its problem), scored as if it ended here (its ids
+    in the student's vocabulary: as sampled; a teacher's chunk as the student encodes it, with the student's
+    log-probs), and the search's bookkeeping: the path code ('1' right, '0' wrong, 's' student chunk without a
+    teacher to judge it), each step's PRE, and the tokens generated."""
 
-    problem: int
     answer: Answer
     code: str = ""
     step_pres: tuple[float, ...] = ()
     tokens: int = 0
 
 
-class Proposal(NamedTuple):
+class ProposedStep(NamedTuple):
     """A child's step as proposed: who wrote it ("student" or a teacher), the teacher's label ("1" right, "0" wrong;
     None for the student), the step, and the whole rollout it was cut from (None: a chunk)."""
 
@@ -98,7 +97,7 @@ class TextEnv:
         self.calls = 0
 
     def root(self, problem: int) -> TextState:
-        return TextState(problem, self._answer(problem, "", (), (), False, terminal=True))
+        return TextState(self._answer(problem, "", (), (), False, terminal=True))
 
     def is_terminal(self, state: TextState) -> bool:
         return state.answer.finished or state.tokens >= self.sampling.max_new_tokens
@@ -107,12 +106,14 @@ class TextEnv:
         return state.answer.reward
 
     def partial(self, state: TextState) -> Answer:
-        """A state's text scored as a partial answer: the original reward counts HRE only at a terminal (a state's
+        """A state's answer scored as a partial one: the original reward counts HRE only at a terminal (a state's
         answer is scored as one), the correctness reward only for a finished answer (no other score)."""
-        if self.reward != "original" or state.answer.finished:
-            return state.answer
-        return self._answer(state.problem, state.answer.text, state.answer.token_ids, state.answer.logprobs,
-                            state.answer.finished, pres=state.step_pres, code=state.code)
+        a = state.answer
+        if self.reward != "original" or a.finished:
+            return a
+        r = answer_reward(a.text, self.problems[a.problem]["answer"], finished=False, step_pres=state.step_pres,
+                          path_code=state.code, kind="original", weights=self.weights)
+        return replace(a, reward=r.total, breakdown=r)
 
     def _answer(self, problem: int, text: str, ids: Sequence[int], logprobs: Sequence[float], ended: bool,
                 **scoring) -> Answer:
@@ -122,7 +123,7 @@ class TextEnv:
     def expand(self, states: Sequence[TextState], rng: random.Random) -> list[Expansion]:
         s, sampling = self.settings, self.sampling
         self.calls += 1
-        questions = [self.problems[st.problem]["prompt"] for st in states]
+        questions = [self.problems[st.answer.problem]["prompt"] for st in states]
         seed = rng.randrange(2**31)
         prompts = [continuation_prompt(q, st.answer.text) for q, st in zip(questions, states)]
         if s.expansion == "rollout":  # each leaf gets K complete answers; one call for all leaves
@@ -130,12 +131,12 @@ class TextEnv:
             student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=left,
                                             temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
                                             stop_at_answer=True)
-            proposals = [[Proposal("student", None, self._first_line(x, st), x) for x in group]
+            proposals = [[ProposedStep("student", None, self._first_line(x, st), x) for x in group]
                          for group, st in zip(student, states)]
         else:
             student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=s.chunk_tokens,
                                             temperature=sampling.temperature, top_p=sampling.top_p, seed=seed)
-            proposals = [[Proposal("student", None, x) for x in group] for group in student]
+            proposals = [[ProposedStep("student", None, x) for x in group] for group in student]
         if self.teachers is not None:
             asked = self.teachers.propose([(q, st.answer.text) for q, st in zip(questions, states)],
                                           n=s.teacher_samples, max_new_tokens=s.chunk_tokens, seed=seed + 1)
@@ -144,15 +145,15 @@ class TextEnv:
             # The student's own ids and log-probs of the teachers' chunks: their prior and their PRE.
             scores = self.student.score([prompts[i] for i, _, _ in flat], [ids for *_, ids in flat]) if flat else []
             for (i, p, ids), logprobs in zip(flat, scores):
-                proposals[i].append(Proposal(p.teacher, p.label, replace(p.sample, token_ids=ids,
-                                                                         logprobs=tuple(logprobs))))
+                proposals[i].append(ProposedStep(p.teacher, p.label, replace(p.sample, token_ids=ids,
+                                                                             logprobs=tuple(logprobs))))
         expansions = [self._expansion(st, props) for st, props in zip(states, proposals)]
         if self.checker is not None:
             self._check(expansions, questions)
         return expansions
 
     def _first_line(self, rollout: Sample, state: TextState) -> Sample:
-        """A rollout as its first line (the child's step), the whole answer kept in the Proposal."""
+        """A rollout as its first line (the child's step), the whole answer kept in the ProposedStep."""
         left = self.sampling.max_new_tokens - state.tokens
         tokens, logprobs = rollout.token_ids[:left], rollout.logprobs[:left]
         cut = next((i + 1 for i, token in enumerate(tokens[:-1]) if self.student.writes_newline(token)), len(tokens))
@@ -172,18 +173,19 @@ class TextEnv:
             ids = rollout.token_ids[:left]
             rollout = Sample(self.student.tokenizer.decode(ids, skip_special_tokens=True), tuple(ids),
                              tuple(rollout.logprobs[:left]), "length", rollout.prompt_tokens, left)
-        return self._continued(state, rollout, "s", perplexity_reward(rollout.logprobs))
+        return self._continued(state, rollout, "s", perplexity_reward(rollout.logprobs)).answer
 
-    def _continued(self, state: TextState, step: Sample, label: str, pre: float, **scoring) -> Answer:
-        """The state's answer continued by a sampled step, cut at its answer line and scored."""
-        a = state.answer
-        return self._answer(state.problem, a.text + step.text, a.token_ids + step.token_ids,
-                            a.logprobs + step.logprobs, step.finish_reason == "stop", pres=(*state.step_pres, pre),
-                            code=state.code + label, **scoring)
+    def _continued(self, state: TextState, step: Sample, label: str, pre: float, terminal: bool = False) -> TextState:
+        """The state continued by a sampled step: its answer cut at its answer line and scored, the step's label and
+        PRE on its path."""
+        a, code, pres = state.answer, state.code + label, (*state.step_pres, pre)
+        answer = self._answer(a.problem, a.text + step.text, a.token_ids + step.token_ids, a.logprobs + step.logprobs,
+                              step.finish_reason == "stop", pres=pres, code=code, terminal=terminal)
+        return TextState(answer, code, pres, state.tokens + step.completion_tokens)
 
-    def _expansion(self, state: TextState, proposals: list[Proposal]) -> Expansion:
+    def _expansion(self, state: TextState, proposals: list[ProposedStep]) -> Expansion:
         teacher_chunks = {p.label: p.step.text for p in proposals if p.label is not None}
-        merged: dict[str, list[Proposal]] = {}  # one child per distinct step, proposed by one or more
+        merged: dict[str, list[ProposedStep]] = {}  # one child per distinct step, proposed by one or more
         for p in proposals:
             if p.step.text:
                 merged.setdefault(p.step.text, []).append(p)
@@ -201,8 +203,7 @@ class TextEnv:
             rollouts = [self._rollout(state, p.rollout) for p in same if p.rollout is not None]
             pre = perplexity_reward(step.logprobs)
             # finished: EOS, or an answer line (a rollout that was stopped there, or a chunk that wrote one)
-            child = TextState(state.problem, self._continued(state, step, label, pre, terminal=True),
-                              state.code + label, (*state.step_pres, pre), state.tokens + step.completion_tokens)
+            child = self._continued(state, step, label, pre, terminal=True)
             weights.append(math.exp(pre))  # prior: normalised exp(mean token log-prob) under the student
             info = {"chunk": chunk, "proposers": [p.who if p.label is None else f"{p.who}:{p.label}" for p in same],
                     "pre": pre, "student_similarity": similarity.get("1")}
@@ -224,7 +225,7 @@ class TextEnv:
             child = expansion.children[k]
             if done:  # complete without its answer line: finished, with no end-of-sequence token to train
                 a = child.state.answer
-                finished = self._answer(child.state.problem, a.text, a.token_ids, a.logprobs, True,
+                finished = self._answer(a.problem, a.text, a.token_ids, a.logprobs, True,
                                         pres=child.state.step_pres, code=child.state.code, terminal=True)
                 child = child._replace(state=replace(child.state, answer=replace(finished, eos=False)))
             expansion.children[k] = child._replace(info={**child.info, "checker": done})

@@ -57,6 +57,7 @@ class TreeExplorer:
 
     def __init__(self, env: TextEnv, search: SearchSettings, kind: GroupKind):
         self.env, self.search, self.kind = env, search, kind
+        self.whole_answers = kind in ("answers", "paths")  # sibling steps are not answers: none is truncated
 
     def explore(self, indices: Sequence[int], seed: int) -> Exploration:
         results = search(self.env, [self.env.root(i) for i in indices], self.search, random.Random(seed))
@@ -66,10 +67,8 @@ class TreeExplorer:
                            [search_answer(r).correct for r in results], credits)
 
     def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
-        """The step log's fields of a search: truncated answers, and the search answers' count and accuracy."""
-        whole = found.completions if self.kind in ("answers", "paths") else []  # sibling steps are not answers
-        return {"truncated": sum(not c.finished for c in whole) / max(len(whole), 1), "answers": len(found.correct),
-                self.accuracy: sum(found.correct) / max(len(found.correct), 1)}
+        """The step log's own field of a search: how many search answers its accuracy counts."""
+        return {"answers": len(found.correct)}
 
 
 class ForkExplorer:
@@ -78,6 +77,7 @@ class ForkExplorer:
     # the student's own accuracy before the step's update: its G independent answers to problems it has not trained
     # on yet (forks aim at unsolved problems, so all leaves together would understate it)
     accuracy = "sampled_accuracy"
+    whole_answers = True
 
     def __init__(self, forking: ForkingSearch, group_size: int, kind: Literal["answers", "treerl"]):
         self.forking, self.group_size, self.kind = forking, group_size, kind
@@ -88,12 +88,8 @@ class ForkExplorer:
                            sum(t.prefill for t in trees), [a.correct for t in trees for a in t.independent_answers()])
 
     def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
-        """The step log's fields of forking trees: truncated answers, the student's own accuracy, and who wrote the
-        verified answers."""
-        answers, correct = found.completions, found.correct
-        return {"truncated": sum(not c.finished for c in answers) / max(len(answers), 1),
-                self.accuracy: sum(correct) / max(len(correct), 1),
-                "verified_by_teacher": sum(c.writer != "student" for c in good),
+        """The step log's own fields of forking trees: who wrote the verified answers."""
+        return {"verified_by_teacher": sum(c.writer != "student" for c in good),
                 "verified_by_writer": dict(Counter(c.writer for c in good))}
 
 

@@ -24,7 +24,8 @@ from azlib.fields import check_fields
 from azlib.mcts.tree import Backup, Tree
 from azlib.models.generation import AnswerSampling, Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
-from azlib.rewards import RewardKind, RewardWeights, answer_reward, complete_answer, perplexity_reward
+from azlib.rewards import (RewardBreakdown, RewardKind, RewardWeights, answer_reward, complete_answer,
+                           perplexity_reward)
 from azlib.rewards.step_checks import StepCheckKind, check_steps, first_failure
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class Answer:
     eos: bool
     reward: float
     correct: bool
-    parts: dict[str, float]
+    breakdown: RewardBreakdown  # the reward's parts (its total is `reward`)
     # who wrote the tokens after its fork point: "student", "hint", or "<teacher>:<label>" (ForkSettings.writer)
     writer: str = "student"
 
@@ -94,22 +95,24 @@ def scored_answer(backend: Backend, problem: int, gold: str, text: str | None, i
                   terminal: bool = False) -> Answer:
     """Sampled ids as a whole answer and its reward: `text` (None: the text of the ids; or the text of the head
     they continue and of the continuation) cut at its answer line, the ids cut with it, scored. The ids are decoded
-    once; a cut text is matched at the ids that write a newline (where an answer line ends), a few prefixes.
+    at most once, and a cut text is matched at the ids that write a newline (where an answer line ends).
     `ended`: the writer stopped (EOS or the answer line); `pres`: the PRE of each step (a search path's), default
     one step, the answer's own tokens; `terminal`: the original reward counts HRE at any terminal (a depth or token
     cap too), the correctness reward only for a finished answer."""
-    decode = backend.tokenizer.decode
-    whole = decode(ids, skip_special_tokens=True)
-    text, finished = complete_answer(whole if text is None else text, ended)
-    kept = len(ids) if len(text) >= len(whole) else next(
-        (k for k in range(1, len(ids) + 1)
-         if backend.writes_newline(ids[k - 1]) and len(decode(ids[:k], skip_special_tokens=True)) >= len(text)),
-        len(ids))
+    whole = backend.tokenizer.decode(ids, skip_special_tokens=True) if text is None else text
+    text, finished = complete_answer(whole, ended)
+    kept = len(ids) if text == whole else ids_holding(backend, ids, len(text), backend.writes_newline)
     ids, logprobs = tuple(ids[:kept]), tuple(logprobs[:kept])
     r = answer_reward(text, gold, finished=finished or (terminal and kind == "original"), kind=kind, weights=weights,
                       step_pres=[perplexity_reward(logprobs)] if pres is None else pres, path_code=code)
-    parts = {k: v for k, v in r.as_dict().items() if k != "total"}
-    return Answer(problem, ids, logprobs, text, finished, finished, r.total, finished and r.hre == 1.0, parts, writer)
+    return Answer(problem, ids, logprobs, text, finished, finished, r.total, finished and r.hre == 1.0, r, writer)
+
+
+def ids_holding(backend: Backend, ids: Sequence[int], chars: int, ends=lambda token: True) -> int:
+    """The fewest of `ids`, ending at a token `ends` accepts, whose decoded text holds `chars` characters (all of
+    them when none does)."""
+    return next((k for k in range(1, len(ids) + 1) if ends(ids[k - 1])
+                 and len(backend.tokenizer.decode(ids[:k], skip_special_tokens=True)) >= chars), len(ids))
 
 
 @dataclass
@@ -203,13 +206,9 @@ class ForkTree:
                 return self._split(i, position - node.start)
         raise ValueError(f"position {position} is not inside answer {leaf}")
 
-    def prefix(self, i: int) -> tuple[list[int], list[float]]:
-        """The answer tokens (and their log-probs) from the root down to node i, inclusive."""
-        ids, logprobs = [], []
-        for j in self.path(i):
-            ids += self.nodes[j].token_ids
-            logprobs += self.nodes[j].logprobs
-        return ids, logprobs
+    def prefix(self, i: int) -> list[int]:
+        """The answer tokens from the root down to node i, inclusive."""
+        return [token for j in self.path(i) for token in self.nodes[j].token_ids]
 
     def to_tree(self, decode) -> Tree:
         """The same tree as an azlib.mcts Tree (what the SVG and the widget draw): a node's action is its
@@ -223,7 +222,7 @@ class ForkTree:
             i = order.pop(0)
             for c in self.nodes[i].children:
                 node, answer = self.nodes[c], self.nodes[c].answer
-                ids[c] = tree.add_child(ids[i], {"text": decode(self.prefix(c)[0])}, decode(node.token_ids), 1.0,
+                ids[c] = tree.add_child(ids[i], {"text": decode(self.prefix(c))}, decode(node.token_ids), 1.0,
                                         visits=counts[c], value_sum=values[c] * counts[c], terminal=answer is not None,
                                         info={"round": node.round, "tokens": len(node.token_ids),
                                               **({"reward": answer.reward, "correct": answer.correct,
@@ -265,19 +264,19 @@ class ForkingSearch:
                 break
             buckets: dict[int, list[tuple[ForkTree, int]]] = {}
             for tree, node in forks:
-                left = self.sampling.max_new_tokens - len(tree.prefix(node)[0])
+                left = self.sampling.max_new_tokens - len(tree.prefix(node))
                 buckets.setdefault(max(left // BUCKET * BUCKET, min(left, BUCKET)), []).append((tree, node))
             for b, (left, members) in enumerate(sorted(buckets.items())):
                 fork_seed = (seed + 7_919 * r + b) % 2**31
                 if self.settings.writer == "teachers":
                     self._teacher_forks(members, left, r, fork_seed)
                     continue
-                out = self.backend.generate([TokenIds(t.fork_prompt_ids + t.prefix(node)[0]) for t, node in members],
+                out = self.backend.generate([TokenIds(t.fork_prompt_ids + t.prefix(node)) for t, node in members],
                                             n=self.settings.branches, max_new_tokens=left,
                                             temperature=self.sampling.temperature, top_p=self.sampling.top_p,
                                             seed=fork_seed, stop_at_answer=True)
                 for (tree, node), group in zip(members, out):
-                    tree.prefill += len(tree.fork_prompt_ids) + len(tree.prefix(node)[0])
+                    tree.prefill += len(tree.fork_prompt_ids) + len(tree.prefix(node))
                     for sample in group:
                         self._attach(tree, node, sample, r, self.settings.writer)
         return trees
@@ -287,12 +286,12 @@ class ForkingSearch:
         each continuation, as the student's tokens with the student's log-probs of them (one batched score), is
         a leaf. The tokens counted are those the teachers generated; the prefill, what they and the scoring read."""
         tokenizer = self.backend.tokenizer
-        contexts = [(self.problems[t.problem]["prompt"], tokenizer.decode(t.prefix(node)[0], skip_special_tokens=True))
+        contexts = [(self.problems[t.problem]["prompt"], tokenizer.decode(t.prefix(node), skip_special_tokens=True))
                     for t, node in members]
         proposals = self.teachers.propose(contexts, n=self.settings.branches, max_new_tokens=left, seed=seed)
         kept = []
         for (tree, node), props in zip(members, proposals):
-            prefix = tree.prefix(node)[0]
+            prefix = tree.prefix(node)
             tree.prefill += sum(p.sample.prompt_tokens for i, p in enumerate(props) if i % self.settings.branches == 0)
             for p in props:
                 tree.tokens += p.sample.completion_tokens
@@ -321,8 +320,9 @@ class ForkingSearch:
     def _attach(self, tree: ForkTree, parent: int, sample: Sample, round_: int, writer: str) -> None:
         """A generated continuation becomes a leaf under `parent`, its whole answer scored once. The sample's
         completion tokens are counted (a teacher's fork counts its own before attaching: completion_tokens 0)."""
-        prefix_ids, prefix_logprobs = tree.prefix(parent)
-        ids, logprobs = prefix_ids + list(sample.token_ids), prefix_logprobs + list(sample.logprobs)
+        prefix_ids = tree.prefix(parent)
+        ids = prefix_ids + list(sample.token_ids)
+        logprobs = [lp for j in tree.path(parent) for lp in tree.nodes[j].logprobs] + list(sample.logprobs)
         tree.nodes.append(Node(parent, len(prefix_ids), list(sample.token_ids), list(sample.logprobs), round=round_))
         tree.nodes[parent].children.append(len(tree.nodes) - 1)
         tree.tokens += sample.completion_tokens
@@ -340,7 +340,7 @@ class ForkingSearch:
             return []
         if s.where == "root":
             return [(None, 0)] * s.points
-        forked = {tuple(tree.prefix(i)[0]) for i, node in enumerate(tree.nodes) if len(node.children) > 1}
+        forked = {tuple(tree.prefix(i)) for i, node in enumerate(tree.nodes) if len(node.children) > 1}
         candidates = []
         for leaf in tree.leaves():
             answer = tree.nodes[leaf].answer
@@ -386,10 +386,7 @@ class ForkingSearch:
         failed = first_failure(steps, self.settings.check)
         if failed is None:
             return []
-        decode = self.backend.tokenizer.decode
-        return [next((k for k in range(len(answer.token_ids))
-                      if len(decode(answer.token_ids[:k + 1], skip_special_tokens=True)) > failed[0]),
-                     len(answer.token_ids) - 1)]
+        return [ids_holding(self.backend, answer.token_ids, failed[0] + 1) - 1]
 
 
 def tree_advantages(tree: ForkTree) -> dict[int, list[float]]:

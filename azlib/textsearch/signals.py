@@ -25,7 +25,7 @@ A reward function with TRL's signature (a learner's own) adds its value to each 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal, Sequence
 
 from azlib.data.rows import Row
@@ -73,7 +73,7 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     out: list[Completion] = []
     backend, sibling_groups = env.student, 0
     for g, result in enumerate(results):
-        problem = result.tree.root.state.problem
+        problem = result.tree.root.state.answer.problem
         if kind in ("answers", "paths"):  # paths log their reward's parts (the original system's sum)
             prompt = chat_prompt(env.problems[problem]["prompt"])
             prompt_ids = backend.encode_prompt(prompt)
@@ -107,8 +107,9 @@ def answer_completion(backend, group: int, problem: int, prompt: Prompt, prompt_
     ids = backend.with_eos(answer.token_ids, answer.eos)
     eos = len(ids) > len(answer.token_ids)
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
+    parts = {k: v for k, v in asdict(answer.breakdown).items() if k != "total"}  # the log's reward_<part>
     return Completion(prompt_ids, ids, answer.reward, group, problem, prompt, answer.text, answer.correct,
-                      answer.finished, answer.eos, answer.parts if with_parts else {}, answer.writer,
+                      answer.finished, answer.eos, parts if with_parts else {}, answer.writer,
                       advantages=per_token)
 
 
@@ -123,17 +124,12 @@ def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "
     return out
 
 
-def distinct_solution(text: str) -> str:
-    """An answer's text as deduplication compares it: lower case, runs of white space as one space."""
-    return " ".join(text.lower().split())
-
-
 def verified(completions: Sequence[Completion]) -> list[Completion]:
-    """The finished, correct completions, each solution once per problem (azlib.textsearch.signals.distinct_solution):
-    what expert iteration imitates."""
+    """The finished, correct completions, each solution once per problem (texts compared in lower case, runs of
+    white space as one space): what expert iteration imitates."""
     seen, out = set(), []
     for c in completions:
-        key = (c.problem, distinct_solution(c.text))
+        key = (c.problem, " ".join(c.text.lower().split()))
         if c.correct and key not in seen:
             seen.add(key)
             out.append(c)
