@@ -172,12 +172,13 @@ class Trainer(Resource):
                 seconds: float) -> dict:
         """The step's line of the log: what it explored and verified, its truncated answers and the explorer's
         accuracy, what it cost, the update's statistics, and the explorer's own fields."""
-        n, answers = max(len(completions), 1), found.completions if self.explorer.whole_answers else []
+        n = max(len(completions), 1)
+        whole = found.completions if self.explorer.whole_answers else []
         record = {"step": self.step, "position": self.position, "completions": len(completions),
                   "completion_correct": sum(c.correct for c in completions) / n,
                   "reward_mean": sum(c.reward for c in completions) / n,
                   "verified": len(good), "solved": len({c.problem for c in good}),
-                  "truncated": sum(not c.finished for c in answers) / max(len(answers), 1),
+                  "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
                   self.explorer.accuracy: sum(found.correct) / max(len(found.correct), 1),
                   "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,
                   "seconds": seconds,

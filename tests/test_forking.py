@@ -91,6 +91,20 @@ def test_ids_are_cut_where_the_text_is_cut_at_its_answer_line():
     assert (done.token_ids, done.text, done.finished, done.reward) == ((0, 2), "2 + 3 = 5\n#### 5\n", True, 1.0)
 
 
+def test_ids_end_at_the_answer_line_however_far_decoding_drifts_from_the_text():
+    """A text joined from chunks decoded one by one, where decoding the ids together writes a word mark's space at
+    every chunk: the decoded prefixes run ahead of the text by more than its answer line, and the ids still end at
+    the answer line's own newline."""
+    words = ["2+3=5\n", "so", "we", "have", "that", "it", "is", "ok\n", "####5\n", "more"]
+    backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: " ".join(
+        words[i] for i in ids)), writes_newline=lambda token: words[token].endswith("\n"))
+    ids = tuple(range(len(words)))
+    done = scored_answer(backend, 0, "5", "".join(words), ids, (-1.0,) * len(ids), False, kind="correctness",
+                         weights=RewardWeights())
+    assert len(" ".join(words[:8])) > len(done.text), "the drift reaches past the answer line"
+    assert done.token_ids == ids[:9] and done.text.endswith("####5\n") and done.finished and done.reward == 1.0
+
+
 def test_verified_answers_are_deduplicated_by_their_normalised_solution():
     def c(text, correct=True, problem=0):
         return Completion([1], [2], 1.0, 0, problem, "q", text, correct, True)

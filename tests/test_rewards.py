@@ -2,6 +2,7 @@
 
 import math
 import signal
+from dataclasses import fields
 
 import pytest
 
@@ -92,6 +93,8 @@ def test_combined_reward_uses_the_reference_defaults():
     assert r.total == pytest.approx(0.4 + 0.6 * acc - 0.03 + 0.15)
     not_terminal = combined_reward("#### 19", "19", steps, "110", terminal=False)
     assert not_terminal.hre == 0.0 and not_terminal.total == pytest.approx(r.total - 0.4)
+    assert [f.name for f in fields(r)] == ["hre", "accumulated_pre", "length_penalty", "direction_bonus", "total"], \
+        "the step log's reward_<part> keys"
 
 
 def test_under_the_default_reward_every_correct_finished_answer_outranks_the_rest():

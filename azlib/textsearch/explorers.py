@@ -57,7 +57,8 @@ class TreeExplorer:
 
     def __init__(self, env: TextEnv, search: SearchSettings, kind: GroupKind):
         self.env, self.search, self.kind = env, search, kind
-        self.whole_answers = kind in ("answers", "paths")  # sibling steps are not answers: none is truncated
+        # sibling steps are not answers: their runs count no truncated answers (the log's share reads 0)
+        self.whole_answers = kind in ("answers", "paths")
 
     def explore(self, indices: Sequence[int], seed: int) -> Exploration:
         results = search(self.env, [self.env.root(i) for i in indices], self.search, random.Random(seed))

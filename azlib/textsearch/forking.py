@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Sequence
 
 from annotated_types import Ge
 
@@ -94,25 +94,29 @@ def scored_answer(backend: Backend, problem: int, gold: str, text: str | None, i
                   pres: Sequence[float] | None = None, code: str = "", writer: str = "student",
                   terminal: bool = False) -> Answer:
     """Sampled ids as a whole answer and its reward: `text` (None: the text of the ids; or the text of the head
-    they continue and of the continuation) cut at its answer line, the ids cut with it, scored. The ids are decoded
-    at most once, and a cut text is matched at the ids that write a newline (where an answer line ends).
+    they continue and of the continuation) cut at its answer line, the ids cut with it, scored. The whole ids are
+    decoded only when no text is given; a cut text's ids end at the first newline id whose decoded prefix holds as
+    many newlines as the cut text (newlines decode as written, where a SentencePiece word mark can add a space at
+    every chunk a text was joined from).
     `ended`: the writer stopped (EOS or the answer line); `pres`: the PRE of each step (a search path's), default
     one step, the answer's own tokens; `terminal`: the original reward counts HRE at any terminal (a depth or token
     cap too), the correctness reward only for a finished answer."""
     whole = backend.tokenizer.decode(ids, skip_special_tokens=True) if text is None else text
     text, finished = complete_answer(whole, ended)
-    kept = len(ids) if text == whole else ids_holding(backend, ids, len(text), backend.writes_newline)
+    lines = text.count("\n")
+    kept = len(ids) if text == whole else ids_holding(backend, ids, lambda t: t.count("\n") >= lines,
+                                                      backend.writes_newline)
     ids, logprobs = tuple(ids[:kept]), tuple(logprobs[:kept])
     r = answer_reward(text, gold, finished=finished or (terminal and kind == "original"), kind=kind, weights=weights,
                       step_pres=[perplexity_reward(logprobs)] if pres is None else pres, path_code=code)
     return Answer(problem, ids, logprobs, text, finished, finished, r.total, finished and r.hre == 1.0, r, writer)
 
 
-def ids_holding(backend: Backend, ids: Sequence[int], chars: int, ends=lambda token: True) -> int:
-    """The fewest of `ids`, ending at a token `ends` accepts, whose decoded text holds `chars` characters (all of
-    them when none does)."""
+def ids_holding(backend: Backend, ids: Sequence[int], holds: Callable[[str], bool], ends=lambda token: True) -> int:
+    """The fewest of `ids`, ending at a token `ends` accepts, whose decoded text `holds` (all of them when none
+    does)."""
     return next((k for k in range(1, len(ids) + 1) if ends(ids[k - 1])
-                 and len(backend.tokenizer.decode(ids[:k], skip_special_tokens=True)) >= chars), len(ids))
+                 and holds(backend.tokenizer.decode(ids[:k], skip_special_tokens=True))), len(ids))
 
 
 @dataclass
@@ -386,7 +390,8 @@ class ForkingSearch:
         failed = first_failure(steps, self.settings.check)
         if failed is None:
             return []
-        return [ids_holding(self.backend, answer.token_ids, failed[0] + 1) - 1]
+        char = failed[0]
+        return [ids_holding(self.backend, answer.token_ids, lambda t: len(t) > char) - 1]  # the id writing it
 
 
 def tree_advantages(tree: ForkTree) -> dict[int, list[float]]:

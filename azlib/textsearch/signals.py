@@ -107,9 +107,10 @@ def answer_completion(backend, group: int, problem: int, prompt: Prompt, prompt_
     ids = backend.with_eos(answer.token_ids, answer.eos)
     eos = len(ids) > len(answer.token_ids)
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
-    parts = {k: v for k, v in asdict(answer.breakdown).items() if k != "total"}  # the log's reward_<part>
+    # the step log's reward_<part> keys
+    parts = {k: v for k, v in asdict(answer.breakdown).items() if k != "total"} if with_parts else {}
     return Completion(prompt_ids, ids, answer.reward, group, problem, prompt, answer.text, answer.correct,
-                      answer.finished, answer.eos, parts if with_parts else {}, answer.writer,
+                      answer.finished, answer.eos, parts, answer.writer,
                       advantages=per_token)
 
 
