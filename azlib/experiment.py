@@ -15,15 +15,15 @@ from tqdm.auto import tqdm
 from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_steps, load_gsm8k,
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
+from azlib.data.gsm8k import GSM8K_TEST_PROBLEMS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
 from azlib.models.generation import Backend
 from azlib.models.loading import free_memory
 from azlib.prompts import PROMPT_TOKENS, chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
 from azlib.runs import atomic_write_text
-from azlib.settings import arm_settings, asks_teachers
+from azlib.settings import arm_asks_teachers, arm_settings
 
-GSM8K_TEST_PROBLEMS = 1_319  # GSM8K's test split
 EXPERIMENT_FOLDER = "05-experiment"  # its folder in a run folder (notebook 05, `python -m azlib experiment`)
 
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
@@ -237,7 +237,7 @@ class Experiment:
             fork, train = arm_settings(arm, p.fork)
             # only the arms that ask teachers start their engines (the run's teachers are theirs)
             arm_params = p.model_copy(update={"seed": seed, "fork": fork}
-                                      if asks_teachers(train.get("groups", p.train.groups), fork.writer) else
+                                      if arm_asks_teachers(arm, p.fork, p.train.groups) else
                                       {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
             # the arm's engines close when the block ends, however it ends: on one GPU the next arm's need them
             with trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train) as trainer:

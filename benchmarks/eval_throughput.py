@@ -15,11 +15,10 @@ import argparse
 import importlib.util
 
 from azlib.data import load_gsm8k
+from azlib.data.gsm8k import GSM8K_TEST_PROBLEMS
 from azlib.evaluation import evaluate
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.models.vllm import CPU_ENGINE
-
-TEST_SET = 1319
 
 
 def main() -> None:
@@ -47,7 +46,7 @@ def main() -> None:
           f"each), greedy, <= 256 new tokens, {args.dtype}")
     print(f"{'backend':10s}{'tokens':>8s}{'seconds':>9s}{'tok/s':>8s}{'projected 1,319':>17s}{'strict-match':>14s}")
     for name, r in results.items():
-        projected = r.seconds / args.problems * TEST_SET / 60
+        projected = r.seconds / args.problems * GSM8K_TEST_PROBLEMS / 60
         print(f"{name:10s}{r.tokens_generated:8d}{r.seconds:9.1f}{r.tokens_per_second:8.1f}{projected:13.1f} min"
               f"{r.scores['strict-match'].accuracy:14.1%}")
     if "vllm" in results:

@@ -83,7 +83,7 @@ def test_ids_are_cut_where_the_text_is_cut_at_its_answer_line():
     whose prefix holds the cut text."""
     words = ["2 + 3 = 5\n", "x", "#### 5\n", "more"]
     backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: " " + "".join(
-        words[i] for i in ids)), writes_newline=lambda token: words[token].endswith("\n"))
+        words[i] for i in ids)), newlines=lambda token: words[token].count("\n"))
     score = dict(kind="correctness", weights=RewardWeights())
     open_ = scored_answer(backend, 0, "5", "2 + 3 = 5\nx", (0, 1), (-1.0, -1.0), False, **score)
     assert open_.token_ids == (0, 1) and not open_.finished, "no answer line: every id kept"
@@ -97,7 +97,7 @@ def test_ids_end_at_the_answer_line_however_far_decoding_drifts_from_the_text():
     the answer line's own newline."""
     words = ["2+3=5\n", "so", "we", "have", "that", "it", "is", "ok\n", "####5\n", "more"]
     backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: " ".join(
-        words[i] for i in ids)), writes_newline=lambda token: words[token].endswith("\n"))
+        words[i] for i in ids)), newlines=lambda token: words[token].count("\n"))
     ids = tuple(range(len(words)))
     done = scored_answer(backend, 0, "5", "".join(words), ids, (-1.0,) * len(ids), False, kind="correctness",
                          weights=RewardWeights())

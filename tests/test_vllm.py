@@ -175,6 +175,13 @@ def test_an_engine_failure_is_a_backend_error_and_a_bad_request_is_not():
         backend._run([[1, 2, 3]], None)
 
 
+def test_an_adapter_rank_above_vllms_largest_is_refused_by_name():
+    from azlib.models.vllm import VLLMBackend
+
+    with pytest.raises(ValueError, match="LoRA rank 1024 is above vLLM's largest, 512"):
+        VLLMBackend(DEFAULT_MODEL, lora_rank=1024)  # refused before an engine starts
+
+
 def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_does(tmp_path, monkeypatch):
     """Notebook 05's instrument with generation "vllm": one engine, the base and two arms' adapters as LoRA ids
     in turn, greedy outputs equal to the hf instrument's with the same adapters (fp32 on the CPU)."""

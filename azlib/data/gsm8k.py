@@ -15,6 +15,7 @@ HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
 # Where the tests and the cpu profile find the local copy (beside the repo, never inside it).
 LOCAL_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 Split = Literal["train", "test"]
+GSM8K_TEST_PROBLEMS = 1_319  # the test split's size
 
 
 class DataUnavailable(RuntimeError):

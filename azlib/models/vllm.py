@@ -47,7 +47,10 @@ class VLLMBackend(TokenizerPrompts, Backend):
         self.lock = threading.RLock()
         if lora_rank is not None:
             # the smallest rank vLLM accepts that holds the adapter's
-            engine_kwargs |= {"enable_lora": True, "max_lora_rank": next(k for k in VLLM_LORA_RANKS if k >= lora_rank)}
+            rank = next((k for k in VLLM_LORA_RANKS if k >= lora_rank), None)
+            if rank is None:
+                raise ValueError(f"LoRA rank {lora_rank} is above vLLM's largest, {VLLM_LORA_RANKS[-1]}")
+            engine_kwargs |= {"enable_lora": True, "max_lora_rank": rank}
         free_memory()  # what closed engines and models left behind: vLLM sizes itself by the memory free now
         self.llm = LLM(
             model=resolve_model_path(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,

@@ -25,7 +25,7 @@ from azlib.textsearch.forking import Answer, scored_answer
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.mcts.tree import Node
 from azlib.models.generation import AnswerSampling, Backend, Sample
-from azlib.rewards import RewardKind, RewardWeights, answer_reward, perplexity_reward
+from azlib.rewards import RewardKind, RewardWeights, perplexity_reward
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
@@ -111,9 +111,8 @@ class TextEnv:
         a = state.answer
         if self.reward != "original" or a.finished:
             return a
-        r = answer_reward(a.text, self.problems[a.problem]["answer"], finished=False, step_pres=state.step_pres,
-                          path_code=state.code, kind="original", weights=self.weights)
-        return replace(a, reward=r.total, breakdown=r)
+        # its text is cut already: scored again as it is, not terminal
+        return self._answer(a.problem, a.text, a.token_ids, a.logprobs, False, pres=state.step_pres, code=state.code)
 
     def _answer(self, problem: int, text: str, ids: Sequence[int], logprobs: Sequence[float], ended: bool,
                 **scoring) -> Answer:

@@ -94,12 +94,11 @@ class ForkExplorer:
                 "verified_by_writer": dict(Counter(c.writer for c in good))}
 
 
-def explorer(settings, backend: Backend, problems: Sequence[Row], groups: GroupKind | None = None, *,
+def explorer(settings, backend: Backend, problems: Sequence[Row], groups: GroupKind, *,
              teachers: TeacherEnsemble | None = None, checker: TerminalChecker | None = None,
              weights: RewardWeights = RewardWeights()) -> TreeExplorer | ForkExplorer:
-    """The explorer of `groups` (the run's train.groups when None) under a run's settings (azlib.training's
-    TrainerSettings)."""
-    if groups not in (None, settings.train.groups):  # the sampling (a chunked search's length) follows the groups
+    """The explorer of `groups` under a run's settings (azlib.training's TrainerSettings)."""
+    if groups != settings.train.groups:  # the sampling (a chunked search's length) follows the groups
         settings = replace(settings, train=replace(settings.train, groups=groups))
     t, groups = settings.train, settings.train.groups
     if EXPLORER_OF[groups] == "tree":

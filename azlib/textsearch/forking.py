@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Annotated, Callable, Literal, Sequence
 
 from annotated_types import Ge
@@ -95,28 +96,28 @@ def scored_answer(backend: Backend, problem: int, gold: str, text: str | None, i
                   terminal: bool = False) -> Answer:
     """Sampled ids as a whole answer and its reward: `text` (None: the text of the ids; or the text of the head
     they continue and of the continuation) cut at its answer line, the ids cut with it, scored. The whole ids are
-    decoded only when no text is given; a cut text's ids end at the first newline id whose decoded prefix holds as
-    many newlines as the cut text (newlines decode as written, where a SentencePiece word mark can add a space at
-    every chunk a text was joined from).
+    decoded only when no text is given; a cut text's ids end at the id that writes the cut text's last newline,
+    counted from each id's own newlines (Backend.newlines), no prefix decoded (a prefix's decoding can run ahead of
+    a text joined from chunks decoded one by one: a SentencePiece word mark's space at every chunk).
     `ended`: the writer stopped (EOS or the answer line); `pres`: the PRE of each step (a search path's), default
     one step, the answer's own tokens; `terminal`: the original reward counts HRE at any terminal (a depth or token
     cap too), the correctness reward only for a finished answer."""
     whole = backend.tokenizer.decode(ids, skip_special_tokens=True) if text is None else text
     text, finished = complete_answer(whole, ended)
     lines = text.count("\n")
-    kept = len(ids) if text == whole else ids_holding(backend, ids, lambda t: t.count("\n") >= lines,
-                                                      backend.writes_newline)
+    kept = len(ids) if text == whole else next(
+        (k for k, written in enumerate(accumulate(backend.newlines(token) for token in ids), 1) if written >= lines),
+        len(ids))
     ids, logprobs = tuple(ids[:kept]), tuple(logprobs[:kept])
     r = answer_reward(text, gold, finished=finished or (terminal and kind == "original"), kind=kind, weights=weights,
                       step_pres=[perplexity_reward(logprobs)] if pres is None else pres, path_code=code)
     return Answer(problem, ids, logprobs, text, finished, finished, r.total, finished and r.hre == 1.0, r, writer)
 
 
-def ids_holding(backend: Backend, ids: Sequence[int], holds: Callable[[str], bool], ends=lambda token: True) -> int:
-    """The fewest of `ids`, ending at a token `ends` accepts, whose decoded text `holds` (all of them when none
-    does)."""
-    return next((k for k in range(1, len(ids) + 1) if ends(ids[k - 1])
-                 and holds(backend.tokenizer.decode(ids[:k], skip_special_tokens=True))), len(ids))
+def ids_holding(backend: Backend, ids: Sequence[int], holds: Callable[[str], bool]) -> int:
+    """The fewest of `ids` whose decoded text `holds` (all of them when none does)."""
+    return next((k for k in range(1, len(ids) + 1)
+                 if holds(backend.tokenizer.decode(ids[:k], skip_special_tokens=True))), len(ids))
 
 
 @dataclass
