@@ -22,11 +22,25 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(c.n_embd, 4 * c.n_embd), nn.GELU(), nn.Linear(4 * c.n_embd, c.n_embd))
         self.n_head, self.dropout = c.n_head, c.dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                cache: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Causal self-attention and MLP. With `mask` ([B, 1, T, keys], True where a query may read a key) the
+        caller's mask replaces the causal one; with `cache` the keys and values of earlier calls are read and this call's are kept, for decoding one position at a time: [] at first (the keys and
+        values are concatenated), or [keys, values, length] with room after `length` (written in place)."""
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        if cache is not None and len(cache) == 3:  # [keys, values, length]: buffers with room, written in place
+            keys, values, length = cache
+            keys[:, :, length:length + T], values[:, :, length:length + T] = k, v
+            k, v = keys[:, :, :length + T], values[:, :, :length + T]
+            cache[2] = length + T
+        elif cache is not None:
+            if cache:
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            cache[:] = [k, v]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                           dropout_p=self.dropout if self.training else 0.0)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.mlp(self.ln_2(x))
 
@@ -58,12 +72,19 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
 
+    def hidden(self, idx: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+               caches: list[list[torch.Tensor]] | None = None) -> torch.Tensor:
+        """The last layer's normed states [B, T, n_embd]. `positions` [B, T] (default 0..T-1), `mask` and one cache
+        per block (see Block.forward) serve a batch of left-padded rows decoded a position at a time."""
+        if positions is None:
+            positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, None if caches is None else caches[i])
+        return self.ln_f(x)
+
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))
+        return self.head(self.hidden(idx))
 
     @torch.no_grad()
     def sample(self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8,

@@ -1,0 +1,260 @@
+"""How the Countdown policy learns: the start by imitation of solver-written solutions, then one of four arms at the
+same count of generated characters per iteration:
+
+    rft               sample `group_size` episodes per problem, imitate the solved ones (expert iteration)
+    grpo              the same samples, binary reward, group-normalised advantages (azlib.grpo's loss)
+    alphazero         self-play with MCTS over the model's lines, the value head at the leaves; the policy imitates
+                      the root's visit shares over its candidate lines (AlphaZero: -pi . log p)
+    alphazero_oracle  the same with the exact solvability oracle as the leaf value (what a perfect value buys)
+
+Every arm trains the value head on its own episodes' outcomes (BCE at each state's text: P(solved from here)), so
+that each can be searched at test time. Only the model's characters carry the policy loss; the rules' never do.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Sequence
+
+import torch
+from torch.nn import functional as F
+
+from azlib.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
+from azlib.countdown.policy import Policy, PolicyValueNet, shape
+from azlib.countdown.problems import draw_training, training_problems
+from azlib.countdown.rules import MOVE_END, State, apply, legal_moves, solve, written_result
+from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape)
+from azlib.grpo import group_advantages
+
+
+def solution_episode(problem: State, rng: random.Random) -> Episode:
+    """The solver's solution as the text the model and the rules would write together."""
+    episode = Episode.start(problem)
+    for move in solve(problem, rng):
+        line = str(move)
+        after = apply(episode.state, move)
+        episode.text += line + MOVE_END + written_result(after)
+        episode.written += [True] * (len(line) + 1) + [False] * len(written_result(after))
+        episode.states.append(after)
+        episode.state_ends.append(len(episode.text) - 1)
+    return episode
+
+
+class Row(NamedTuple):
+    """One text in an update: its characters, which the model wrote (and the legal lines where it wrote them), the
+    weight of its policy term, the unit that term is averaged over, and the value targets it carries
+    ((character index, outcome) at each state's text end)."""
+
+    text: str
+    written: list[bool]
+    spans: list[tuple[int, list[str]]] | None
+    weight: float
+    unit: int
+    values: tuple[tuple[int, float], ...] = ()
+
+
+def episode_rows(policy: Policy, episodes: Sequence[Episode], weights: Sequence[float]) -> list[Row]:
+    """An episode per row, its value targets the outcome at every state it reached before it ended."""
+    spans = legal_spans(policy, episodes) or [None] * len(episodes)
+    return [Row(e.text, e.written, span, w, i, tuple((end, float(e.solved)) for end, state in
+                                                     zip(e.state_ends, e.states) if not state.finished))
+            for i, (e, span, w) in enumerate(zip(episodes, spans, weights))]
+
+
+def _batches(n: int, size: int, rng: random.Random) -> list[list[int]]:
+    order = list(range(n))
+    rng.shuffle(order)
+    return [order[i:i + size] for i in range(0, n, size)]
+
+
+class Learner:
+    """A policy, its optimiser, and the one update every arm is made of: AlphaZero's joint loss, a policy term and
+    `value_weight` x the value's BCE, summed and stepped together (separate steps for the value would move the shared
+    trunk in the value's direction at the full rate that Adam gives every step)."""
+
+    def __init__(self, policy: Policy, settings: ArmSettings, learning_rate: float | None = None):
+        self.policy, self.settings = policy, settings
+        self.optimizer = torch.optim.AdamW(policy.net.parameters(), lr=learning_rate or settings.learning_rate,
+                                           weight_decay=0.0)
+
+    def update(self, rows: Sequence[Row], average: str, rng: random.Random, epochs: int = 1) -> dict[str, float]:
+        """-sum_rows weight x sum of the row's written log-probs, averaged per batch over `average`: "characters"
+        (the written characters of the rows with weight), "sequence" (each row's mean over its characters, then over
+        the rows: GRPO's grpo aggregation), or "unit" (over the distinct units: AlphaZero's moves); plus the value."""
+        logs: dict[str, list[float]] = {"policy_loss": [], "value_loss": []}
+        for _ in range(epochs):
+            for batch in _batches(len(rows), self.settings.batch_size, rng):
+                picked = [rows[b] for b in batch]
+                spans = None if picked[0].spans is None else [r.spans for r in picked]
+                logp, mask, value = self.policy.transcript_logprobs([r.text for r in picked],
+                                                                    [r.written for r in picked], spans)
+                weight = torch.tensor([r.weight for r in picked], device=logp.device)
+                chars = mask.sum(1).clamp(min=1)
+                total = (logp * mask).sum(1)
+                if average == "characters":
+                    policy_loss = -(weight * total).sum() / chars[weight != 0].sum().clamp(min=1)
+                elif average == "sequence":
+                    policy_loss = -(weight * total / chars).sum() / len(picked)
+                else:
+                    policy_loss = -(weight * total).sum() / len({r.unit for r in picked})
+                targets = [(i, end, z) for i, r in enumerate(picked) for end, z in r.values]
+                value_loss = F.binary_cross_entropy_with_logits(
+                    value[[i for i, _, _ in targets], [end for _, end, _ in targets]],
+                    torch.tensor([z for _, _, z in targets], device=value.device)) if targets else value.sum() * 0
+                self.optimizer.zero_grad()
+                (policy_loss + self.settings.value_weight * value_loss).backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), 1.0)
+                self.optimizer.step()
+                logs["policy_loss"].append(policy_loss.item())
+                if targets:
+                    logs["value_loss"].append(value_loss.item())
+        return {k: float(sum(v) / len(v)) if v else math.nan for k, v in logs.items()}
+
+    def rft(self, episodes: Sequence[Episode], rng: random.Random) -> dict[str, float]:
+        """Expert iteration: -sum log p over the solved episodes' written characters / their count; the value on
+        every episode."""
+        rows = episode_rows(self.policy, episodes, [float(e.solved) for e in episodes])
+        return self.update(rows, "characters", rng, self.settings.epochs)
+
+    def grpo(self, groups: Sequence[Sequence[Episode]], rng: random.Random) -> dict[str, float]:
+        """Binary reward, A = (r - mean) / (std + 1e-4) within a problem's group (azlib.grpo.group_advantages); one
+        update per batch, so the ratio is 1 and the loss is -A log p, averaged per sequence then over sequences
+        (the grpo aggregation)."""
+        episodes = [e for g in groups for e in g]
+        rewards = torch.tensor([float(e.solved) for e in episodes])
+        ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])
+        advantages = group_advantages(rewards, ids).tolist()
+        logs = self.update(episode_rows(self.policy, episodes, advantages), "sequence", rng, self.settings.epochs)
+        return logs | {"zero_advantage_share": sum(a == 0.0 for a in advantages) / max(len(advantages), 1)}
+
+    def alphazero(self, moves: Sequence[SearchedMove], outcomes: Sequence[float], rng: random.Random
+                  ) -> dict[str, float]:
+        """loss = -sum_a pi(a) log p(line_a | s) + BCE(v(s), z) (AlphaZero's, with the value as a probability):
+        pi the root's visit shares over the candidate lines the rules accept, z the game's outcome. A row per
+        candidate line; the state's value target rides on its first."""
+        rows = []
+        for m, (move, z) in enumerate(zip(moves, outcomes)):
+            spans = None if not self.policy.legal_only else [
+                (len(move.text), [f"{x}{MOVE_END}" for x in legal_moves(move.state)])]
+            value = ((len(move.text) - 1, z),)
+            candidates = [(line, share) for line, share in zip(move.lines, move.targets) if share > 0]
+            for k, (line, share) in enumerate(candidates or [("", 0.0)]):
+                text = move.text + (line + MOVE_END if line else "")
+                written = [False] * len(move.text) + [True] * (len(text) - len(move.text))
+                rows.append(Row(text, written, spans, share, m, value if k == 0 else ()))
+        return self.update(rows, "unit", rng, self.settings.epochs)
+
+
+def imitation_rate(step: int, settings: ImitationSettings) -> float:
+    """Linear warmup over the first 5% of the steps, then cosine decay to 10% (nanoGPT's schedule)."""
+    warmup = max(1, settings.steps // 20)
+    if step < warmup:
+        return settings.learning_rate * (step + 1) / warmup
+    progress = (step - warmup) / max(1, settings.steps - warmup)
+    return settings.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def start_policy(shape_settings: PolicyShape, settings: ImitationSettings, size: int, seed: int,
+                 progress: Callable[[int], None] | None = None, device: str = "cpu",
+                 legal_only: bool = True) -> tuple[Policy, list[dict]]:
+    """A fresh net trained to imitate solver-written solutions of `settings.problems` training problems (the rules'
+    characters masked from the loss); its value head is left untrained (every solution is solved)."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    policy = Policy(PolicyValueNet(shape(**vars(shape_settings))), device, legal_only)
+    solutions = [solution_episode(p, rng) for p in training_problems(settings.problems, size, seed)]
+    learner = Learner(policy, ArmSettings(batch_size=settings.batch_size, value_weight=0.0), settings.learning_rate)
+    history = []
+    for step in range(settings.steps):
+        for group in learner.optimizer.param_groups:
+            group["lr"] = imitation_rate(step, settings)
+        batch = [solutions[r] for r in rng.sample(range(len(solutions)), min(settings.batch_size, len(solutions)))]
+        logs = learner.update(episode_rows(policy, batch, [1.0] * len(batch)), "characters", rng)
+        history.append({"step": step + 1, "policy_loss": logs["policy_loss"]})
+        if progress:
+            progress(1)
+    return policy, history
+
+
+@dataclass
+class ArmRun:
+    """One arm's training from the start: its policy and a row per iteration."""
+
+    arm: str
+    policy: Policy
+    history: list[dict] = field(default_factory=list)
+    tokens: int = 0  # generated characters, all iterations
+    value_evaluations: int = 0  # states the value head judged inside searches (forward passes)
+
+
+class ProblemStream:
+    """Training problems drawn in order, on demand (the same stream for every arm of a seed: the arms see the same
+    problems in the same order, as far as their characters take them)."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.rng = size, random.Random(f"stream {size} {seed}")
+
+    def take(self, n: int) -> list[State]:
+        return draw_training(n, self.size, self.rng)
+
+
+def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownSearchSettings, stream: ProblemStream,
+              seed: int, progress: Callable[[int], None] | None = None,
+              evaluate: Callable[[Policy], dict] | None = None) -> ArmRun:
+    """`settings.iterations` rounds of: spend `tokens_per_iteration` generated characters on the arm's way of
+    playing, then update on what it played. `evaluate` (if given) is called on the policy after every iteration."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}: choose from {ARMS}")
+    policy = Policy(copy.deepcopy(start.net), start.device, start.legal_only)
+    learner = Learner(policy, settings)
+    rng = random.Random(f"{arm} {seed}")
+    generator = torch.Generator().manual_seed(seed)
+    run = ArmRun(arm, policy)
+    for iteration in range(1, settings.iterations + 1):
+        started, spent = time.perf_counter(), 0
+        groups: list[list[Episode]] = []
+        moves: list[SearchedMove] = []
+        outcomes: list[float] = []
+        problems_seen = solved = 0
+        while spent < settings.tokens_per_iteration:
+            # a quarter batch first, then as many problems as the characters left should take (at the cost per
+            # problem so far), so that every arm ends its iteration within about one problem of the same count
+            left = settings.tokens_per_iteration - spent
+            wanted = math.ceil(left * problems_seen / spent) if spent else settings.problems_per_batch // 4
+            problems = stream.take(max(1, min(settings.problems_per_batch, wanted)))
+            problems_seen += len(problems)
+            if arm in ("rft", "grpo"):
+                batch = play_episodes(policy, problems, settings.group_size, settings.temperature, generator)
+                groups += batch
+                spent += sum(e.tokens for g in batch for e in g)
+                solved += sum(any(e.solved for e in g) for g in batch)
+            else:
+                games, tokens, evaluations = play_searched(
+                    policy, problems, search, "oracle" if arm == "alphazero_oracle" else "learned", rng, explore=True,
+                    generator=generator)
+                spent += tokens
+                run.value_evaluations += evaluations
+                for game in games:
+                    moves += game.moves
+                    outcomes += [float(game.solved)] * len(game.moves)
+                solved += sum(g.solved for g in games)
+        if arm == "rft":
+            logs = learner.rft([e for g in groups for e in g], rng)
+        elif arm == "grpo":
+            logs = learner.grpo(groups, rng)
+        else:
+            logs = learner.alphazero(moves, outcomes, rng)
+        run.tokens += spent
+        row = {"iteration": iteration, "tokens": run.tokens, "problems": problems_seen,
+               "train_solved_share": solved / max(problems_seen, 1), "seconds": time.perf_counter() - started,
+               **logs}
+        if evaluate is not None:
+            row |= evaluate(policy)
+        run.history.append(row)
+        if progress:
+            progress(1)
+    return run

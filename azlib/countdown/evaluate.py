@@ -1,0 +1,82 @@
+"""Countdown at test time, every method's generated characters counted: greedy, independent samples (best-of-N with
+the exact final check, and at the search's own token count by unbiased pass@k), the search with the learned value
+and with the oracle; and the learned value judged as a verifier of partial states against the exact oracle."""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import torch
+
+from azlib.countdown.play import Episode, play_episodes, play_searched
+from azlib.countdown.policy import Policy
+from azlib.countdown.rules import State, solvable
+from azlib.countdown.settings import CountdownSearchSettings, EvalSettings
+from azlib.evaluation import pass_at_k
+
+METHODS = ("greedy", "sample", "best_of", "mcts", "mcts_oracle")
+
+
+def value_quality(policy: Policy, episodes: Sequence[Episode], threshold: float = 0.5) -> dict[str, float]:
+    """The value head as a verifier of partial states: every unfinished state the episodes reached, called solvable
+    where v > threshold, against the exact oracle. precision = P(solvable | called solvable), recall =
+    P(called solvable | solvable), base_rate = P(solvable)."""
+    texts, truth = [], []
+    for episode in episodes:
+        for end, state in zip(episode.state_ends, episode.states):
+            if not state.finished:
+                texts.append(episode.text[:end + 1])
+                truth.append(solvable(state))
+    if not texts:
+        return {"value_precision": float("nan"), "value_recall": float("nan"), "value_base_rate": float("nan"),
+                "value_states": 0}
+    called = [v > threshold for v in policy.values(texts)]
+    hits = sum(c and t for c, t in zip(called, truth))
+    return {"value_precision": hits / sum(called) if any(called) else float("nan"),
+            "value_recall": hits / sum(truth) if any(truth) else float("nan"),
+            "value_base_rate": sum(truth) / len(truth), "value_states": len(texts)}
+
+
+def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, search: CountdownSearchSettings,
+             seed: int, methods: Sequence[str] = METHODS) -> dict:
+    """Per method: `solved` (one bool per problem) and `tokens` (generated characters per problem); `best_of` also
+    at the search's token count (`best_of_at_mcts_tokens`, unbiased pass@k from the same samples), and the value's
+    quality on the sampled episodes' states."""
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise ValueError(f"unknown test-time methods {sorted(unknown)}: choose from {METHODS}")
+    generator = torch.Generator().manual_seed(seed)
+    out: dict = {}
+    n = len(problems)
+    if "greedy" in methods:
+        episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
+        out["greedy"] = {"solved": [e.solved for e in episodes], "tokens": sum(e.tokens for e in episodes) / n}
+    sampled = None
+    if {"sample", "best_of"} & set(methods):
+        sampled = play_episodes(policy, problems, settings.best_of, 1.0, generator)
+        per_problem = [sum(e.solved for e in g) for g in sampled]
+        sample_tokens = sum(e.tokens for g in sampled for e in g) / (n * settings.best_of)
+        out["sample"] = {"solved_share": [c / settings.best_of for c in per_problem], "tokens": sample_tokens}
+        out["best_of"] = {"solved": [c > 0 for c in per_problem], "tokens": sample_tokens * settings.best_of,
+                          "correct_counts": per_problem}
+        out |= {"value": value_quality(policy, [e for g in sampled for e in g])}
+    for method, value in (("mcts", "learned"), ("mcts_oracle", "oracle")):
+        if method in methods:
+            games, tokens, evaluations = play_searched(policy, problems, search, value, random.Random(seed),
+                                                       simulations=settings.simulations, explore=False,
+                                                       generator=generator)
+            out[method] = {"solved": [g.found for g in games], "played": [g.solved for g in games],
+                           "tokens": tokens / n, "value_evaluations": evaluations / n}
+    if sampled is not None and "mcts" in out:
+        k = max(1, min(settings.best_of, round(out["mcts"]["tokens"] / max(out["sample"]["tokens"], 1e-9))))
+        out["best_of_at_mcts_tokens"] = {
+            "k": k, "tokens": k * out["sample"]["tokens"],
+            "solved_share": [pass_at_k(settings.best_of, c, k) for c in out["best_of"]["correct_counts"]]}
+    return out
+
+
+def rate(result: dict) -> float:
+    """A method's solve rate: the share of problems solved (or the mean per-problem share)."""
+    values = result.get("solved", result.get("solved_share"))
+    return sum(values) / len(values)

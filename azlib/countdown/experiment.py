@@ -1,0 +1,192 @@
+"""Notebook 08's comparison: one start by imitation, then every arm from that start at the same generated characters
+and every training seed, each trained policy evaluated on the held-out seen and unseen targets (greedy, best-of-N,
+the search); the arms compared across seeds (paired t, Holm; exact McNemar per seed: azlib.evaluation). The arms
+run in worker processes, one torch thread each."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from azlib.countdown.arms import ProblemStream, start_policy, train_arm
+from azlib.countdown.evaluate import METHODS, evaluate, rate, value_quality
+from azlib.countdown.play import play_episodes
+from azlib.countdown.policy import Policy, PolicyValueNet, shape
+from azlib.countdown.problems import heldout
+from azlib.countdown.rules import State
+from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings,
+                                      PolicyShape)
+from azlib.evaluation import compare, comparison_table
+
+SPLITS = ("seen", "unseen")
+
+
+@dataclass(frozen=True)
+class CountdownSetup:
+    """Everything one run of the comparison reads (notebook 08's parameters, azlib.config.CountdownParams)."""
+
+    size: int = 4  # numbers per problem
+    seed: int = 0  # the start's (imitation's) seed; every arm and training seed starts from that one policy
+    seeds: tuple[int, ...] = (0, 1, 2)  # training seeds of the arms
+    arms: tuple[str, ...] = ARMS
+    policy: PolicyShape = PolicyShape()
+    imitation: ImitationSettings = ImitationSettings()
+    training: ArmSettings = ArmSettings()
+    search: CountdownSearchSettings = CountdownSearchSettings()
+    evaluation: EvalSettings = EvalSettings()
+    methods: tuple[str, ...] = METHODS  # test-time methods on the start and each trained policy
+    curve_problems: int = 100  # unseen problems solved greedily after every iteration (the learning curves)
+    workers: int = 2  # processes for the arms, one torch thread each; 0: in this process
+    device: str = "cpu"
+    legal_only: bool = True  # the engine offers only legal lines (False: the model may write anything, and lose)
+
+    def __post_init__(self):
+        unknown = set(self.arms) - set(ARMS)
+        if unknown:
+            raise ValueError(f"unknown arms {sorted(unknown)}: choose from {ARMS}")
+        if not self.seeds:
+            raise ValueError("the comparison needs at least one training seed")
+
+    @classmethod
+    def from_params(cls, params) -> CountdownSetup:
+        return cls(size=params.size, seed=params.seed, seeds=tuple(params.seeds), arms=tuple(params.arms),
+                   policy=params.policy, imitation=params.imitation, training=params.training, search=params.search,
+                   evaluation=params.evaluation, methods=tuple(params.methods), curve_problems=params.curve_problems,
+                   workers=params.workers, device=params.device, legal_only=params.legal_only)
+
+
+def heldout_problems(setup: CountdownSetup, split: str) -> list[State]:
+    return list(heldout(setup.size, split))[:setup.evaluation.problems]
+
+
+def curve_point(policy: Policy, problems: Sequence[State]) -> dict:
+    """What the learning curves show after an iteration: the greedy solve rate, and the value's quality on the states
+    of two samples per problem (at most 50 problems)."""
+    episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
+    sampled = [e for g in play_episodes(policy, problems[:50], 2, 1.0, torch.Generator().manual_seed(0)) for e in g]
+    return {"greedy_unseen": sum(e.solved for e in episodes) / len(problems)} | value_quality(policy, sampled)
+
+
+def evaluate_policy(policy: Policy, setup: CountdownSetup, seed: int) -> dict:
+    """Every test-time method on both held-out sets: {split: azlib.countdown.evaluate.evaluate(...)}."""
+    return {split: evaluate(policy, heldout_problems(setup, split), setup.evaluation, setup.search, seed,
+                            setup.methods) for split in SPLITS}
+
+
+def train_start(setup: CountdownSetup, progress: Callable[[int], None] | None = None) -> tuple[Policy, list[dict]]:
+    """The one start every arm and seed trains from: imitation of solver-written solutions."""
+    return start_policy(setup.policy, setup.imitation, setup.size, setup.seed, progress, setup.device, setup.legal_only)
+
+
+def _arm_job(setup: CountdownSetup, seed: int, arm: str, start_state: dict) -> tuple[list[dict], dict, int, int]:
+    torch.set_num_threads(1)
+    start = Policy(PolicyValueNet(shape(**vars(setup.policy))), setup.device, setup.legal_only)
+    start.net.load_state_dict(start_state)
+    stream = ProblemStream(setup.size, seed)
+    curve = heldout_problems(setup, "unseen")[:setup.curve_problems]
+    run = train_arm(arm, start, setup.training, setup.search, stream, seed, evaluate=lambda p: curve_point(p, curve))
+    return run.history, evaluate_policy(run.policy, setup, seed), run.tokens, run.value_evaluations
+
+
+@dataclass
+class CountdownResult:
+    setup: CountdownSetup
+    start_history: list[dict] = field(default_factory=list)  # the imitation's steps
+    start: dict = field(default_factory=dict)  # the start's test-time results, by split
+    histories: dict[tuple[str, int], list[dict]] = field(default_factory=dict)  # (arm, seed) -> a row per iteration
+    results: dict[tuple[str, int], dict] = field(default_factory=dict)  # (arm, seed) -> test-time results by split
+    tokens: dict[tuple[str, int], int] = field(default_factory=dict)  # (arm, seed) -> generated characters
+    value_evaluations: dict[tuple[str, int], int] = field(default_factory=dict)  # states the value head judged
+
+    def source(self, arm: str, seed: int) -> dict:
+        return self.start if arm == "start" else self.results[arm, seed]
+
+    def rate(self, arm: str, seed: int, split: str, method: str) -> float:
+        return rate(self.source(arm, seed)[split][method])
+
+    def per_seed(self, split: str, method: str) -> dict[str, list[float]]:
+        return {a: [self.rate(a, s, split, method) for s in self.setup.seeds] for a in ["start", *self.setup.arms]}
+
+    def comparisons(self, split: str = "unseen", method: str = "greedy",
+                    pairs: Sequence[tuple[str, str]] | None = None) -> list[dict]:
+        """b - a across seeds for each pair (paired t, Holm over the pairs), with each seed's exact McNemar p."""
+        arms = self.setup.arms
+        pairs = list(pairs or [(a, b) for b in ("alphazero", "alphazero_oracle") for a in ("rft", "grpo")
+                               if a in arms and b in arms])
+        mcnemar = {(a, b): [compare(self._records(a, s, split, method), self._records(b, s, split, method)).p_value
+                            for s in self.setup.seeds] for a, b in pairs}
+        return comparison_table(self.per_seed(split, method), pairs, mcnemar)
+
+    def _records(self, arm: str, seed: int, split: str, method: str) -> list[dict]:
+        return [{"id": i, "correct": bool(c)} for i, c in enumerate(self.source(arm, seed)[split][method]["solved"])]
+
+
+def run_arms(setup: CountdownSetup, start: Policy, start_history: list[dict],
+             progress: Callable[[str], None] | None = None) -> CountdownResult:
+    """The start evaluated, then every (arm, seed) trained from it and evaluated, in `setup.workers` processes."""
+    result = CountdownResult(setup, start_history=start_history)
+    result.start = evaluate_policy(start, setup, setup.seed)
+    if progress:
+        progress("start")
+    jobs = [(arm, seed) for seed in setup.seeds for arm in setup.arms]
+    state = {k: v.cpu() for k, v in start.net.state_dict().items()}
+    run = _in_process if setup.workers == 0 else _in_pool(setup.workers)
+    for (arm, seed), out in zip(jobs, run(_arm_job, [(setup, s, a, state) for a, s in jobs], progress, jobs)):
+        history, results, tokens, evaluations = out
+        result.histories[arm, seed], result.results[arm, seed] = history, results
+        result.tokens[arm, seed], result.value_evaluations[arm, seed] = tokens, evaluations
+    return result
+
+
+def _in_process(job, args_list, progress, names):
+    out = []
+    for args, name in zip(args_list, names):
+        out.append(job(*args))
+        if progress:
+            progress(" ".join(map(str, name)))
+    return out
+
+
+def _in_pool(workers: int):
+    def run(job, args_list, progress, names):
+        os.environ["OMP_NUM_THREADS"] = "1"  # the workers' torch threads (each sets 1 again)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(job, *args) for args in args_list]
+            for future, name in zip(futures, names):
+                future.result()
+                if progress:
+                    progress(" ".join(map(str, name)))
+            return [f.result() for f in futures]
+    return run
+
+
+def _rates(results: dict) -> dict:
+    """{split: {method: {"rate", "tokens"}}} and the value's quality, from a policy's test-time results."""
+    out = {split: {m: {"rate": rate(r), "tokens": r["tokens"]} for m, r in by_method.items() if m != "value"}
+           for split, by_method in results.items()}
+    return out | {"value": {split: by_method["value"] for split, by_method in results.items()
+                            if "value" in by_method}}
+
+
+def summary(result: CountdownResult) -> dict:
+    """The run's numbers as plain JSON: the setup, the start's and every (arm, seed)'s rates and characters, the
+    means over seeds, the comparisons (paired t with Holm) for greedy and the search, and the learning curves."""
+    setup = result.setup
+    methods = [m for m in result.start["unseen"] if m != "value"]
+    arms = {arm: {str(s): _rates(result.results[arm, s]) | {"training_characters": result.tokens[arm, s],
+                                                           "value_evaluations": result.value_evaluations[arm, s]}
+                  for s in setup.seeds} for arm in setup.arms}
+    means = {split: {m: {a: sum(result.per_seed(split, m)[a]) / len(setup.seeds) for a in ["start", *setup.arms]}
+                     for m in methods} for split in SPLITS}
+    comparisons = {f"{split} {m}": result.comparisons(split, m) for split in SPLITS for m in ("greedy", "mcts")
+                   if m in methods}
+    return {"setup": dataclasses.asdict(setup), "start": _rates(result.start), "arms": arms, "means": means,
+            "comparisons": comparisons,
+            "start_history": result.start_history[::max(1, len(result.start_history) // 100)],
+            "histories": {arm: {str(s): result.histories[arm, s] for s in setup.seeds} for arm in setup.arms}}

@@ -1,0 +1,260 @@
+"""Playing Countdown with the policy: independent episodes (sampling, greedy, best-of-N), and games played by
+`azlib.mcts.search` over the lines the model writes (self-play in training, the search at test time). The rules
+write every result; every generated character is counted once. No update (azlib.countdown.arms).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple, Sequence
+
+import torch
+
+from azlib.countdown.policy import Line, Policy
+from azlib.countdown.rules import MOVE_END, State, legal_moves, problem_text, solvable, step, written_result
+from azlib.countdown.settings import CountdownSearchSettings
+from azlib.mcts.search import Child, Expansion, SearchSettings, search, visit_weights
+
+
+@dataclass
+class Episode:
+    """One problem played line by line: the whole text, which of its characters the model wrote, where each state's
+    text ends (the value is read there), the states, and how it ended."""
+
+    problem: State
+    text: str
+    written: list[bool]
+    state_ends: list[int]  # index of the last character of each state's text (the problem's, then after each move)
+    states: list[State]
+    refused: bool = False  # the rules refused a line: the episode is lost
+    tokens: int = 0  # characters the model generated
+
+    @classmethod
+    def start(cls, problem: State) -> Episode:
+        text = problem_text(problem)
+        return cls(problem, text, [False] * len(text), [len(text) - 1], [problem])
+
+    @property
+    def state(self) -> State:
+        return self.states[-1]
+
+    @property
+    def over(self) -> bool:
+        return self.refused or self.state.finished
+
+    @property
+    def solved(self) -> bool:
+        return not self.refused and self.state.solved
+
+    def line_starts(self) -> list[tuple[int, State]]:
+        """Where each line the model wrote begins, and the state it was written in."""
+        return [(end + 1, state) for end, state in zip(self.state_ends, self.states) if end + 1 < len(self.text)]
+
+    def play(self, line: Line) -> None:
+        """The model's line, then the rules' answer: the result and the numbers left, or a refusal (a loss)."""
+        after = step(self.state, line.text) if line.ended else None
+        mine = line.text + (MOVE_END if line.ended else "")
+        self.text += mine
+        self.written += [True] * len(mine)
+        self.tokens += line.tokens
+        if after is None:
+            self.refused = True
+            return
+        rules = written_result(after)
+        self.text += rules
+        self.written += [False] * len(rules)
+        self.states.append(after)
+        self.state_ends.append(len(self.text) - 1)
+
+
+def legal_lines(policy: Policy, states: Sequence[State]) -> list[list[str]] | None:
+    """What the engine offers the policy at each state: every legal line with its end mark, or None (anything goes,
+    and the rules refuse what is illegal) when the policy plays without the mask."""
+    return [[f"{m}{MOVE_END}" for m in legal_moves(s)] for s in states] if policy.legal_only else None
+
+
+def legal_spans(policy: Policy, episodes: Sequence[Episode]) -> list[list[tuple[int, list[str]]]] | None:
+    """For Policy.transcript_logprobs: each model-written line's start and the legal lines there (None: no mask)."""
+    if not policy.legal_only:
+        return None
+    return [[(start, [f"{m}{MOVE_END}" for m in legal_moves(state)]) for start, state in e.line_starts()]
+            for e in episodes]
+
+
+def play_episodes(policy: Policy, problems: Sequence[State], n: int, temperature: float,
+                  generator: torch.Generator | None = None) -> list[list[Episode]]:
+    """`n` independent episodes per problem (temperature 0: greedy), all in lock-step: one batched `lines` call per
+    move over every episode still going."""
+    episodes = [[Episode.start(p) for _ in range(n)] for p in problems]
+    flat = [e for group in episodes for e in group]
+    first = True
+    while live := [e for e in flat if not e.over]:
+        if first:  # the n episodes of a problem share its text: sample n lines from one context
+            lines, _ = policy.lines([g[0].text for g in episodes], n, temperature, generator,
+                                    legal_lines(policy, [g[0].state for g in episodes]))
+            drawn = [line for group in lines for line in group]
+            first = False
+        else:
+            lines, _ = policy.lines([e.text for e in live], 1, temperature, generator,
+                                    legal_lines(policy, [e.state for e in live]))
+            drawn = [group[0] for group in lines]
+        for episode, line in zip(live, drawn):
+            episode.play(line)
+    return episodes
+
+
+# -- the search over the model's lines ---------------------------------------------------------------------------
+
+def node_state(episode: Episode) -> dict:
+    """A tree node's state: what the environment needs, JSON-serialisable (Tree.save)."""
+    return {"text": episode.text, "written": episode.written, "state_ends": episode.state_ends,
+            "states": [[s.target, list(s.numbers)] for s in episode.states], "refused": episode.refused,
+            "tokens": episode.tokens}
+
+
+def episode_of(state: dict) -> Episode:
+    states = [State(t, tuple(n)) for t, n in state["states"]]
+    return Episode(states[0], state["text"], list(state["written"]), list(state["state_ends"]), states,
+                   state["refused"], state["tokens"])
+
+
+class LineSearch:
+    """The environment `azlib.mcts.search` plays (sampled AlphaZero, Hubert et al. 2021): a node's children are the
+    distinct lines among `candidates` the model samples there, each applied by the rules (a refused line is a lost
+    terminal child), and each child is evaluated as it is made (the env evaluates the new children itself, so the
+    search compares siblings by value before it visits them): by the value head (or, as the reference arm's, the
+    exact oracle: 1 if the target is still reachable); a finished state's value is exact, 1 if solved, else 0. One `lines` call per search step
+    over every leaf; expansions are kept by text (the net does not change while this env lives), so a later search
+    from a child reuses its subtree and counts no token twice."""
+
+    two_player = False
+
+    def __init__(self, policy: Policy, settings: CountdownSearchSettings, value: Literal["learned", "oracle"],
+                 generator: torch.Generator | None = None):
+        self.policy, self.settings, self.value, self.generator = policy, settings, value, generator
+        self.cache: dict[str, Expansion] = {}
+        self.tokens = 0  # generated characters over the env's life
+        self.value_evaluations = 0  # states the value head was asked about (forward passes, no generated characters)
+        self.solved_found = set()  # texts of solved states any expansion reached
+
+    def is_terminal(self, state: dict) -> bool:
+        return state["refused"] or len(state["states"][-1][1]) <= 1
+
+    def terminal_value(self, state: dict) -> float:
+        return float(episode_of(state).solved)
+
+    def expand(self, states: Sequence[dict], rng: random.Random) -> list[Expansion]:
+        new = list(dict.fromkeys(s["text"] for s in states if s["text"] not in self.cache))
+        if new:
+            by_text = {s["text"]: s for s in states}
+            episodes = [episode_of(by_text[text]) for text in new]
+            lines, values = self.policy.lines(new, self.settings.candidates, self.settings.temperature,
+                                              self.generator, legal_lines(self.policy, [e.state for e in episodes]))
+            for text, episode, drawn, value in zip(new, episodes, lines, values):
+                if self.value == "oracle":
+                    value = float(solvable(episode.state))
+                self.cache[text] = Expansion(self._children(episode, drawn), value, sum(l.tokens for l in drawn))
+                self.tokens += self.cache[text].tokens
+        out = []
+        for s in states:  # a state expanded before (another tree, an earlier search) costs no tokens again
+            expansion = self.cache[s["text"]]
+            out.append(expansion)
+            self.cache[s["text"]] = expansion._replace(tokens=0)
+        return out
+
+    def _children(self, episode: Episode, drawn: list[Line]) -> list[Child]:
+        """The distinct lines among `drawn`, each applied by the rules, with its prior and one evaluation: the
+        value of the state it leads to (exact where the line ends the episode or the value is the oracle)."""
+        distinct: dict[tuple[str, bool], list[Line]] = {}
+        for line in drawn:
+            distinct.setdefault((line.text, line.ended), []).append(line)
+        if self.settings.prior == "sampled":
+            priors = [len(same) / len(drawn) for same in distinct.values()]
+        else:
+            priors = torch.tensor([same[0].logprob for same in distinct.values()]).softmax(0).tolist()
+        played = []
+        for same in distinct.values():
+            child = episode_of(node_state(episode))
+            child.play(same[0])
+            played.append(child)
+            if child.solved:
+                self.solved_found.add(child.text)
+        open_children = [c for c in played if not c.over]
+        if self.value == "learned" and open_children:
+            learned = iter(self.policy.values([c.text for c in open_children]))
+            self.value_evaluations += len(open_children)
+        values = [float(c.solved) if c.over else
+                  float(solvable(c.state)) if self.value == "oracle" else next(learned) for c in played]
+        return [Child(line, node_state(child), prior,
+                      {"line": line, "samples": len(same), "refused": child.refused,
+                       "solvable": not child.refused and solvable(child.state)}, (value,))
+                for ((line, _), same), prior, child, value in zip(distinct.items(), priors, played, values)]
+
+
+class SearchedMove(NamedTuple):
+    """One move of a searched game: the state's text and state, its candidate lines that the rules accept with their
+    share of the root's visits (renormalised over those lines: the policy target), and the line played."""
+
+    text: str
+    state: State
+    lines: list[str]
+    targets: list[float]
+    played: str
+
+
+@dataclass
+class Game:
+    problem: State
+    moves: list[SearchedMove] = field(default_factory=list)
+    end: Episode | None = None
+    found: bool = False  # a solved state appeared anywhere in the game's searches (the exact final check)
+    trees: list = field(default_factory=list)
+
+    @property
+    def solved(self) -> bool:
+        return self.end is not None and self.end.solved
+
+
+class SearchedGames(NamedTuple):
+    games: list[Game]
+    tokens: int  # characters the model generated for every search of every game
+    value_evaluations: int  # states the value head judged (forward passes; 0 with the oracle)
+
+
+def search_settings(settings: CountdownSearchSettings, simulations: int, temperature: float) -> SearchSettings:
+    return SearchSettings(num_simulations=simulations, max_depth=16, rule=settings.rule, c=settings.c,
+                          temperature=temperature)
+
+
+def play_searched(policy: Policy, problems: Sequence[State], settings: CountdownSearchSettings,
+                  value: Literal["learned", "oracle"], rng: random.Random, *, simulations: int | None = None,
+                  explore: bool, generator: torch.Generator | None = None, keep_trees: bool = False
+                  ) -> SearchedGames:
+    """Each problem played to its end, a search before every move (all games in lock-step: one search call per move
+    number); the first `exploratory_moves` moves (if `explore`) sampled by visit shares, the rest the most visited.
+    Returns the games and what they cost."""
+    env = LineSearch(policy, settings, value, generator)
+    simulations = simulations or settings.simulations
+    games = [Game(p) for p in problems]
+    states = [node_state(Episode.start(p)) for p in problems]
+    move = 0
+    while live := [g for g, s in enumerate(states) if not env.is_terminal(s)]:
+        temperature = 1.0 if explore and move < settings.exploratory_moves else 0.0
+        results = search(env, [states[g] for g in live], search_settings(settings, simulations, temperature), rng,
+                         replay=keep_trees)
+        for g, result in zip(live, results):
+            children = [result.tree.nodes[i] for i in result.tree.root.children]
+            accepted = [c for c in children if not c.info["refused"]]
+            shares = visit_weights([c.visits for c in accepted], 1.0)
+            chosen = children[result.actions.index(result.action)]
+            games[g].moves.append(SearchedMove(states[g]["text"], episode_of(states[g]).state,
+                                               [c.action for c in accepted], shares, chosen.action))
+            if keep_trees:
+                games[g].trees.append(result.tree)
+            states[g] = chosen.state
+        move += 1
+    for game, state in zip(games, states):
+        game.end = episode_of(state)
+        game.found = game.solved or any(t.startswith(problem_text(game.problem)) for t in env.solved_found)
+    return SearchedGames(games, env.tokens, env.value_evaluations)

@@ -1,0 +1,97 @@
+"""Countdown problems as Stream of Search's generator makes them (`countdown_generate.py`, `countdown.py`): targets
+10..100, a tenth of them held out as unseen targets (the same shuffle of Python's random at seed 0, so the same
+targets as theirs), numbers drawn uniformly from 1..99 until the numbers reach the target exactly. A seeded
+generator, and the fixed held-out sets the kit ships as data. No model, no training.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import cache
+from pathlib import Path
+
+from azlib.countdown.rules import State, solvable
+
+MIN_TARGET, MAX_TARGET = 10, 100
+MAX_NUMBER = MAX_TARGET - 1  # Stream of Search: numbers "can go up to max target" (randint(1, max_target - 1))
+HELDOUT_DIR = Path(__file__).parent / "heldout"
+HELDOUT_SIZE = 500  # problems in each shipped held-out set
+
+
+@cache
+def target_split(seed: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(seen, unseen) targets: 10..100 shuffled by random.seed(seed), the first tenth unseen (Stream of Search's
+    val_target split)."""
+    rng = random.Random(seed)
+    targets = list(range(MIN_TARGET, MAX_TARGET + 1))
+    rng.shuffle(targets)
+    held = len(targets) // 10
+    return tuple(sorted(targets[held:])), tuple(sorted(targets[:held]))
+
+
+def generate(count: int, size: int, targets: tuple[int, ...], rng: random.Random,
+             max_number: int = MAX_NUMBER) -> list[State]:
+    """`count` problems of `size` numbers: a target drawn from `targets`, numbers drawn from 1..max_number again
+    until the oracle says they reach it."""
+    if size < 2:
+        raise ValueError(f"a problem needs at least 2 numbers, got {size}")
+    problems = []
+    while len(problems) < count:
+        target = rng.choice(targets)
+        while not solvable(state := State(target, tuple(rng.randint(1, max_number) for _ in range(size)))):
+            pass
+        problems.append(state)
+    return problems
+
+
+def training_problems(count: int, size: int, seed: int) -> list[State]:
+    """Problems on the seen targets, drawn by `seed`, the shipped held-out sets' problems left out (in any order of
+    their numbers)."""
+    return draw_training(count, size, random.Random(f"train {size} {seed}"))
+
+
+def draw_training(count: int, size: int, rng: random.Random) -> list[State]:
+    """The next `count` training problems from `rng` (a stream: call again with the same rng for more)."""
+    held = {_unordered(p) for p in heldout(size, "seen")}
+    problems = []
+    while len(problems) < count:
+        problems += [p for p in generate(count - len(problems), size, target_split()[0], rng)
+                     if _unordered(p) not in held]
+    return problems
+
+
+def _unordered(problem: State) -> tuple[int, tuple[int, ...]]:
+    """A problem up to the order of its numbers (the same problem to a solver)."""
+    return problem.target, tuple(sorted(problem.numbers))
+
+
+def _heldout_path(size: int, split: str) -> Path:
+    return HELDOUT_DIR / f"{size}_numbers_{split}.jsonl"
+
+
+def make_heldout(size: int, split: str) -> list[State]:
+    """The held-out set as the kit generates it: HELDOUT_SIZE problems on the seen or the unseen targets."""
+    seen, unseen = target_split()
+    targets = {"seen": seen, "unseen": unseen}[split]
+    return generate(HELDOUT_SIZE, size, targets, random.Random(f"heldout {size} {split}"))
+
+
+def save_heldout(size: int, split: str) -> Path:
+    path = _heldout_path(size, split)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"numbers": list(p.numbers), "target": p.target}) + "\n"
+                            for p in make_heldout(size, split)))
+    return path
+
+
+@cache
+def heldout(size: int, split: str) -> tuple[State, ...]:
+    """A shipped held-out set: `split` "seen" (targets seen in training, other problems) or "unseen" (Stream of
+    Search's held-out targets), of 3- or 4-number problems."""
+    path = _heldout_path(size, split)
+    if not path.exists():
+        raise FileNotFoundError(f"no held-out set of {size}-number {split!r} problems at {path} (the kit ships "
+                                "3 and 4 numbers, seen and unseen)")
+    return tuple(State(row["target"], tuple(row["numbers"]))
+                 for row in map(json.loads, path.read_text().splitlines()))

@@ -1,0 +1,92 @@
+"""The knobs of notebook 08 (Countdown): the policy's shape, its start by imitation, the search, the training arms
+at equal tokens and the evaluation. Each field's default is its one home; light (no torch), so that the notebook
+schema imports it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from annotated_types import Ge, Gt, Le
+
+from azlib.fields import check_fields
+
+ARMS = ("rft", "grpo", "alphazero", "alphazero_oracle")  # the training arms, in the order they are shown
+
+
+@dataclass(frozen=True)
+class PolicyShape:
+    """The character-level GPT with a value head (about 0.8M parameters at the defaults)."""
+
+    n_layer: Annotated[int, Ge(1)] = 4
+    n_head: Annotated[int, Ge(1)] = 4
+    n_embd: Annotated[int, Ge(8)] = 128
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+
+
+@dataclass(frozen=True)
+class ImitationSettings:
+    """The start: supervised on solver-written solutions, the rules' writing masked from the loss. Its size is what
+    sets how good the start is (notebook 08 shows the solve rate it reaches)."""
+
+    problems: Annotated[int, Ge(1)] = 4000  # solver solutions to imitate
+    steps: Annotated[int, Ge(0)] = 600  # optimiser steps
+    batch_size: Annotated[int, Ge(1)] = 64
+    learning_rate: Annotated[float, Gt(0)] = 1e-3
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class CountdownSearchSettings:
+    """How the search over the model's lines reads the model (sampled AlphaZero, Hubert et al. 2021): at a node,
+    `candidates` lines are sampled and the distinct ones are its children."""
+
+    candidates: Annotated[int, Ge(1)] = 8  # K lines sampled per expanded node
+    temperature: Annotated[float, Ge(0)] = 1.0  # of those samples
+    # A child's prior: "sampled" (its share of the K samples: Sampled MuZero's beta-hat / beta * pi with beta = pi,
+    # the unbiased choice) or "policy" (the model's probabilities of the distinct lines, renormalised).
+    prior: Literal["sampled", "policy"] = "sampled"
+    simulations: Annotated[int, Ge(1)] = 16  # per move
+    c: Annotated[float, Ge(0)] = 1.25  # PUCT's constant
+    rule: Literal["puct", "gumbel"] = "puct"
+    # Self-play moves to the child sampled by visit shares; later moves (and every test-time move) to the most
+    # visited. 0: always the most visited.
+    exploratory_moves: Annotated[int, Ge(0)] = 1
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class ArmSettings:
+    """The training arms, each from the same start and at the same count of generated tokens per iteration."""
+
+    iterations: Annotated[int, Ge(1)] = 10
+    tokens_per_iteration: Annotated[int, Ge(1)] = 20000  # generated characters each arm spends per iteration
+    problems_per_batch: Annotated[int, Ge(1)] = 32  # at most this many problems played at once (the first batch)
+    group_size: Annotated[int, Ge(2)] = 8  # rft and grpo: samples per problem
+    temperature: Annotated[float, Gt(0)] = 1.0  # rft and grpo: sampling temperature
+    learning_rate: Annotated[float, Gt(0)] = 3e-4
+    batch_size: Annotated[int, Ge(1)] = 64  # sequences per optimiser step
+    epochs: Annotated[int, Ge(1)] = 1  # passes over an iteration's data
+    value_weight: Annotated[float, Ge(0)] = 1.0  # of the value loss beside the policy loss (every arm trains it)
+    clip: Annotated[float, Gt(0), Le(10)] = 0.2  # grpo: the ratio's clip (one update per batch: ratio 1)
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    problems: Annotated[int, Ge(1)] = 200  # per held-out set (seen and unseen targets)
+    best_of: Annotated[int, Ge(1)] = 8  # N of best-of-N at test time
+    simulations: Annotated[int, Ge(1)] = 16  # per move of the test-time search
+
+    def __post_init__(self):
+        check_fields(self)

@@ -1,0 +1,112 @@
+"""Notebook 08's pictures: each arm's learning curve against generated characters, the test-time methods side by
+side, the learned value's precision as a verifier over training, and a Countdown search's nodes coloured by the exact
+oracle (solvable, dead, refused). Draws only: the numbers come from azlib.countdown."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from azlib.mcts.tree import Node
+from azlib.viz.curves import plot_seed_curves
+
+METHOD_LABELS = {"greedy": "greedy", "best_of": "best-of-N", "best_of_at_mcts_tokens": "best-of-k at MCTS tokens",
+                 "mcts": "MCTS, learned value", "mcts_oracle": "MCTS, oracle value"}
+
+
+def solvable_kind(node: Node) -> str | None:
+    """A Countdown node by the exact oracle: the line was refused, the target is still reachable, or it is not."""
+    if node.parent < 0:
+        return None
+    if node.info.get("refused"):
+        return "refused line"
+    return "solvable" if node.info.get("solvable") else "dead"
+
+
+def describe_countdown_node(node: Node) -> tuple[str, str]:
+    """The line the model wrote as the label; the whole text so far and the node's search numbers on click."""
+    if node.parent < 0:
+        return "problem", "root: the problem\n\n" + node.state["text"]
+    info = node.info
+    lines = [f"line {info['line']!r}: {info['samples']} of the samples   prior {node.prior:.2f}",
+             f"N {node.visits}   Q {node.q:.3f}   {solvable_kind(node)}"]
+    if node.terminal:
+        lines.append(f"terminal, value {info.get('terminal_value', 0.0):.0f}")
+    return (info["line"] or "(empty)")[:12], "\n".join([*lines, "", node.state["text"]])
+
+
+def _by_iteration(histories: dict, arm: str, seeds, key: str) -> tuple[np.ndarray, np.ndarray]:
+    rows = [histories[arm, s] for s in seeds]
+    x = np.array([r["tokens"] for r in rows[0]], dtype=float)
+    return x, np.array([[r[key] for r in run] for run in rows], dtype=float).T
+
+
+def plot_learning(result, key: str = "greedy_unseen", ylabel: str = "greedy solve rate, unseen targets"):
+    """Each arm's curve over the characters it generated (mean over seeds, +-1 std band), the start at 0."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm in result.setup.arms:
+        x, values = _by_iteration(result.histories, arm, result.setup.seeds, key)
+        plot_seed_curves(ax, x / 1000, {arm: values}, title=f"{ylabel} while training", xlabel="generated characters "
+                         "(thousands, per arm and seed)", ylabel=ylabel)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_methods(result, split: str = "unseen"):
+    """Solve rate of every test-time method for the start and each arm (mean over seeds, one dot per seed), with
+    the generated characters per problem each method spent."""
+    from azlib.countdown.evaluate import rate
+
+    arms = ["start", *result.setup.arms]
+    methods = [m for m in METHOD_LABELS if m in result.start[split]]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(methods)
+    for k, method in enumerate(methods):
+        rates = np.array([[rate(result.source(a, s)[split][method]) for s in result.setup.seeds] for a in arms])
+        tokens = np.mean([[result.source(a, s)[split][method]["tokens"] for s in result.setup.seeds] for a in arms])
+        x = np.arange(len(arms)) + (k - (len(methods) - 1) / 2) * width
+        ax.bar(x, rates.mean(1), width, label=f"{METHOD_LABELS[method]} (~{tokens:.0f} chars/problem)")
+        for j, seed_rates in enumerate(rates):
+            ax.plot([x[j]] * len(seed_rates), seed_rates, "k.", markersize=3)
+    ax.set_xticks(np.arange(len(arms)), arms)
+    ax.set_ylabel(f"solve rate, {split} targets")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Test time: each trained policy, each method ({split} targets; dots: seeds)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_value_precision(result):
+    """The value head as a verifier of partial states over training (precision against the oracle, the 90% bar),
+    and, per arm and seed, the search's gain over best-of-k at the same characters against that precision."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for arm in result.setup.arms:
+        x, values = _by_iteration(result.histories, arm, result.setup.seeds, "value_precision")
+        plot_seed_curves(left, x / 1000, {arm: values}, title="The learned value as a verifier of partial states",
+                         xlabel="generated characters (thousands)", ylabel="precision (oracle: solvable)")
+    left.axhline(0.9, color="k", linestyle="--", linewidth=1, label="the 90% bar (Chen et al. 2024)")
+    left.set_ylim(0, 1)
+    left.legend(fontsize=8)
+    from azlib.countdown.evaluate import rate
+
+    for arm in result.setup.arms:
+        points = []
+        for s in result.setup.seeds:
+            unseen = result.results[arm, s]["unseen"]
+            if "mcts" in unseen and "best_of_at_mcts_tokens" in unseen:
+                points.append((unseen["value"]["value_precision"],
+                               rate(unseen["mcts"]) - rate(unseen["best_of_at_mcts_tokens"])))
+        if points:
+            right.plot(*zip(*points), "o", label=arm)
+    right.axvline(0.9, color="k", linestyle="--", linewidth=1)
+    right.axhline(0, color="grey", linewidth=0.8)
+    right.set_xlabel("value precision at the end of training")
+    right.set_ylabel("MCTS minus best-of-k, same characters")
+    right.set_title("Does a better value make search pay? (unseen targets)")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

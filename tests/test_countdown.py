@@ -1,0 +1,547 @@
+"""Countdown (azlib.countdown): the rules, the oracle and the solver against a brute force written here; hostile
+text refused, never raised on; the problems and the shipped held-out sets; the policy's cached sampling against a
+full forward; token accounting of episodes and of the search; the search with the oracle as its value; the
+AlphaZero arm's visit targets. Tiny nets on one CPU thread: the whole file runs in seconds."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+import torch
+
+from azlib.countdown import problems as problems_module
+from azlib.countdown.play import Episode, LineSearch, node_state, play_episodes, play_searched, search_settings
+from azlib.countdown.policy import Line, Policy, PolicyValueNet, shape
+from azlib.countdown.problems import (HELDOUT_SIZE, MAX_TARGET, MIN_TARGET, heldout, make_heldout, target_split,
+                                     training_problems)
+from azlib.countdown.rules import (Move, State, apply, legal_moves, parse_move, problem_text, reachable, solvable,
+                                   solve, step)
+from azlib.countdown.arms import Learner
+from azlib.countdown.settings import ArmSettings, CountdownSearchSettings
+from azlib.mcts.search import search
+
+torch.set_num_threads(1)
+
+
+# -- an independent brute force: ordered pairs of positions, the four operators, Python ints ----------------------
+
+def brute_ops(a: int, b: int) -> dict[str, int]:
+    """The non-negative integer results of a op b, by operator."""
+    out = {"+": a + b, "*": a * b}
+    if a - b >= 0:
+        out["-"] = a - b
+    if b != 0 and a % b == 0:
+        out["/"] = a // b
+    return out
+
+
+@lru_cache(maxsize=None)
+def brute_reach(numbers: tuple[int, ...]) -> frozenset[int]:
+    """Every final value of combining all the numbers, each once, two at a time (any order of the pair)."""
+    if len(numbers) == 1:
+        return frozenset(numbers)
+    out: set[int] = set()
+    for i in range(len(numbers)):
+        for j in range(len(numbers)):
+            if i == j:
+                continue
+            rest = [numbers[k] for k in range(len(numbers)) if k not in (i, j)]
+            for value in brute_ops(numbers[i], numbers[j]).values():
+                out |= brute_reach(tuple(sorted(rest + [value])))
+    return frozenset(out)
+
+
+def brute_solvable(target: int, numbers) -> bool:
+    return target in brute_reach(tuple(sorted(numbers)))
+
+
+def brute_legal(numbers) -> set[tuple[int, str, int]]:
+    """(a, op, b) of every legal move on the numbers left: two different positions, a result the rules accept."""
+    if len(numbers) < 2:
+        return set()
+    return {(numbers[i], op, numbers[j]) for i in range(len(numbers)) for j in range(len(numbers)) if i != j
+            for op in brute_ops(numbers[i], numbers[j])}
+
+
+def brute_after(numbers, a: int, op: str, b: int) -> Counter:
+    """The multiset of numbers after a legal move."""
+    return Counter(numbers) - Counter([a, b]) + Counter([brute_ops(a, b)[op]])
+
+
+def state_of(text: str) -> State:
+    """The state a transcript ends in, read from its text (the problem line, or the last line's parentheses)."""
+    lines = text.splitlines()
+    numbers, target = lines[0].split(" -> ")
+    if len(lines) > 1:
+        numbers = lines[-1][lines[-1].index("(") + 1:lines[-1].index(")")]
+    return State(int(target), tuple(map(int, numbers.split())))
+
+
+def accepted_by_hand(state: State, line: str) -> bool:
+    """Whether a written line is a legal move: ASCII digits (1 to 6), one operator, ASCII digits, nothing else."""
+    for k, ch in enumerate(line):
+        if ch in "+-*/" and k > 0:
+            a, b = line[:k], line[k + 1:]
+            ok = all(1 <= len(s) <= 6 and all(c in "0123456789" for c in s) for s in (a, b))
+            return ok and (int(a), ch, int(b)) in brute_legal(state.numbers)
+    return False
+
+
+HAND_STATES = [
+    State(20, (5, 5, 10)), State(0, (5, 5, 10)), State(1, (5, 5, 10)), State(15, (5, 5, 10)), State(2, (5, 5, 10)),
+    State(100, (5, 5, 10)), State(3, (5, 5, 10)), State(0, (0, 7)), State(7, (0, 7)), State(1, (0, 7)),
+    State(0, (0, 0)), State(1, (0, 0)), State(6, (0, 3, 3)), State(9, (0, 3, 3)), State(1, (0, 3, 3)),
+    State(11, (3, 8)), State(5, (8, 3)), State(5, (3, 8)), State(2, (4, 2)), State(2, (2, 4)), State(3, (4, 2)),
+    State(52, (3, 8, 11, 5)), State(10, (2, 5, 3)), State(24, (1, 1, 1, 1)), State(5, (5,)), State(4, (5,)),
+    State(0, (0, 0, 0, 0)), State(30, (1, 2, 3, 4)), State(1, (7, 7, 7, 7)), State(49, (7, 7)),
+]
+
+
+def random_states(count: int = 200, seed: int = 12) -> list[State]:
+    rng = random.Random(seed)
+    out = []
+    for k in range(count):
+        numbers = tuple(rng.randint(1, 30) for _ in range(rng.randint(2, 4)))
+        reach = sorted(brute_reach(tuple(sorted(numbers))))
+        target = rng.choice(reach) if k % 2 else rng.randint(1, 100)  # half reachable by construction
+        out.append(State(target, numbers))
+    return out
+
+
+RULE_STATES = HAND_STATES + random_states()
+
+
+def test_brute_force_sanity():
+    """The brute force itself, by hand: the reference the library is checked against."""
+    assert brute_reach((5, 5, 10)) >= {0, 1, 3, 20, 15, 100, 250} and not {2, 60} & brute_reach((5, 5, 10))
+    assert 4 not in brute_reach((5, 5, 10)) and 1 not in brute_reach((0, 7)) and 7 in brute_reach((0, 7))
+    assert brute_legal((8, 3)) == {(8, "+", 3), (3, "+", 8), (8, "*", 3), (3, "*", 8), (8, "-", 3)}
+    assert brute_legal((0, 4)) == {(0, "+", 4), (4, "+", 0), (0, "*", 4), (4, "*", 0), (4, "-", 0), (0, "/", 4)}
+
+
+@pytest.mark.parametrize("state", RULE_STATES, ids=lambda s: f"{s.target}<-{'_'.join(map(str, s.numbers))}")
+def test_rules_and_oracle_match_brute_force(state):
+    truth = brute_solvable(state.target, state.numbers)
+    assert solvable(state) is truth
+    assert reachable(tuple(sorted(state.numbers))) == brute_reach(tuple(sorted(state.numbers)))
+
+    moves = legal_moves(state)
+    assert len(moves) == len(set(moves))  # equal moves kept once
+    assert {tuple(m) for m in moves} == brute_legal(state.numbers)
+    for m in moves:  # each legal move applied: the operands removed, the result appended
+        after = apply(state, m)
+        assert after.target == state.target
+        assert Counter(after.numbers) == brute_after(state.numbers, *m)
+        assert after.numbers[-1] == brute_ops(m.a, m.b)[m.op]
+    # every other move on numbers present or nearly so is refused
+    near = set(state.numbers) | {0, 1, max(state.numbers) + 1}
+    for a in near:
+        for b in near:
+            for op in "+-*/":
+                if (a, op, b) not in brute_legal(state.numbers):
+                    assert apply(state, Move(a, op, b)) is None, (a, op, b)
+
+    for rng in (None, random.Random(3)):
+        moves = solve(state, rng)
+        if not truth:
+            assert moves is None
+            continue
+        assert moves is not None
+        now = state
+        for m in moves:
+            assert tuple(m) in brute_legal(now.numbers)
+            now = apply(now, m)
+        assert now.numbers == (state.target,) and now.solved
+
+
+# -- hostile text: a loss, never an exception -------------------------------------------------------------------
+
+SYNTAX_GARBAGE = [
+    "", " ", "abc", "３+４", "٣+٤", "३+४", "³+4", "3+⁴", "🙂", "3🙂4", "3+4🙂", "8*5=41", "8*5=40", "8*5=", "=8*5",
+    "+3+4", "-3+4", "3+-4", "3++4", "3+4+5", "3 + 4", " 3+4", "3+4 ", "3+4\n", "3\n+4", "\n", "3", "+", "3+",
+    "+4", "0x3+4", "3.0+4", "1e2+4", "1_0+4", "3\x00+4", "(3+4)", "3÷4", "3×4", "3^4", "3%4", "3//4", "3**4",
+    "1234567+1", "1+1234567", "1" * 10_000, "9" * 9_999 + "+1", "3+4" + "\u200b", "\u200b3+4", "3\u2212" + "4",
+    "ｓ", "３", "None", "eval('1+1')",
+]
+
+
+@pytest.mark.parametrize("line", SYNTAX_GARBAGE, ids=range(len(SYNTAX_GARBAGE)))
+def test_garbage_lines_are_refused(line):
+    state = State(7, (3, 4, 8, 5))
+    assert parse_move(line) is None
+    assert step(state, line) is None
+
+
+REFUSED_MOVES = [  # parsed, then refused by the rules on the state's numbers
+    (State(10, (3, 8, 5)), "5+5"),  # one 5 left
+    (State(10, (3, 8, 5)), "7+3"),  # 7 not there
+    (State(10, (3, 8, 5)), "3-8"),  # negative
+    (State(10, (3, 8, 5)), "8/3"),  # inexact
+    (State(10, (8, 0, 3)), "8/0"),  # division by zero
+    (State(10, (8, 0, 3)), "0/0"),
+    (State(10, (8, 0, 3)), "08/3"),  # inexact, leading zero or not
+    (State(5, (5,)), "5+5"),  # finished
+    (State(5, (5,)), "5+0"),
+]
+
+
+@pytest.mark.parametrize("state, line", REFUSED_MOVES, ids=[l for _, l in REFUSED_MOVES])
+def test_illegal_moves_are_refused(state, line):
+    assert step(state, line) is None
+
+
+def test_legal_lines_are_accepted():
+    """The controls: the same parser and rules accept the lines a model should write."""
+    assert parse_move("8*5") == Move(8, "*", 5)
+    assert parse_move("123456-1") == Move(123456, "-", 1)
+    assert step(State(10, (3, 8, 5)), "8-3") == State(10, (5, 5))
+    assert step(State(10, (5, 5)), "5+5") == State(10, (10,))
+    assert step(State(10, (8, 0, 3)), "0/8") == State(10, (3, 0))
+    assert step(State(10, (8, 0, 3)), "8-0") == State(10, (3, 8))
+
+
+def test_random_text_never_raises():
+    """Fuzz: any string parses to None or to a move whose line is ASCII digits, one operator, ASCII digits."""
+    rng = random.Random(0)
+    alphabet = "0123456789+-*/= ()\n>x٣３⁴🙂\u200b."
+    state = State(12, (3, 4, 8, 5))
+    for _ in range(3000):
+        line = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
+        move = parse_move(line)
+        assert move is None or re.fullmatch(r"[0-9]{1,6}[-+*/][0-9]{1,6}", line, flags=re.ASCII), line
+        after = step(state, line)
+        assert (after is not None) == accepted_by_hand(state, line), line
+
+
+HOSTILE_LINES = SYNTAX_GARBAGE + ["5+5", "7+3", "3-8", "8/3", "8*5=40"]
+
+
+@pytest.mark.parametrize("text", HOSTILE_LINES, ids=range(len(HOSTILE_LINES)))
+def test_episode_refuses_hostile_lines(text):
+    episode = Episode.start(State(10, (3, 8, 5)))
+    episode.play(Line(text, -1.0, len(text) + 1, True))
+    assert episode.refused and episode.over and not episode.solved
+    assert episode.states == [State(10, (3, 8, 5))]
+
+
+def test_episode_refuses_a_line_not_ended():
+    episode = Episode.start(State(10, (3, 8, 5)))
+    episode.play(Line("8-3", -1.0, 3, False))  # a legal move, but the model never wrote its end mark
+    assert episode.refused and not episode.solved and len(episode.states) == 1
+    # the control: the same move ended is played, then the rules write the rest
+    episode = Episode.start(State(10, (3, 8, 5)))
+    episode.play(Line("8-3", -1.0, 4, True))
+    assert not episode.refused and episode.state == State(10, (5, 5))
+    episode.play(Line("5+5", -1.0, 4, True))
+    assert episode.solved and episode.text == "3 8 5 -> 10\n8-3=5 (5 5)\n5+5=10 (10)\n"
+
+
+# -- problems and the shipped held-out sets ----------------------------------------------------------------------
+
+def test_target_split():
+    seen, unseen = target_split()
+    assert len(unseen) == 9 and not set(seen) & set(unseen)
+    assert sorted(seen + unseen) == list(range(10, 101)) == list(range(MIN_TARGET, MAX_TARGET + 1))
+
+
+def replays_to_target(problem: State, moves) -> bool:
+    """A certificate checked by hand: each move's operands are left, the result legal, the end the target alone."""
+    left = Counter(problem.numbers)
+    for m in moves:
+        if left[m.a] < 1 or left[m.b] < 1 + (m.a == m.b) or m.op not in brute_ops(m.a, m.b):
+            return False
+        left = left - Counter([m.a, m.b]) + Counter([brute_ops(m.a, m.b)[m.op]])
+    return left == Counter([problem.target])
+
+
+@pytest.mark.parametrize("size", [3, 4])
+@pytest.mark.parametrize("split", ["seen", "unseen"])
+def test_shipped_heldout(size, split):
+    problems = heldout(size, split)
+    assert len(problems) == HELDOUT_SIZE
+    targets = set(target_split()[split == "unseen"])
+    for p in problems:
+        assert len(p.numbers) == size and all(1 <= n <= 99 for n in p.numbers)
+        assert p.target in targets
+        assert replays_to_target(p, solve(p))
+
+
+@pytest.mark.parametrize("split", ["seen", "unseen"])
+def test_heldout_regenerates(split):
+    assert tuple(make_heldout(3, split)) == heldout(3, split)
+
+
+def test_training_problems_leave_heldout_out(monkeypatch):
+    """The generator is made to return shipped held-out problems first: training_problems must drop them."""
+    held = heldout(3, "seen")
+    generate = problems_module.generate
+    injected = []
+
+    def leaky(count, size, targets, rng, *args):  # the first call returns 3 held-out problems among its own
+        planted = [] if injected else list(held[:min(3, count)])
+        injected.extend(planted)
+        return planted + generate(count - len(planted), size, targets, rng, *args)
+
+    monkeypatch.setattr(problems_module, "generate", leaky)
+    out = training_problems(20, 3, seed=5)
+    assert injected and len(out) == 20
+    assert not set(out) & set(held)
+    assert all(p.target in target_split()[0] for p in out)
+
+
+def test_training_problems_leave_heldout_out_in_any_order():
+    held = {(p.target, tuple(sorted(p.numbers))) for p in heldout(3, "seen")}
+    leaked = [p for p in training_problems(60, 3, seed=2) if (p.target, tuple(sorted(p.numbers))) in held]
+    assert leaked == []
+
+
+# -- the policy: cached sampling against a full forward -----------------------------------------------------------
+
+def tiny_policy(seed: int = 0, legal_only: bool = False) -> Policy:
+    torch.manual_seed(seed)
+    return Policy(PolicyValueNet(shape(n_layer=1, n_head=2, n_embd=16)), legal_only=legal_only)
+
+
+CONTEXTS = ["3 8 11 5 -> 52\n", "2 5 3 -> 10\n", "3 8 11 5 -> 52\n8*5=40 (3 11 40)\n", "7 7 -> 49\n"]
+
+
+def full_forward_logprob(policy: Policy, context: str, line: Line) -> float:
+    text = context + line.text + ("=" if line.ended else "")
+    logp, mask, _ = policy.transcript_logprobs([text], [[False] * len(context) + [True] * (len(text) - len(context))])
+    assert int(mask.sum()) == line.tokens == len(text) - len(context)
+    return float((logp * mask).sum().detach())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_cached_sampling_equals_full_forward(temperature):
+    policy = tiny_policy()
+    lines, values = policy.lines(CONTEXTS, 6, temperature, torch.Generator().manual_seed(1))
+    assert [len(g) for g in lines] == [6] * len(CONTEXTS)
+    every = [line for group in lines for line in group]
+    assert any(l.ended for l in every) and any(not l.ended for l in every)  # both kinds exercised
+    for context, group in zip(CONTEXTS, lines):
+        for line in group:
+            assert "=" not in line.text
+            assert line.logprob == pytest.approx(full_forward_logprob(policy, context, line), abs=1e-4)
+    assert policy.values(CONTEXTS) == pytest.approx(values, abs=1e-5)
+    # the left padding changes nothing: each context alone has the value it has in the batch
+    assert [policy.values([c])[0] for c in CONTEXTS] == pytest.approx(values, abs=1e-5)
+
+
+def test_greedy_lines_equal_for_every_n():
+    policy = tiny_policy(seed=3)
+    first, _ = policy.lines(CONTEXTS, 1, 0.0)
+    for n in (2, 5):
+        lines, _ = policy.lines(CONTEXTS, n, 0.0)
+        assert lines == [group * n for group in first]
+    for context, group in zip(CONTEXTS, first):  # and the same alone as in the batch, scored as a full forward
+        alone, _ = policy.lines([context], 1, 0.0)
+        assert alone[0][0].text == group[0].text and alone[0][0].ended == group[0].ended
+        assert group[0].logprob == pytest.approx(full_forward_logprob(policy, context, group[0]), abs=1e-4)
+
+
+def test_legal_only_samples_only_legal_lines_from_the_models_renormalised_distribution():
+    policy = tiny_policy(seed=4, legal_only=True)
+    states = [state_of(c) for c in CONTEXTS]
+    legal = [[f"{a}{op}{b}=" for a, op, b in brute_legal(s.numbers)] for s in states]
+    lines, _ = policy.lines(CONTEXTS, 32, 1.0, torch.Generator().manual_seed(2), legal)
+    for group, allowed in zip(lines, legal):
+        assert all(l.ended and l.text + "=" in allowed for l in group)
+        assert len({l.text for l in group}) > 1
+    # the masked log-probability of a line is at least its unmasked one (mass only moves onto legal characters), and
+    # the update scores it under the same mask as it was sampled
+    for context, group, allowed in zip(CONTEXTS, lines, legal):
+        for line in group:
+            assert line.logprob >= full_forward_logprob(policy, context, line) - 1e-5
+            text = context + line.text + "="
+            written = [False] * len(context) + [True] * (len(line.text) + 1)
+            logp, mask, _ = policy.transcript_logprobs([text], [written], [[(len(context), allowed)]])
+            assert float((logp * mask).sum()) == pytest.approx(line.logprob, abs=1e-4)
+    # without the mask the same random net almost never writes a legal line
+    free, _ = policy.lines(CONTEXTS, 32, 1.0, torch.Generator().manual_seed(2))
+    assert sum(l.ended and l.text + "=" in allowed for g, allowed in zip(free, legal) for l in g) < 8
+
+
+# -- token accounting ---------------------------------------------------------------------------------------------
+
+class MixedPolicy(Policy):
+    """A tiny random net whose every other sampled line is replaced by a legal move of the context's state (found by
+    the brute force), so that episodes and searches go deeper than a random net's first refused line."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__(tiny_policy(seed).net, legal_only=False)
+        self.rng = random.Random(seed)
+
+    def lines(self, contexts, n, temperature, generator=None, legal=None):
+        drawn, values = super().lines(contexts, n, temperature, generator, legal)
+        out = []
+        for context, group in zip(contexts, drawn):
+            group = list(group)
+            legal = sorted(brute_legal(state_of(context).numbers))
+            for i in range(0, len(group), 2):
+                if legal:
+                    a, op, b = self.rng.choice(legal)
+                    group[i] = Line(f"{a}{op}{b}", -1.0, len(f"{a}{op}{b}") + 1, True)
+            out.append(group)
+        return out, values
+
+
+def counted(policy: Policy) -> list[tuple[list[str], list[list[Line]]]]:
+    """Every `lines` call's contexts and what it returned, recorded on the instance."""
+    calls = []
+    inner = policy.lines
+
+    def lines(contexts, n, temperature, generator=None, legal=None):
+        drawn, values = inner(contexts, n, temperature, generator, legal)
+        calls.append((list(contexts), drawn))
+        return drawn, values
+
+    policy.lines = lines
+    return calls
+
+
+@pytest.mark.parametrize("make", [tiny_policy, MixedPolicy], ids=["random", "mixed"])
+def test_episode_tokens_are_written_characters(make):
+    policy = make()
+    calls = counted(policy)
+    problems = list(heldout(3, "seen")[:4])
+    episodes = play_episodes(policy, problems, 3, 1.0, torch.Generator().manual_seed(0))
+    flat = [e for g in episodes for e in g]
+    assert all(e.over for e in flat)
+    for e in flat:
+        assert e.tokens == sum(e.written) > 0
+        assert len(e.written) == len(e.text)
+    assert sum(e.tokens for e in flat) == sum(l.tokens for _, drawn in calls for g in drawn for l in g)
+    if make is MixedPolicy:
+        assert max(len(e.states) for e in flat) == 3  # some episode played to its end
+
+
+def test_search_tokens_count_each_expansion_once():
+    policy = MixedPolicy(seed=1)
+    calls = counted(policy)
+    settings = CountdownSearchSettings(candidates=4, simulations=6)
+    games, tokens, _ = play_searched(policy, list(heldout(3, "seen")[:3]), settings, "learned", random.Random(0),
+                                  explore=True, generator=torch.Generator().manual_seed(0))
+    contexts = [c for cs, _ in calls for c in cs]
+    assert len(contexts) == len(set(contexts))  # no state sampled twice
+    assert tokens == sum(l.tokens for _, drawn in calls for g in drawn for l in g) > 0
+    assert sum(len(g.moves) for g in games) > len(games)  # later searches started in expanded subtrees
+
+
+# -- the search with the oracle as its value ------------------------------------------------------------------------
+
+ROOT = State(10, (2, 5, 3))
+LIVE, DEAD = "5+3", "2*5"  # 5+3 leaves 2 8 (2+8 = 10); 2*5 leaves 3 10, from which 10 is out of reach
+
+
+class StubPolicy:
+    """Fixed lines: at the root the two moves once each (equal priors) in the order given; elsewhere every legal
+    move once. Values 0.5."""
+
+    legal_only = False
+
+    def __init__(self, root_lines: list[str]):
+        self.root_lines = root_lines
+
+    def lines(self, contexts, n, temperature, generator=None, legal=None):
+        out = []
+        for context in contexts:
+            state = state_of(context)
+            texts = self.root_lines if state == ROOT else sorted(f"{a}{op}{b}" for a, op, b in
+                                                                 brute_legal(state.numbers))
+            out.append([Line(t, -1.0, len(t) + 1, True) for t in texts])
+        return out, [0.5] * len(contexts)
+
+
+def test_stub_state_has_one_live_and_one_dead_move():
+    assert brute_solvable(ROOT.target, ROOT.numbers)
+    assert brute_solvable(ROOT.target, list(brute_after(ROOT.numbers, 5, "+", 3).elements()))
+    assert not brute_solvable(ROOT.target, list(brute_after(ROOT.numbers, 2, "*", 5).elements()))
+
+
+def oracle_search(root_lines: list[str], simulations: int):
+    settings = CountdownSearchSettings(candidates=2, simulations=simulations)
+    env = LineSearch(StubPolicy(root_lines), settings, "oracle")
+    [result] = search(env, [node_state(Episode.start(ROOT))], search_settings(settings, simulations, 0.0),
+                      random.Random(0))
+    return [result.tree.nodes[i] for i in result.tree.root.children]
+
+
+def is_live(node) -> bool:
+    """A child known by its state (not by its action): can its numbers still reach the target (brute force)?"""
+    target, numbers = node.state["states"][-1]
+    return brute_solvable(target, numbers)
+
+
+@pytest.mark.parametrize("order", [
+    [LIVE, DEAD],
+    [DEAD, LIVE],
+], ids=["live_first", "dead_first"])
+def test_oracle_search_expands_the_live_child_first(order):
+    children = oracle_search(order, 2)
+    assert len(children) == 2 and sum(map(is_live, children)) == 1
+    assert [c.prior for c in children] == [0.5, 0.5]
+    assert [c.state["states"][-1][1] for c in children] == [[2, 8] if line == LIVE else [3, 10] for line in order]
+    first = min((c for c in children if c.expanded_at >= 0), key=lambda c: c.expanded_at)
+    assert is_live(first)
+
+
+@pytest.mark.parametrize("order", [[LIVE, DEAD], [DEAD, LIVE]], ids=["live_first", "dead_first"])
+def test_oracle_search_visits_the_live_child_most(order):
+    children = oracle_search(order, 8)
+    live = next(c for c in children if is_live(c))
+    dead = next(c for c in children if not is_live(c))
+    assert live.visits > dead.visits
+    assert live.info["solvable"] and not dead.info["solvable"]
+
+
+def test_search_children_are_named_by_their_line():
+    children = oracle_search([LIVE, DEAD], 2)
+    assert [c.action for c in children] == [LIVE, DEAD]
+    assert [c.info["line"] for c in children] == [LIVE, DEAD]
+
+
+# -- the AlphaZero arm's visit targets -------------------------------------------------------------------------------
+
+def searched_games(explore: bool, seed: int = 2):
+    """Games of play_searched over a few 3-number problems, and what each state's `lines` call returned."""
+    policy = MixedPolicy(seed=seed)
+    calls = counted(policy)
+    settings = CountdownSearchSettings(candidates=4, simulations=6)
+    games, _, _ = play_searched(policy, list(heldout(3, "unseen")[:3]), settings, "learned", random.Random(1),
+                             explore=explore, generator=torch.Generator().manual_seed(seed))
+    return policy, games, {c: g for cs, drawn in calls for c, g in zip(cs, drawn)}
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_searched_targets(explore):
+    _, games, returned = searched_games(explore)
+    moves = [m for g in games for m in g.moves]
+    assert any(len(m.lines) > 1 for m in moves)
+    refused_seen = False
+    for m in moves:
+        state = state_of(m.text)
+        lines = list(m.lines)
+        sampled = {l.text for l in returned[m.text] if l.ended and accepted_by_hand(state, l.text)}
+        refused_seen |= any(not (l.ended and accepted_by_hand(state, l.text)) for l in returned[m.text])
+        assert len(lines) == len(set(lines)) == len(m.targets)
+        assert set(lines) == sampled  # every accepted line, and no refused one
+        if lines:
+            assert sum(m.targets) == pytest.approx(1.0, abs=1e-9)
+            assert all(t >= 0 for t in m.targets)
+        if not explore and m.played in m.lines:  # the most visited line has the largest share
+            assert m.targets[m.lines.index(m.played)] == max(m.targets)
+    assert refused_seen
+
+
+def test_alphazero_update_reads_searched_moves():
+    policy, games, _ = searched_games(explore=True)
+    moves = [m for g in games for m in g.moves]
+    assert all(isinstance(l, str) for m in moves for l in m.lines) and all(isinstance(m.played, str) for m in moves)
+    outcomes = [float(g.solved) for g in games for _ in g.moves]
+    logs = Learner(policy, ArmSettings(batch_size=8)).alphazero(moves, outcomes, random.Random(0))
+    assert logs["policy_loss"] == logs["policy_loss"]  # a number, not nan: some line carried a share
