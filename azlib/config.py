@@ -22,6 +22,8 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter,
                       ValidationError, field_validator, model_validator)
 
+from azlib.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, CountdownSearchSettings, EvalSettings,
+                                      ImitationSettings, PolicyShape)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.textsearch.env import TextSearchSettings
 from azlib.textsearch.forking import ForkSettings
@@ -116,6 +118,11 @@ GRPO = section(GRPOSettings)
 Train = section(TrainSettings, fixed=("seed",))
 RLT = section(RLTSettings)
 Fork = section(ForkSettings)
+CountdownPolicy = section(PolicyShape)
+Imitation = section(ImitationSettings)
+CountdownArms = section(ArmSettings)
+CountdownSearch = section(CountdownSearchSettings)
+CountdownEval = section(EvalSettings)
 
 # Step counts of the easy arithmetic task's problems: a non-empty list within 1..4.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
@@ -430,6 +437,28 @@ class RLTParams(StudentParams, GSM8KParams, EngineParams):
     eval_max_new_tokens: int = Field(ge=1)
 
 
+class CountdownParams(NotebookParams):
+    """Notebook 08: AlphaZero for a language model on Countdown (azlib.countdown): one start by imitation, the arms
+    at equal generated characters over seeds, every test-time method on held-out seen and unseen targets."""
+
+    size: int = Field(ge=3, le=4, description="numbers per problem (3: the easy setting; 4: Stream of Search's)")
+    seeds: list[int] = Field(min_length=1, description="training seeds: every arm is trained once per seed")
+    arms: list[Literal[COUNTDOWN_ARMS]] = Field(min_length=1, description="rft, grpo, alphazero, alphazero_oracle")
+    methods: list[Literal["greedy", "sample", "best_of", "mcts", "mcts_oracle"]] = Field(
+        min_length=1, description="test-time methods on the start and every trained policy")
+    policy: CountdownPolicy = Field(description="azlib.countdown.settings.PolicyShape fields: the GPT's shape")
+    imitation: Imitation = Field(description="ImitationSettings fields: the start's solutions, steps and rate")
+    training: CountdownArms = Field(description="ArmSettings fields: iterations, characters per iteration, ...")
+    search: CountdownSearch = Field(description="CountdownSearchSettings fields: candidates, simulations, prior, ...")
+    evaluation: CountdownEval = Field(description="EvalSettings fields: held-out problems, best-of N, simulations")
+    curve_problems: int = Field(ge=1, le=500, description="unseen problems solved greedily after every iteration")
+    workers: int = Field(ge=0, le=64, description="processes for the arms (one torch thread each); 0: in the kernel")
+    device: Literal["cpu", "cuda"] = Field("cpu", description="where the policy runs (a 0.8M-parameter GPT: cpu)")
+    legal_only: bool = Field(True, description="the engine offers only legal lines, character by character (as "
+                                               "AlphaZero masks illegal moves); false: the model may write any line "
+                                               "and the rules refuse it (a loss)")
+
+
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "01_toy_bandit_grpo": ToyBanditParams,
     "02_mcts_tree": MctsTreeParams,
@@ -438,6 +467,7 @@ NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
     "05_base_vs_trained": BaseVsTrainedParams,
     "06_rlt_teachers": RLTParams,
     "07_referee_rl": RefereeRLParams,
+    "08_countdown_alphazero": CountdownParams,
 }
 
 
@@ -607,7 +637,9 @@ def _layered(notebook: str, defaults: dict[str, Any], profile: str | None, outpu
             f"notebook {notebook}: unknown parameter(s) {unknown} in params/{profile}/{notebook}.yaml; "
             f"known: {sorted(schema)}"
         )
-    overrides = env_overrides(schema)
+    # the budget variables set SearchSettings' fields: a notebook whose `search` is another type (08's) takes none
+    fields = params_model(notebook).model_fields
+    overrides = env_overrides({n for n in schema if n != "search" or fields[n].annotation is SearchSettings})
     values = {**defaults, "output_dir": str(output_dir)}
     for name, value in profile_values.items():  # a section in a profile changes only the fields it names
         both_dicts = isinstance(value, dict) and isinstance(values.get(name), dict)

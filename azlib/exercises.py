@@ -410,6 +410,68 @@ def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None
                   "candidates keep their ratios.")
 
 
+# -- 08: Countdown's solvability oracle (azlib.countdown.rules.solvable) ------------------------------
+
+def _loose_reach(numbers: tuple[int, ...], divide: Callable[[Any, Any], Any]) -> set:
+    """Every value the numbers reach, each used once, when a division need not come out whole (`divide(a, b)`, b
+    not 0) and nothing else is refused: the values a looser reading of the rules would allow."""
+    if len(numbers) == 1:
+        return set(numbers)
+    out = set()
+    for i in range(len(numbers)):
+        for j in range(len(numbers)):
+            if i != j:
+                rest = tuple(x for k, x in enumerate(numbers) if k not in (i, j))
+                a, b = numbers[i], numbers[j]
+                values = {a + b, a * b} | ({a - b} if a >= b else set()) | ({divide(a, b)} if b else set())
+                for value in values:
+                    out |= _loose_reach((*rest, value), divide) if rest else {value}
+    return out
+
+
+def _same_truth(mine: Any, theirs: bool, rtol: float | None = None) -> bool:
+    try:
+        return mine in (0, 1) and bool(mine) == theirs  # True, False (numpy's too), or 1 and 0
+    except (TypeError, ValueError):
+        return False
+
+
+def check_solvable(fn: Callable[[list[int], int], bool], seed: int | None = None) -> Grade:
+    """fn(numbers, target) -> whether the numbers can still reach the target under Countdown's rules, as
+    azlib.countdown.rules.solvable(State(target, numbers))."""
+    import itertools
+    from fractions import Fraction
+
+    from azlib.countdown.rules import State, reachable, solvable
+
+    rng = random.Random(seed)
+    cases = []
+    for k in range(CASES):
+        while True:
+            numbers = [rng.randint(1, 30 if k % 4 == 2 else 99) for _ in range(rng.choice([2, 3, 3, 4]))]
+            whole = reachable(tuple(sorted(numbers)))
+            if k % 4 == 0:  # reachable: some target the numbers make, every one of them used
+                pool = {t for t in whole if 1 <= t <= 1000}
+            elif k % 4 == 1:  # made by some of the numbers, or one of them already, but not by all of them
+                parts = set(numbers).union(*(reachable(tuple(sorted(c))) for r in range(2, len(numbers))
+                                             for c in itertools.combinations(numbers, r)))
+                pool = {t for t in parts if 1 <= t <= 1000} - whole
+            elif k % 4 == 2:  # made only through a division that does not come out whole (a fraction, or floored)
+                loose = _loose_reach(tuple(numbers), Fraction if k % 8 == 2 else int.__floordiv__)
+                pool = {int(t) for t in loose if t == int(t) and 1 <= t <= 1000} - whole
+            else:  # a target as the game draws them, reachable or not
+                pool = set(range(10, 101))
+            if pool:
+                break
+        target = rng.choice(sorted(pool))
+        cases.append(((list(numbers), target), {}, solvable(State(target, tuple(numbers)))))
+    return _grade("solvability oracle", fn, cases, compare=_same_truth, hint=(
+        "the game ends when one number is left, and it is won only if that number is the target: every number must "
+        "be used, each once. Each move replaces two numbers by one result, and the rules accept a result only if it "
+        "is a whole number that is not negative. Try every pair, in both orders, with every operator, and ask the "
+        "same question of what is left."))
+
+
 # -- Concept checks: multiple choice, where code would be contrived ------------------------------------
 # The question and its lettered choices are in the notebook; here only a digest of the right letter, so
 # reading this file does not give the answer away (notebooks/solutions.py has the letters, with reasons).
@@ -486,6 +548,14 @@ CONCEPTS = {
         "the ground-truth-only arm", "abcd", "f3eafcc4a4862920",
         "with β = 0, compare each q with the even share 1/|A_t|: which candidates get a payment, and of what size? "
         "Put that into L_RL."),
+    "08_visit_shares": Concept(
+        "the visit shares as the policy target", "abcd", "7e0f6ddb98e5c86d",
+        "think about the next round at the same state: its candidates are sampled from the trained model. What "
+        "becomes of an alternative that the model was taught to give almost no probability?"),
+    "08_oracle_arm": Concept(
+        "what the oracle arm measures", "abcd", "4587442bcfecc5e1",
+        "to run this arm on a fresh puzzle, what must be available at each leaf, and what else would that same tool "
+        "do for the puzzle on its own?"),
 }
 
 

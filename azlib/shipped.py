@@ -19,6 +19,8 @@ TREE_VS_SAMPLING = RESULTS_DIR / "tree-vs-sampling-all"
 # notebook 03's and 06's numbers under the cpu profile (azlib run --profile cpu), each its metrics.json section
 TEACHER_ENSEMBLE = RESULTS_DIR / "teacher-ensemble-cpu"
 RLT = RESULTS_DIR / "rlt-cpu"
+# notebook 08's comparison under the cpu profile (benchmarks/countdown_alphazero.py), azlib.countdown's summary
+COUNTDOWN = RESULTS_DIR / "countdown-cpu"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Worked solutions to the exercises of notebooks 01-07, written from the formulas (not by calling azlib), and
+"""Worked solutions to the exercises of notebooks 01-08, written from the formulas (not by calling azlib), and
 the answers to their concept checks (CONCEPT_ANSWERS, at the end, each with its reasons). Open this file after
 you have tried: the graders in azlib/exercises.py check your own function or letter, not these.
 
@@ -108,6 +108,23 @@ def candidate_rewards(ids, target, referee_logits, cfg):
     return [r * shrink for r in raw]
 
 
+# 08 · Countdown's oracle: with one number left, solved if it is the target; otherwise try every ordered pair, every
+# operator whose result is a whole number >= 0 (a - b needs a >= b, a / b needs b > 0 dividing a), and recurse on
+# the numbers left with the result in place of the pair. Every number is used exactly once.
+def solvable(numbers, target):
+    if len(numbers) == 1:
+        return numbers[0] == target
+    for i, a in enumerate(numbers):
+        for j, b in enumerate(numbers):
+            if i == j:
+                continue
+            rest = [x for k, x in enumerate(numbers) if k not in (i, j)]
+            results = [a + b, a * b] + ([a - b] if a >= b else []) + ([a // b] if b and a % b == 0 else [])
+            if any(solvable(rest + [r], target) for r in results):
+                return True
+    return False
+
+
 # Concept checks (multiple choice; the questions are at the end of each notebook): the right letter, and why each
 # choice is right or wrong.
 CONCEPT_ANSWERS = {
@@ -194,4 +211,19 @@ CONCEPT_ANSWERS = {
     # (b) The smoothing only sets q; the other candidates stay below 1/|A| and are paid nothing. (d) β = 0 removes
     # the referee from q.
     "07_beta_zero": "c",
+    # (b) The root's visit shares say how the search divided its simulations among the lines the model proposed: a
+    # distribution, which AlphaZero's loss -pi . log p fits. The next round's candidates are sampled from the trained
+    # model, so a line it was taught to give almost no probability is seldom sampled again, and the search cannot
+    # consider it; fitting the shares keeps the runners-up proposable. (a) The most visited line needs no oracle:
+    # it is read off the visit counts. (c) The game's outcome z is the value head's target, not the policy's.
+    # (d) The update generates no characters; both targets reuse the same search.
+    "08_visit_shares": "b",
+    # (c) With the exact oracle at the leaves the search never misjudges a state: the arm shows what a perfect value
+    # would buy the search and the training, a ceiling for the learned value. It is not a method to deploy: whoever
+    # holds the oracle holds a solver (azlib.countdown.rules.solve) and needs no model at all. (a) Checking a finished
+    # answer is cheap; knowing whether a half-played state can still be won is the solver's whole work, so a
+    # deployment that had it would not need the search. (b) It trains
+    # from the same start on the same problems as alphazero, with another value, not another seed. (d) It samples
+    # the same candidate lines and spends the same generated characters; only the leaves' values differ.
+    "08_oracle_arm": "c",
 }

@@ -107,6 +107,14 @@ def test_env_overrides_apply_only_to_known_params(monkeypatch):
         config.env_overrides({"search"})
 
 
+def test_the_text_search_budget_variables_leave_countdowns_search_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUM_MCTS_ITERATIONS", "5")
+    params, overrides = config.resolve(config.NOTEBOOKS_DIR / "08_countdown_alphazero.ipynb", "smoke", tmp_path)
+    assert overrides == {} and params.search.simulations == 4
+    params, overrides = config.resolve(config.NOTEBOOKS_DIR / "02_mcts_tree.ipynb", "smoke", tmp_path)
+    assert overrides == {"search.num_simulations": 5} and params.search.num_simulations == 5
+
+
 def test_a_profile_or_env_var_changes_one_field_of_a_section(tmp_path, monkeypatch):
     """Sections merge field by field: notebook cell < profile < env; the result is the library's own type."""
     nb = config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"

@@ -18,7 +18,7 @@ from azlib.countdown.play import Episode, LineSearch, node_state, play_episodes,
 from azlib.countdown.policy import Line, Policy, PolicyValueNet, shape
 from azlib.countdown.problems import (HELDOUT_SIZE, MAX_TARGET, MIN_TARGET, heldout, make_heldout, target_split,
                                      training_problems)
-from azlib.countdown.rules import (Move, State, apply, legal_moves, parse_move, problem_text, reachable, solvable,
+from azlib.countdown.rules import (Move, State, apply, legal_moves, parse_move, reachable, solvable,
                                    solve, step)
 from azlib.countdown.arms import Learner
 from azlib.countdown.settings import ArmSettings, CountdownSearchSettings

@@ -107,6 +107,39 @@ def _negamax_alternating_from_the_root_negated(leaf_value, depth):
     return [-leaf_value if i % 2 == 0 else leaf_value for i in range(depth + 1)]
 
 
+def _solvable_with_unused_numbers(numbers, target):
+    """Won as soon as some of the numbers make the target: the rest may be left unused."""
+    import itertools
+
+    return any(solutions.solvable(list(part), target) for r in range(1, len(numbers) + 1)
+               for part in itertools.combinations(numbers, r))
+
+
+def _solvable_with_loose_division(numbers, target, divide):
+    if len(numbers) == 1:
+        return numbers[0] == target
+    for i, a in enumerate(numbers):
+        for j, b in enumerate(numbers):
+            if i != j:
+                rest = [x for k, x in enumerate(numbers) if k not in (i, j)]
+                results = [a + b, a * b] + ([a - b] if a >= b else []) + ([divide(a, b)] if b else [])
+                if any(_solvable_with_loose_division(rest + [r], target, divide) for r in results):
+                    return True
+    return False
+
+
+def _solvable_with_fractions(numbers, target):
+    """a / b allowed when it does not come out whole (exact fractions)."""
+    from fractions import Fraction
+
+    return _solvable_with_loose_division(numbers, target, Fraction)
+
+
+def _solvable_with_floor_division(numbers, target):
+    """a / b read as Python's a // b: the remainder dropped."""
+    return _solvable_with_loose_division(numbers, target, lambda a, b: a // b)
+
+
 CHECKS = {
     "group_advantages": (exercises.check_group_advantages, solutions.group_advantages,
                          [_population_std_advantages, _unscaled_advantages]),
@@ -145,6 +178,8 @@ CHECKS = {
     "candidate_rewards": (exercises.check_candidate_rewards, solutions.candidate_rewards,
                           [_referee_rewards_all_paid, _referee_rewards_unclamped, _referee_rewards_smoothing_over_all,
                            _referee_rewards_clamp_each]),
+    "solvable": (exercises.check_solvable, solutions.solvable,
+                 [_solvable_with_unused_numbers, _solvable_with_fractions, _solvable_with_floor_division]),
 }
 
 

@@ -132,16 +132,39 @@ def check_07(m):
     assert m["verdict"].startswith(m["corpus"])
 
 
+def check_08(m):
+    arms, methods = ["rft", "grpo", "alphazero", "alphazero_oracle"], ["greedy", "best_of", "mcts", "mcts_oracle"]
+    assert (m["size"], m["seeds"], m["arms"]) == (3, 1, ",".join(arms))
+    for who in ["start", *arms]:  # every solve rate a share, for the start and every arm, each method
+        for method in methods:
+            assert 0 <= m[f"{who}_{method}_unseen"] <= 1, (who, method)
+        assert 0 <= m[f"{who}_greedy_seen"] <= 1, who
+    for arm in arms:
+        assert m[f"{arm}_tokens"] >= 2 * 400, f"{arm} spends its budget in every iteration"
+        assert m[f"{arm}_value_precision"] is None or 0 <= m[f"{arm}_value_precision"] <= 1, arm
+        assert -1 <= m[f"{arm}_mcts_vs_best_of_k_difference"] <= 1 and m[f"{arm}_mcts_vs_best_of_k_p_holm"] == 1.0
+        assert 0 < m[f"{arm}_best_of_k_characters"] and 0 < m[f"{arm}_mcts_characters"], arm
+    assert isinstance(m["mcts_vs_best_of_k_at_equal_characters"], bool)
+    for split in ("unseen", "seen"):  # one seed: no spread across seeds, so no test (p = 1)
+        for a in ("rft", "grpo"):
+            for b in ("alphazero", "alphazero_oracle"):
+                assert -1 <= m[f"{split}_{a}_vs_{b}_difference"] <= 1 and m[f"{split}_{a}_vs_{b}_p_holm"] == 1.0
+    assert m["verdict"].startswith("Countdown with 3 numbers") and all(arm in m["verdict"] for arm in arms)
+    assert "AlphaZero did not beat rft or grpo" in m["verdict"] and "MCTS did not beat best-of-k" in m["verdict"]
+
+
 METRIC_CHECKS = {"01_toy_bandit_grpo": check_01, "02_mcts_tree": check_02, "03_teacher_ensemble": check_03,
                  "04_gsm8k_run": check_04, "05_base_vs_trained": check_05, "06_rlt_teachers": check_06,
-                 "07_referee_rl": check_07}
+                 "07_referee_rl": check_07, "08_countdown_alphazero": check_08}
 
 
 FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"],
            "03": ["03_weights", "03_teacher_speed", "03_similarity", "03_shipped"],
            "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy", "05_shipped", "05_step_checks"],
-           "06": ["06_teacher_rewards", "06_students", "06_shipped"], "07": ["07_bits_per_char", "07_reward_diagnostics"]}
-TREES = {"02": ["02_tictactoe", "02_text"], "03": ["03_problem0", "03_problem1"], "04": ["04_forked"]}
+           "06": ["06_teacher_rewards", "06_students", "06_shipped"], "07": ["07_bits_per_char", "07_reward_diagnostics"],
+           "08": ["08_imitation", "08_learning", "08_methods", "08_value"]}
+TREES = {"02": ["02_tictactoe", "02_text"], "03": ["03_problem0", "03_problem1"], "04": ["04_forked"],
+         "08": ["08_countdown"]}
 
 
 class SmokeRun:
@@ -287,6 +310,23 @@ class TestSmokeRunOthers(SmokeRun):
             assert svg.startswith("<svg") and 'class="azlib-legend"' in svg
             assert svg.count('class="azlib-node"') == len(shown_nodes(tree, top_k=3)), \
                 "save_tree's default: top 3 children"
+
+
+class TestSmokeRun08(SmokeRun):
+    prefixes = ("08",)
+
+    def test_its_tree_is_saved_coloured_by_the_oracle(self, smoke_run):
+        """The first move's search, with its history for the replay; the SVG's legend names the oracle's kinds of
+        its nodes (solvable, dead; refused lines only without the legal-move mask)."""
+        from azlib.mcts import Tree
+        from azlib.viz import solvable_kind
+
+        out, _, _ = smoke_run
+        tree = Tree.load(out / "trees" / "08_countdown.json")
+        assert tree.root.visits > 0 and tree.history, "the tree keeps its history for the replay"
+        svg = (out / "trees" / "08_countdown.svg").read_text()
+        kinds = set(re.findall(r'<rect class="azlib-kind"[^>]*/>\n<text[^>]*>([^<]*)</text>', svg))
+        assert kinds == {solvable_kind(n) for n in tree.nodes[1:]} and kinds <= {"solvable", "dead"}
 
 
 def test_the_smoke_runs_cover_every_notebook_once():

@@ -126,3 +126,42 @@ def test_the_widget_colours_notebook_03s_tree_by_the_menus_choice(tmp_path):
         TreeWidget(tree, "t", describe_text_node, colourings=TEXT_KINDS, colour="teacher")
     saved = save_tree(tree, tmp_path, "t", "t", describe_text_node, colour_by=TEXT_KINDS["proposer"]).read_text()
     assert set(fills(saved)[1]) == {"tutor", "student", "http-tutor + student"}
+
+
+def countdown_tree():
+    """Notebook 08's picture: a search over a tiny net's legal lines on a 3-number problem, replay recorded."""
+    import torch
+
+    from azlib.countdown.play import play_searched
+    from azlib.countdown.policy import Policy, PolicyValueNet, shape
+    from azlib.countdown.rules import State
+    from azlib.countdown.settings import CountdownSearchSettings
+
+    torch.manual_seed(0)
+    policy = Policy(PolicyValueNet(shape(n_layer=1, n_head=2, n_embd=16)))
+    played = play_searched(policy, [State(10, (2, 5, 3))], CountdownSearchSettings(candidates=8, simulations=12),
+                           "learned", random.Random(0), explore=False, keep_trees=True,
+                           generator=torch.Generator().manual_seed(0))
+    return played.games[0].trees[0]
+
+
+def test_a_countdown_tree_is_coloured_by_the_oracle_and_labelled_by_its_lines(tmp_path):
+    from azlib.countdown.rules import State, apply, parse_move, solvable
+    from azlib.viz.countdown import describe_countdown_node, solvable_kind
+
+    tree = countdown_tree()
+    children = [tree.nodes[i] for i in tree.root.children]
+    truth = {c.action: solvable(apply(State(10, (2, 5, 3)), parse_move(c.action))) for c in children}
+    assert set(truth.values()) == {True, False}, "the sampled lines hold both a live and a dead move"
+    nodes, kinds = fills(tree_svg(tree, "t", describe_countdown_node, colour_by=solvable_kind, top_k=None))
+    assert {"solvable", "dead"} <= set(kinds) and nodes[0] == "#ffffff"
+    for i in tree.root.children:
+        if tree.nodes[i].visits:
+            assert nodes[i] == kinds["solvable" if truth[tree.nodes[i].action] else "dead"]
+    label, details = describe_countdown_node(children[0])
+    assert label == children[0].action and children[0].state["text"] in details
+    widget = TreeWidget(tree, "t", describe_countdown_node, colourings={"oracle": solvable_kind}, colour="oracle")
+    assert set(fills(widget.svg)[1]) == set(kinds)
+    saved = save_tree(tree, tmp_path, "08_countdown", "t", describe_countdown_node, colour_by=solvable_kind)
+    assert Tree.load(tmp_path / "08_countdown.json").nodes[1].state == tree.nodes[1].state
+    assert set(fills(saved.read_text())[1]) <= set(kinds)

@@ -8,6 +8,7 @@ import random
 from typing import Sequence
 
 import torch
+from scipy import stats
 
 from azlib.countdown.play import Episode, play_episodes, play_searched
 from azlib.countdown.policy import Policy
@@ -21,7 +22,9 @@ METHODS = ("greedy", "sample", "best_of", "mcts", "mcts_oracle")
 def value_quality(policy: Policy, episodes: Sequence[Episode], threshold: float = 0.5) -> dict[str, float]:
     """The value head as a verifier of partial states: every unfinished state the episodes reached, called solvable
     where v > threshold, against the exact oracle. precision = P(solvable | called solvable), recall =
-    P(called solvable | solvable), base_rate = P(solvable)."""
+    P(called solvable | solvable), base_rate = P(solvable); auc = P(v(solvable) > v(dead)) over pairs, ties half
+    (the ranking, whatever the threshold: the value estimates this policy's chance, which can sit below 0.5 at
+    every solvable state of a weak policy)."""
     texts, truth = [], []
     for episode in episodes:
         for end, state in zip(episode.state_ends, episode.states):
@@ -30,19 +33,24 @@ def value_quality(policy: Policy, episodes: Sequence[Episode], threshold: float 
                 truth.append(solvable(state))
     if not texts:
         return {"value_precision": float("nan"), "value_recall": float("nan"), "value_base_rate": float("nan"),
-                "value_states": 0}
-    called = [v > threshold for v in policy.values(texts)]
+                "value_auc": float("nan"), "value_states": 0}
+    values = policy.values(texts)
+    called = [v > threshold for v in values]
     hits = sum(c and t for c, t in zip(called, truth))
+    live = [v for v, t in zip(values, truth) if t]
+    dead = [v for v, t in zip(values, truth) if not t]
+    auc = float(stats.mannwhitneyu(live, dead).statistic) / (len(live) * len(dead)) if live and dead else float("nan")
     return {"value_precision": hits / sum(called) if any(called) else float("nan"),
             "value_recall": hits / sum(truth) if any(truth) else float("nan"),
-            "value_base_rate": sum(truth) / len(truth), "value_states": len(texts)}
+            "value_base_rate": sum(truth) / len(truth), "value_auc": auc, "value_states": len(texts)}
 
 
 def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, search: CountdownSearchSettings,
              seed: int, methods: Sequence[str] = METHODS) -> dict:
     """Per method: `solved` (one bool per problem) and `tokens` (generated characters per problem); `best_of` also
-    at the search's token count (`best_of_at_mcts_tokens`, unbiased pass@k from the same samples), and the value's
-    quality on the sampled episodes' states."""
+    at the search's token count (`best_of_at_mcts_tokens`, unbiased pass@k from the same samples; `capped` where the
+    search spent more than `best_of` samples cost, so k stops short of it), and the value's quality on the sampled
+    episodes' states."""
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown test-time methods {sorted(unknown)}: choose from {METHODS}")
@@ -69,9 +77,10 @@ def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, 
             out[method] = {"solved": [g.found for g in games], "played": [g.solved for g in games],
                            "tokens": tokens / n, "value_evaluations": evaluations / n}
     if sampled is not None and "mcts" in out:
-        k = max(1, min(settings.best_of, round(out["mcts"]["tokens"] / max(out["sample"]["tokens"], 1e-9))))
+        wanted = max(1, round(out["mcts"]["tokens"] / max(out["sample"]["tokens"], 1e-9)))
+        k = min(settings.best_of, wanted)
         out["best_of_at_mcts_tokens"] = {
-            "k": k, "tokens": k * out["sample"]["tokens"],
+            "k": k, "capped": k < wanted, "tokens": k * out["sample"]["tokens"],
             "solved_share": [pass_at_k(settings.best_of, c, k) for c in out["best_of"]["correct_counts"]]}
     return out
 

@@ -1,11 +1,12 @@
 """The language-model policy that plays Countdown: a character-level GPT (azlib.referee.gpt) with a value head on
 its last hidden state, AlphaZero's f(s) -> (p, v) over text. It samples the lines a model writes (batched, with a
-key-value cache), scores given lines, and values states. Not the search (azlib.countdown.search) nor the losses
+key-value cache), scores given lines, and values states. Not the search (azlib.countdown.play) nor the losses
 (azlib.countdown.arms).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple, Sequence
 
 import torch
@@ -35,7 +36,8 @@ def _no_pad(logits: torch.Tensor) -> torch.Tensor:
     return logits.index_fill(-1, torch.tensor([PAD], device=logits.device), -torch.inf)
 
 
-def _continuations(lines: Sequence[str]) -> dict[str, list[int]]:
+@lru_cache(maxsize=1 << 16)
+def _continuations(lines: tuple[str, ...]) -> dict[str, list[int]]:
     """Prefix -> the ids of the characters that continue it towards one of `lines` (a trie, flattened)."""
     out: dict[str, set[int]] = {}
     for line in lines:
@@ -157,7 +159,7 @@ class Policy:
         logprob = torch.zeros(rows, device=self.device)
         open_rows = torch.ones(rows, dtype=torch.bool, device=self.device)
         ended = torch.zeros(rows, dtype=torch.bool, device=self.device)
-        continuations = None if legal is None else [_continuations(lines) for lines in legal]
+        continuations = None if legal is None else [_continuations(tuple(lines)) for lines in legal]
         prefixes = [""] * rows
         for t in range(MAX_MOVE_CHARS):
             logits = _no_pad(logits)
@@ -222,14 +224,18 @@ def _legal_mask(texts, written, legal, shape) -> torch.Tensor:
     """[B, T-1, V]: True where a character may follow position t (every character, except inside a model-written
     line, where only those that continue one of its legal lines)."""
     keep = torch.ones(shape, dtype=torch.bool)
+    rows, positions, ids = [], [], []
     for b, (text, wrote, spans) in enumerate(zip(texts, written, legal)):
         for start, lines in spans:
-            continuations = _continuations(lines)
+            continuations = _continuations(tuple(lines))
             j = start
             while j < len(text) and wrote[j]:
                 allowed = continuations.get(text[start:j])
                 if allowed is not None:  # a line that left the legal ones (written without the mask): unmasked
+                    rows += [b] * len(allowed)
+                    positions += [j - 1] * len(allowed)
+                    ids += allowed
                     keep[b, j - 1] = False
-                    keep[b, j - 1, allowed] = True
                 j += 1
+    keep[rows, positions, ids] = True
     return keep

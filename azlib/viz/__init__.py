@@ -1,9 +1,11 @@
 """Visualisation: training and evaluation curves, an experiment's accuracies and comparisons, a run's headline
-numbers beside the shipped run's, search trees (static SVG and a JupyterLab widget), and widgets to play with (the
-bandit's knobs as sliders, tic-tac-toe against the net). Draws only; every number it shows was computed elsewhere in
-azlib."""
+numbers beside the shipped run's, Countdown's arms and methods (notebook 08), search trees (static SVG and a
+JupyterLab widget), and widgets to play with (the bandit's knobs as sliders, tic-tac-toe against the net). Draws
+only; every number it shows was computed elsewhere in azlib."""
 
 from azlib.viz.beside import plot_ensemble, plot_rlt
+from azlib.viz.countdown import (describe_countdown_node, plot_learning, plot_methods, plot_value_precision,
+                                 solvable_kind)
 from azlib.viz.curves import plot_seed_curves
 from azlib.viz.game import PlayTicTacToe
 from azlib.viz.results import plot_experiment
@@ -12,5 +14,6 @@ from azlib.viz.tree import (TEXT_KINDS, TreeWidget, branch_of, describe_board_no
                             node_details, proposer_of, save_tree, shown_nodes, tree_svg)
 
 __all__ = ["BanditSliders", "PlayTicTacToe", "TEXT_KINDS", "TreeWidget", "branch_of", "describe_board_node",
-           "describe_node", "describe_text_node", "node_details", "plot_ensemble", "plot_experiment", "plot_rlt",
-           "plot_seed_curves", "proposer_of", "save_tree", "shown_nodes", "tree_svg"]
+           "describe_countdown_node", "describe_node", "describe_text_node", "node_details", "plot_ensemble",
+           "plot_experiment", "plot_learning", "plot_methods", "plot_rlt", "plot_seed_curves", "plot_value_precision",
+           "proposer_of", "save_tree", "shown_nodes", "solvable_kind", "tree_svg"]

@@ -110,3 +110,31 @@ def plot_value_precision(result):
     right.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_beside(runs: dict[str, dict], split: str = "unseen"):
+    """Runs side by side (label -> azlib.countdown.experiment.summary(...), e.g. yours and the shipped cpu run): each
+    arm's mean greedy solve rate, and its search's rate beside best-of-k at the search's characters."""
+    fig, (greedy, search) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(runs)
+    for k, (label, run) in enumerate(runs.items()):
+        arms = ["start", *run["setup"]["arms"]]
+        x = np.arange(len(arms)) + (k - (len(runs) - 1) / 2) * width
+        means = run["means"][split]
+        greedy.bar(x, [means["greedy"][a] for a in arms], width, label=label)
+        if "mcts" in means and "best_of_at_mcts_tokens" in means:
+            gain = [means["mcts"][a] - means["best_of_at_mcts_tokens"][a] for a in arms]
+            search.bar(x, gain, width, label=label)
+        for ax in (greedy, search):
+            ax.set_xticks(np.arange(len(arms)), arms, fontsize=8)
+    greedy.set_ylabel(f"greedy solve rate, {split} targets")
+    greedy.set_ylim(0, 1)
+    greedy.set_title("Each arm's policy alone (mean over seeds)")
+    search.axhline(0, color="grey", linewidth=0.8)
+    search.set_ylabel("MCTS minus best-of-k, same characters")
+    search.set_title("What the search adds at test time")
+    for ax in (greedy, search):
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
