@@ -545,3 +545,26 @@ def test_alphazero_update_reads_searched_moves():
     outcomes = [float(g.solved) for g in games for _ in g.moves]
     logs = Learner(policy, ArmSettings(batch_size=8)).alphazero(moves, outcomes, random.Random(0))
     assert logs["policy_loss"] == logs["policy_loss"]  # a number, not nan: some line carried a share
+
+
+def test_update_batches_keep_a_moves_candidate_lines_together():
+    from azlib.countdown.arms import _batches
+
+    units = [m for m in range(30) for _ in range(m % 4 + 1)]  # 30 moves of 1 to 4 candidate lines
+    batches = _batches(units, 8, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(len(units)))
+    owner = {i: b for b, rows in enumerate(batches) for i in rows}
+    assert all(len({owner[i] for i, u in enumerate(units) if u == m}) == 1 for m in range(30))
+
+
+def test_the_value_is_judged_on_states_after_the_first_move_each_once():
+    from azlib.countdown.evaluate import value_quality
+
+    policy = tiny_policy(seed=5, legal_only=True)
+    problems = list(heldout(3, "unseen")[:6])
+    episodes = [e for g in play_episodes(policy, problems, 4, 1.0, torch.Generator().manual_seed(0)) for e in g]
+    middle = {e.text[:end + 1] for e in episodes for end, s in zip(e.state_ends[1:], e.states[1:]) if not s.finished}
+    quality = value_quality(policy, episodes)
+    assert quality["value_states"] == len(middle) > 0
+    truth = [solvable(state_of(t)) for t in middle]
+    assert quality["value_base_rate"] == pytest.approx(sum(truth) / len(truth))

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from azlib.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
 from azlib.countdown.policy import Policy, PolicyValueNet, shape
 from azlib.countdown.problems import draw_training, training_problems
-from azlib.countdown.rules import MOVE_END, State, apply, legal_moves, solve, written_result
+from azlib.countdown.rules import MOVE_END, State, apply, legal_lines, solve, written_result
 from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape)
 from azlib.grpo import group_advantages
 
@@ -65,10 +65,20 @@ def episode_rows(policy: Policy, episodes: Sequence[Episode], weights: Sequence[
             for i, (e, span, w) in enumerate(zip(episodes, spans, weights))]
 
 
-def _batches(n: int, size: int, rng: random.Random) -> list[list[int]]:
-    order = list(range(n))
+def _batches(units: Sequence[int], size: int, rng: random.Random) -> list[list[int]]:
+    """Row indices in shuffled batches of about `size` rows; the rows of one unit (AlphaZero's move) stay together."""
+    rows: dict[int, list[int]] = {}
+    for i, unit in enumerate(units):
+        rows.setdefault(unit, []).append(i)
+    order = list(rows)
     rng.shuffle(order)
-    return [order[i:i + size] for i in range(0, n, size)]
+    batches, batch = [], []
+    for unit in order:
+        batch += rows[unit]
+        if len(batch) >= size:
+            batches.append(batch)
+            batch = []
+    return batches + ([batch] if batch else [])
 
 
 class Learner:
@@ -86,8 +96,9 @@ class Learner:
         (the written characters of the rows with weight), "sequence" (each row's mean over its characters, then over
         the rows: GRPO's grpo aggregation), or "unit" (over the distinct units: AlphaZero's moves); plus the value."""
         logs: dict[str, list[float]] = {"policy_loss": [], "value_loss": []}
+        steps = 0
         for _ in range(epochs):
-            for batch in _batches(len(rows), self.settings.batch_size, rng):
+            for batch in _batches([r.unit for r in rows], self.settings.batch_size, rng):
                 picked = [rows[b] for b in batch]
                 spans = None if picked[0].spans is None else [r.spans for r in picked]
                 logp, mask, value = self.policy.transcript_logprobs([r.text for r in picked],
@@ -109,10 +120,11 @@ class Learner:
                 (policy_loss + self.settings.value_weight * value_loss).backward()
                 torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), 1.0)
                 self.optimizer.step()
+                steps += 1
                 logs["policy_loss"].append(policy_loss.item())
                 if targets:
                     logs["value_loss"].append(value_loss.item())
-        return {k: float(sum(v) / len(v)) if v else math.nan for k, v in logs.items()}
+        return {k: float(sum(v) / len(v)) if v else math.nan for k, v in logs.items()} | {"optimizer_steps": steps}
 
     def rft(self, episodes: Sequence[Episode], rng: random.Random) -> dict[str, float]:
         """Expert iteration: -sum log p over the solved episodes' written characters / their count; the value on
@@ -121,9 +133,9 @@ class Learner:
         return self.update(rows, "characters", rng, self.settings.epochs)
 
     def grpo(self, groups: Sequence[Sequence[Episode]], rng: random.Random) -> dict[str, float]:
-        """Binary reward, A = (r - mean) / (std + 1e-4) within a problem's group (azlib.grpo.group_advantages); one
-        update per batch, so the ratio is 1 and the loss is -A log p, averaged per sequence then over sequences
-        (the grpo aggregation)."""
+        """Binary reward, A = (r - mean) / (std + 1e-4) within a problem's group (azlib.grpo.group_advantages); the
+        loss -A log p, averaged per sequence then over sequences (GRPO's own aggregation), one pass over the
+        batches: plain policy gradient with group advantages (no ratio to clip: nothing is reused)."""
         episodes = [e for g in groups for e in g]
         rewards = torch.tensor([float(e.solved) for e in episodes])
         ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])
@@ -138,8 +150,7 @@ class Learner:
         candidate line; the state's value target rides on its first."""
         rows = []
         for m, (move, z) in enumerate(zip(moves, outcomes)):
-            spans = None if not self.policy.legal_only else [
-                (len(move.text), [f"{x}{MOVE_END}" for x in legal_moves(move.state)])]
+            spans = [(len(move.text), legal_lines(move.state))] if self.policy.legal_only else None
             value = ((len(move.text) - 1, z),)
             candidates = [(line, share) for line, share in zip(move.lines, move.targets) if share > 0]
             for k, (line, share) in enumerate(candidates or [("", 0.0)]):
@@ -212,7 +223,7 @@ def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownS
     policy = Policy(copy.deepcopy(start.net), start.device, start.legal_only)
     learner = Learner(policy, settings)
     rng = random.Random(f"{arm} {seed}")
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=policy.device).manual_seed(seed)
     run = ArmRun(arm, policy)
     for iteration in range(1, settings.iterations + 1):
         started, spent = time.perf_counter(), 0

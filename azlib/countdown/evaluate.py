@@ -20,17 +20,18 @@ METHODS = ("greedy", "sample", "best_of", "mcts", "mcts_oracle")
 
 
 def value_quality(policy: Policy, episodes: Sequence[Episode], threshold: float = 0.5) -> dict[str, float]:
-    """The value head as a verifier of partial states: every unfinished state the episodes reached, called solvable
+    """The value head as a verifier of partial states: every distinct unfinished state the episodes reached after
+    their first move (a problem is solvable by construction, so its own state would be a free hit), called solvable
     where v > threshold, against the exact oracle. precision = P(solvable | called solvable), recall =
     P(called solvable | solvable), base_rate = P(solvable); auc = P(v(solvable) > v(dead)) over pairs, ties half
     (the ranking, whatever the threshold: the value estimates this policy's chance, which can sit below 0.5 at
     every solvable state of a weak policy)."""
-    texts, truth = [], []
-    for episode in episodes:
-        for end, state in zip(episode.state_ends, episode.states):
+    seen: dict[str, bool] = {}
+    for episode in episodes:  # the problem itself left out: every problem is solvable, by construction
+        for end, state in zip(episode.state_ends[1:], episode.states[1:]):
             if not state.finished:
-                texts.append(episode.text[:end + 1])
-                truth.append(solvable(state))
+                seen.setdefault(episode.text[:end + 1], solvable(state))
+    texts, truth = list(seen), list(seen.values())
     if not texts:
         return {"value_precision": float("nan"), "value_recall": float("nan"), "value_base_rate": float("nan"),
                 "value_auc": float("nan"), "value_states": 0}
@@ -54,7 +55,7 @@ def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, 
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown test-time methods {sorted(unknown)}: choose from {METHODS}")
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=policy.device).manual_seed(seed)
     out: dict = {}
     n = len(problems)
     if "greedy" in methods:

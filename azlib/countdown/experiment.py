@@ -69,7 +69,8 @@ def curve_point(policy: Policy, problems: Sequence[State]) -> dict:
     """What the learning curves show after an iteration: the greedy solve rate, and the value's quality on the states
     of two samples per problem (at most 50 problems)."""
     episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
-    sampled = [e for g in play_episodes(policy, problems[:50], 2, 1.0, torch.Generator().manual_seed(0)) for e in g]
+    sampled = [e for g in play_episodes(policy, problems[:50], 2, 1.0,
+                                                   torch.Generator(device=policy.device).manual_seed(0)) for e in g]
     return {"greedy_unseen": sum(e.solved for e in episodes) / len(problems)} | value_quality(policy, sampled)
 
 

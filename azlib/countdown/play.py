@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple, Sequence
 import torch
 
 from azlib.countdown.policy import Line, Policy
-from azlib.countdown.rules import MOVE_END, State, legal_moves, problem_text, solvable, step, written_result
+from azlib.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable, step, written_result
 from azlib.countdown.settings import CountdownSearchSettings
 from azlib.mcts.search import Child, Expansion, SearchSettings, search, visit_weights
 
@@ -68,18 +68,17 @@ class Episode:
         self.state_ends.append(len(self.text) - 1)
 
 
-def legal_lines(policy: Policy, states: Sequence[State]) -> list[list[str]] | None:
+def offered(policy: Policy, states: Sequence[State]) -> list[list[str]] | None:
     """What the engine offers the policy at each state: every legal line with its end mark, or None (anything goes,
     and the rules refuse what is illegal) when the policy plays without the mask."""
-    return [[f"{m}{MOVE_END}" for m in legal_moves(s)] for s in states] if policy.legal_only else None
+    return [legal_lines(s) for s in states] if policy.legal_only else None
 
 
 def legal_spans(policy: Policy, episodes: Sequence[Episode]) -> list[list[tuple[int, list[str]]]] | None:
     """For Policy.transcript_logprobs: each model-written line's start and the legal lines there (None: no mask)."""
     if not policy.legal_only:
         return None
-    return [[(start, [f"{m}{MOVE_END}" for m in legal_moves(state)]) for start, state in e.line_starts()]
-            for e in episodes]
+    return [[(start, legal_lines(state)) for start, state in e.line_starts()] for e in episodes]
 
 
 def play_episodes(policy: Policy, problems: Sequence[State], n: int, temperature: float,
@@ -92,12 +91,12 @@ def play_episodes(policy: Policy, problems: Sequence[State], n: int, temperature
     while live := [e for e in flat if not e.over]:
         if first:  # the n episodes of a problem share its text: sample n lines from one context
             lines, _ = policy.lines([g[0].text for g in episodes], n, temperature, generator,
-                                    legal_lines(policy, [g[0].state for g in episodes]))
+                                    offered(policy, [g[0].state for g in episodes]))
             drawn = [line for group in lines for line in group]
             first = False
         else:
             lines, _ = policy.lines([e.text for e in live], 1, temperature, generator,
-                                    legal_lines(policy, [e.state for e in live]))
+                                    offered(policy, [e.state for e in live]))
             drawn = [group[0] for group in lines]
         for episode, line in zip(live, drawn):
             episode.play(line)
@@ -149,13 +148,15 @@ class LineSearch:
         if new:
             by_text = {s["text"]: s for s in states}
             episodes = [episode_of(by_text[text]) for text in new]
-            lines, values = self.policy.lines(new, self.settings.candidates, self.settings.temperature,
-                                              self.generator, legal_lines(self.policy, [e.state for e in episodes]))
-            for text, episode, drawn, value in zip(new, episodes, lines, values):
-                if self.value == "oracle":
-                    value = float(solvable(episode.state))
-                self.cache[text] = Expansion(self._children(episode, drawn), value, sum(l.tokens for l in drawn))
-                self.tokens += self.cache[text].tokens
+            lines, _ = self.policy.lines(new, self.settings.candidates, self.settings.temperature, self.generator,
+                                         offered(self.policy, [e.state for e in episodes]))
+            children = [self._children(e, drawn) for e, drawn in zip(episodes, lines)]
+            values = self._values([child for _, child, _ in (c for group in children for c in group)])
+            for text, group, drawn in zip(new, children, lines):
+                tokens = sum(line.tokens for line in drawn)
+                self.tokens += tokens
+                self.cache[text] = Expansion([Child(line, node_state(child), prior, info, (next(values),))
+                                              for line, child, (prior, info) in group], 0.0, tokens)
         out = []
         for s in states:  # a state expanded before (another tree, an earlier search) costs no tokens again
             expansion = self.cache[s["text"]]
@@ -163,9 +164,8 @@ class LineSearch:
             self.cache[s["text"]] = expansion._replace(tokens=0)
         return out
 
-    def _children(self, episode: Episode, drawn: list[Line]) -> list[Child]:
-        """The distinct lines among `drawn`, each applied by the rules, with its prior and one evaluation: the
-        value of the state it leads to (exact where the line ends the episode or the value is the oracle)."""
+    def _children(self, episode: Episode, drawn: list[Line]) -> list[tuple[str, Episode, tuple[float, dict]]]:
+        """The distinct lines among `drawn`, each applied by the rules: (line, the episode after it, (prior, info))."""
         distinct: dict[tuple[str, bool], list[Line]] = {}
         for line in drawn:
             distinct.setdefault((line.text, line.ended), []).append(line)
@@ -173,23 +173,26 @@ class LineSearch:
             priors = [len(same) / len(drawn) for same in distinct.values()]
         else:
             priors = torch.tensor([same[0].logprob for same in distinct.values()]).softmax(0).tolist()
-        played = []
-        for same in distinct.values():
+        out = []
+        for ((line, _), same), prior in zip(distinct.items(), priors):
             child = episode_of(node_state(episode))
             child.play(same[0])
-            played.append(child)
             if child.solved:
                 self.solved_found.add(child.text)
-        open_children = [c for c in played if not c.over]
+            out.append((line, child, (prior, {"line": line, "samples": len(same), "refused": child.refused,
+                                              "solvable": not child.refused and solvable(child.state)})))
+        return out
+
+    def _values(self, children: list[Episode]):
+        """Each new child's one evaluation, in order: exact at an end (1 if solved, else 0), else the oracle's or
+        the value head's (one batched call for every open child of the step)."""
+        open_children = [c for c in children if not c.over]
+        learned = iter([])
         if self.value == "learned" and open_children:
             learned = iter(self.policy.values([c.text for c in open_children]))
             self.value_evaluations += len(open_children)
-        values = [float(c.solved) if c.over else
-                  float(solvable(c.state)) if self.value == "oracle" else next(learned) for c in played]
-        return [Child(line, node_state(child), prior,
-                      {"line": line, "samples": len(same), "refused": child.refused,
-                       "solvable": not child.refused and solvable(child.state)}, (value,))
-                for ((line, _), same), prior, child, value in zip(distinct.items(), priors, played, values)]
+        return iter([float(c.solved) if c.over else float(solvable(c.state)) if self.value == "oracle"
+                     else next(learned) for c in children])
 
 
 class SearchedMove(NamedTuple):
@@ -246,7 +249,11 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
         for g, result in zip(live, results):
             children = [result.tree.nodes[i] for i in result.tree.root.children]
             accepted = [c for c in children if not c.info["refused"]]
-            shares = visit_weights([c.visits for c in accepted], 1.0)
+            if settings.rule == "gumbel":  # Gumbel MuZero's target: its improved policy over the root's children
+                weights = [w for w, c in zip(result.action_weights, children) if not c.info["refused"]]
+                shares = [w / sum(weights) for w in weights] if sum(weights) > 0 else weights
+            else:
+                shares = visit_weights([c.visits for c in accepted], 1.0)
             chosen = children[result.actions.index(result.action)]
             games[g].moves.append(SearchedMove(states[g]["text"], episode_of(states[g]).state,
                                                [c.action for c in accepted], shares, chosen.action))

@@ -57,7 +57,8 @@ def _only(logits: torch.Tensor, allowed: Sequence[list[int] | None]) -> torch.Te
 
 class Line(NamedTuple):
     """One line the policy wrote: its text without the end mark (what the rules parse), the log-probability of
-    the text and its end under the model (temperature 1), the characters generated, and whether it ended."""
+    the text and its end under the model at temperature 1 (renormalised over the legal characters where the engine
+    masks), the characters generated, and whether it ended."""
 
     text: str
     logprob: float
@@ -117,8 +118,8 @@ def left_padded(texts: Sequence[str], block_size: int, device: str | torch.devic
 
 class Policy:
     """The net behind the calls the search, the arms and the evaluation make: `lines` (sample what the model writes
-    next, with the state's value), `values`, and `transcript_logprobs` (differentiable, for the updates; the
-    model's own distribution, unmasked)."""
+    next, with the state's value), `values`, and `transcript_logprobs` (differentiable, for the updates, under the
+    same legal-line mask the lines were sampled with)."""
 
     def __init__(self, net: PolicyValueNet, device: str = "cpu", legal_only: bool = True):
         self.net, self.device = net.to(device), device
@@ -214,7 +215,7 @@ class Policy:
         logits, value = self.net(ids)
         logits = _no_pad(logits[:, :-1])
         if legal is not None:
-            logits = logits.masked_fill(~_legal_mask(texts, written, legal, logits.shape), -torch.inf)
+            logits = logits.masked_fill(~_legal_mask(texts, written, legal, logits.shape).to(logits.device), -torch.inf)
         logp = F.log_softmax(logits, -1).gather(2, ids[:, 1:, None]).squeeze(2)
         logp = logp.masked_fill(ids[:, 1:] == PAD, 0.0)  # the right padding: -inf, never read
         return logp, model_wrote[:, 1:], value

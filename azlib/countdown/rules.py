@@ -129,6 +129,11 @@ def solve(state: State, rng: random.Random | None = None) -> list[Move] | None:
 # A problem:  "3 8 11 5 -> 52\n".  A step: the model writes "8*5=", the rules write "40 (3 11 40)\n" (the result
 # and the numbers left), or refuse the move and the episode ends as a loss.
 
+def legal_lines(state: State) -> list[str]:
+    """Every legal move as the model writes it, end mark included: what the engine offers when it masks."""
+    return [f"{m}{MOVE_END}" for m in legal_moves(state)]
+
+
 def problem_text(state: State) -> str:
     return f"{' '.join(map(str, state.numbers))} -> {state.target}\n"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from annotated_types import Ge, Gt, Le
+from annotated_types import Ge, Gt
 
 from azlib.fields import check_fields
 
@@ -76,7 +76,6 @@ class ArmSettings:
     batch_size: Annotated[int, Ge(1)] = 64  # sequences per optimiser step
     epochs: Annotated[int, Ge(1)] = 1  # passes over an iteration's data
     value_weight: Annotated[float, Ge(0)] = 1.0  # of the value loss beside the policy loss (every arm trains it)
-    clip: Annotated[float, Gt(0), Le(10)] = 0.2  # grpo: the ratio's clip (one update per batch: ratio 1)
 
     def __post_init__(self):
         check_fields(self)

@@ -25,8 +25,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 cache: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Causal self-attention and MLP. With `mask` ([B, 1, T, keys], True where a query may read a key) the
-        caller's mask replaces the causal one; with `cache` the keys and values of earlier calls are read and this call's are kept, for decoding one position at a time: [] at first (the keys and
-        values are concatenated), or [keys, values, length] with room after `length` (written in place)."""
+        caller's mask replaces the causal one; with `cache` the keys and values of earlier calls are read and this
+        call's are kept, for decoding one position at a time: [] at first (the keys and values are concatenated), or
+        [keys, values, length] with room after `length` (written in place)."""
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
@@ -39,7 +40,8 @@ class Block(nn.Module):
             if cache:
                 k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
             cache[:] = [k, v]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+        # causal by default only where the queries are all the keys (SDPA aligns a causal mask with the first key)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and k.shape[2] == T,
                                            dropout_p=self.dropout if self.training else 0.0)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.mlp(self.ln_2(x))
