@@ -162,7 +162,7 @@ FIGURES = {"01": ["01_algorithms", "01_group_size", "01_chain"],
            "03": ["03_weights", "03_teacher_speed", "03_similarity", "03_shipped"],
            "04": ["04_training", "04_cost"], "05": ["05_training_per_token", "05_accuracy", "05_shipped", "05_step_checks"],
            "06": ["06_teacher_rewards", "06_students", "06_shipped"], "07": ["07_bits_per_char", "07_reward_diagnostics"],
-           "08": ["08_imitation", "08_learning", "08_methods", "08_value"]}
+           "08": ["08_imitation", "08_learning", "08_methods", "08_value", "08_shipped"]}
 TREES = {"02": ["02_tictactoe", "02_text"], "03": ["03_problem0", "03_problem1"], "04": ["04_forked"],
          "08": ["08_countdown"]}
 

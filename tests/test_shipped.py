@@ -122,3 +122,30 @@ def test_the_shipped_rlt_run_is_the_cpu_profiles_and_its_figure_draws_it(tmp_pat
     assert sum(isinstance(c, ErrorbarContainer) for c in accuracy.containers) == 2 * len(students)
     assert sum(isinstance(c, ErrorbarContainer) for c in teacher.containers) == 3, "an interval lacking an end is left out"
     assert accuracy.get_ylim() == (0, 100) and "%" in accuracy.get_ylabel()
+
+
+def test_the_shipped_countdown_run_is_the_cpu_profiles_and_its_figure_draws_it(tmp_path):
+    from azlib.shipped import COUNTDOWN
+    from azlib.viz import plot_beside
+
+    numbers, made = shipped_metrics(COUNTDOWN)
+    assert (made.notebook, made.profile, made.set) == ("08_countdown_alphazero", "cpu", ())
+    assert made.label.startswith("shipped: OMP_NUM_THREADS=1 python benchmarks/countdown_alphazero.py --profile cpu")
+    assert "+dirty" not in made.commit
+    params, _ = config.resolve(config.NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, tmp_path, made.set)
+    setup = numbers["setup"]
+    assert (setup["size"], setup["seeds"], setup["arms"]) == (params.size, params.seeds, params.arms)
+    budget = params.training.iterations * params.training.tokens_per_iteration
+    for arm in params.arms:
+        assert sorted(numbers["arms"][arm]) == [str(s) for s in params.seeds]
+        for seed in params.seeds:
+            spent = numbers["arms"][arm][str(seed)]["training_characters"]
+            assert budget <= spent <= 1.1 * budget, "every arm and seed spends the budget, within a problem's cost"
+        assert len(numbers["histories"][arm]["0"]) == params.training.iterations
+    for method, by_arm in numbers["means"]["unseen"].items():
+        assert all(0 <= r <= 1 for r in by_arm.values()), method
+    fig = plot_beside({"yours": numbers, made.label: numbers})
+    greedy, search = fig.axes
+    drawn = [bar.get_height() for bar in greedy.containers[0]]
+    assert drawn == [numbers["means"]["unseen"]["greedy"][a] for a in ["start", *params.arms]]
+    assert sum(f.stat().st_size for f in COUNTDOWN.iterdir()) < 120_000, "shipped results stay small"

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Gt
 
 from azlib.fields import check_fields
+from azlib.settings import GPTSettings
 
 ARMS = ("rft", "grpo", "alphazero", "alphazero_oracle")  # the training arms, in the order they are shown
 
@@ -24,8 +25,7 @@ class PolicyShape:
 
     def __post_init__(self):
         check_fields(self)
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+        GPTSettings(vocab_size=1, n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd)  # its own checks
 
 
 @dataclass(frozen=True)

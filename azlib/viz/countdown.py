@@ -7,6 +7,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from azlib.countdown.evaluate import rate
 from azlib.mcts.tree import Node
 from azlib.viz.curves import plot_seed_curves
 
@@ -56,8 +57,6 @@ def plot_learning(result, key: str = "greedy_unseen", ylabel: str = "greedy solv
 def plot_methods(result, split: str = "unseen"):
     """Solve rate of every test-time method for the start and each arm (mean over seeds, one dot per seed), with
     the generated characters per problem each method spent."""
-    from azlib.countdown.evaluate import rate
-
     arms = ["start", *result.setup.arms]
     methods = [m for m in METHOD_LABELS if m in result.start[split]]
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -80,18 +79,21 @@ def plot_methods(result, split: str = "unseen"):
 
 
 def plot_value_precision(result):
-    """The value head as a verifier of partial states over training (precision against the oracle, the 90% bar),
-    and, per arm and seed, the search's gain over best-of-k at the same characters against that precision."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for arm in result.setup.arms:
-        x, values = _by_iteration(result.histories, arm, result.setup.seeds, "value_precision")
-        plot_seed_curves(left, x / 1000, {arm: values}, title="The learned value as a verifier of partial states",
-                         xlabel="generated characters (thousands)", ylabel="precision (oracle: solvable)")
+    """The value head as a verifier of partial states over training: its precision against the oracle (the 90% bar)
+    and its ranking (AUC); and, per arm and seed, the search's gain over best-of-k at the same characters against
+    the final precision."""
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 4))
+    for key, ax, ylabel in (("value_precision", left, "precision: P(solvable | v > 0.5)"),
+                            ("value_auc", middle, "AUC: P(v(solvable) > v(dead))")):
+        for arm in result.setup.arms:
+            x, values = _by_iteration(result.histories, arm, result.setup.seeds, key)
+            plot_seed_curves(ax, x / 1000, {arm: values}, title=ylabel.split(":")[0].capitalize() + " of the value, "
+                             "against the oracle", xlabel="generated characters (thousands)", ylabel=ylabel)
+        ax.set_ylim(0, 1)
     left.axhline(0.9, color="k", linestyle="--", linewidth=1, label="the 90% bar (Chen et al. 2024)")
-    left.set_ylim(0, 1)
-    left.legend(fontsize=8)
-    from azlib.countdown.evaluate import rate
-
+    middle.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="chance")
+    for ax in (left, middle):
+        ax.legend(fontsize=7)
     for arm in result.setup.arms:
         points = []
         for s in result.setup.seeds:
@@ -105,9 +107,9 @@ def plot_value_precision(result):
     right.axhline(0, color="grey", linewidth=0.8)
     right.set_xlabel("value precision at the end of training")
     right.set_ylabel("MCTS minus best-of-k, same characters")
-    right.set_title("Does a better value make search pay? (unseen targets)")
+    right.set_title("Does a better value make search pay? (unseen)")
     right.grid(alpha=0.3)
-    right.legend(fontsize=8)
+    right.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
