@@ -214,8 +214,7 @@ class ProblemStream:
 
 
 def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownSearchSettings, stream: ProblemStream,
-              seed: int, progress: Callable[[int], None] | None = None,
-              evaluate: Callable[[Policy], dict] | None = None) -> ArmRun:
+              seed: int, evaluate: Callable[[Policy], dict] | None = None) -> ArmRun:
     """`settings.iterations` rounds of: spend `tokens_per_iteration` generated characters on the arm's way of
     playing, then update on what it played. `evaluate` (if given) is called on the policy after every iteration."""
     if arm not in ARMS:
@@ -266,6 +265,4 @@ def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownS
         if evaluate is not None:
             row |= evaluate(policy)
         run.history.append(row)
-        if progress:
-            progress(1)
     return run

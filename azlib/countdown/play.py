@@ -155,6 +155,7 @@ class LineSearch:
             for text, group, drawn in zip(new, children, lines):
                 tokens = sum(line.tokens for line in drawn)
                 self.tokens += tokens
+                # every child carries its evaluation, so the search backs those up and never reads the leaf's value
                 self.cache[text] = Expansion([Child(line, node_state(child), prior, info, (next(values),))
                                               for line, child, (prior, info) in group], 0.0, tokens)
         out = []
