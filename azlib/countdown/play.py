@@ -123,9 +123,9 @@ class LineSearch:
     distinct lines among `candidates` the model samples there, each applied by the rules (a refused line is a lost
     terminal child), and each child is evaluated as it is made (the env evaluates the new children itself, so the
     search compares siblings by value before it visits them): by the value head (or, as the reference arm's, the
-    exact oracle: 1 if the target is still reachable); a finished state's value is exact, 1 if solved, else 0. One `lines` call per search step
-    over every leaf; expansions are kept by text (the net does not change while this env lives), so a later search
-    from a child reuses its subtree and counts no token twice."""
+    exact oracle: 1 if the target is still reachable); a finished state's value is exact, 1 if solved, else 0. One
+    `lines` call and one value call per search step over every leaf; expansions are kept by text (the net does not
+    change while this env lives), so a later search from a child reuses its subtree and counts no token twice."""
 
     two_player = False
 
@@ -175,7 +175,9 @@ class LineSearch:
         else:
             priors = torch.tensor([same[0].logprob for same in distinct.values()]).softmax(0).tolist()
         out = []
-        for ((line, _), same), prior in zip(distinct.items(), priors):
+        for ((line, ended), same), prior in zip(distinct.items(), priors):
+            if not ended:  # a line cut before its end mark (refused) is kept apart from the same text ended
+                line += " (unended)"
             child = episode_of(node_state(episode))
             child.play(same[0])
             if child.solved:
