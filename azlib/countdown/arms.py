@@ -24,9 +24,9 @@ import torch
 from torch.nn import functional as F
 
 from azlib.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
-from azlib.countdown.policy import Policy, PolicyValueNet, shape
+from azlib.countdown.policy import Line, Policy, PolicyValueNet, shape
 from azlib.countdown.problems import draw_training, training_problems
-from azlib.countdown.rules import MOVE_END, State, apply, legal_lines, solve, written_result
+from azlib.countdown.rules import MOVE_END, State, legal_lines, solve
 from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape)
 from azlib.grpo import group_advantages
 
@@ -35,12 +35,7 @@ def solution_episode(problem: State, rng: random.Random) -> Episode:
     """The solver's solution as the text the model and the rules would write together."""
     episode = Episode.start(problem)
     for move in solve(problem, rng):
-        line = str(move)
-        after = apply(episode.state, move)
-        episode.text += line + MOVE_END + written_result(after)
-        episode.written += [True] * (len(line) + 1) + [False] * len(written_result(after))
-        episode.states.append(after)
-        episode.state_ends.append(len(episode.text) - 1)
+        episode.play(Line(str(move), 0.0, len(str(move)) + 1, True))
     return episode
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -156,7 +155,6 @@ def _in_process(job, args_list, progress, names):
 
 def _in_pool(workers: int):
     def run(job, args_list, progress, names):
-        os.environ["OMP_NUM_THREADS"] = "1"  # the workers' torch threads (each sets 1 again)
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(job, *args) for args in args_list]
             for future, name in zip(futures, names):

@@ -26,8 +26,8 @@ class Block(nn.Module):
                 cache: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Causal self-attention and MLP. With `mask` ([B, 1, T, keys], True where a query may read a key) the
         caller's mask replaces the causal one; with `cache` the keys and values of earlier calls are read and this
-        call's are kept, for decoding one position at a time: [] at first (the keys and values are concatenated), or
-        [keys, values, length] with room after `length` (written in place)."""
+        call's are kept, for decoding one position at a time: [] at first (filled with this call's keys and values),
+        then [keys, values, length] with room after `length` (written in place; the caller makes the room)."""
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
@@ -36,9 +36,7 @@ class Block(nn.Module):
             keys[:, :, length:length + T], values[:, :, length:length + T] = k, v
             k, v = keys[:, :, :length + T], values[:, :, :length + T]
             cache[2] = length + T
-        elif cache is not None:
-            if cache:
-                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        elif cache is not None:  # the first call: its keys and values kept
             cache[:] = [k, v]
         # causal by default only where the queries are all the keys (SDPA aligns a causal mask with the first key)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and k.shape[2] == T,
