@@ -1,13 +1,18 @@
 """The widgets to play with, without a browser: notebook 01's bandit sliders retrain and redraw on a change;
 tic-tac-toe against the net, played through the board's click handler: every reply of the net is a legal move,
-a taken square or a finished game changes nothing, and the result is reported."""
+a taken square or a finished game changes nothing, and the result is reported. Each widget, the search tree's
+too, carries a still picture of what it shows, for a stored notebook."""
+
+import base64
+import random
 
 import pytest
 import torch
 
+from azlib.mcts import SearchSettings, search
 from azlib.mcts.alphazero import NetPlayer, PolicyValueNet, optimal_moves
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.viz import BanditSliders, PlayTicTacToe
+from azlib.viz import BanditSliders, PlayTicTacToe, TreeWidget, describe_board_node
 
 
 def test_bandit_sliders_retrain_and_redraw_on_a_change():
@@ -101,3 +106,26 @@ def test_a_match_reports_the_persons_result_against_perfect_play():
     with pytest.raises(RuntimeError, match="not a legal move"):
         ttt.Match(lambda board: 0, human="O").play(1)
     assert NetPlayer(net(), simulations=4).visit_shares() == {}
+
+
+def test_each_widget_carries_a_still_picture_of_what_it_shows_now():
+    """What a stored notebook (azlib.committed) keeps of a widget, beside the live view a kernel draws."""
+    (result,) = search(ttt.TicTacToe(), ["X...O...."], SearchSettings(num_simulations=20, temperature=0),
+                       random.Random(0), replay=True)
+    tree = result.tree
+    widget = TreeWidget(tree, "t", describe_board_node)
+    widget.step = 5
+    data, _ = widget._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data and data["image/svg+xml"] == widget.svg
+    assert "after 5 of 20 simulations" in data["image/svg+xml"]
+
+    sliders = BanditSliders([2, 0, 3], num_tokens=4, group_size=8, learning_rate=0.1, clip_epsilon=0.2, beta=0.01,
+                            ppo_epochs=4, num_updates=20, num_seeds=2, seed=0)
+    first = sliders._repr_mimebundle_()[0]["image/png"]
+    sliders.controls["group_size"].value = 4
+    assert base64.b64decode(first).startswith(b"\x89PNG") and sliders._repr_mimebundle_()[0]["image/png"] != first
+
+    game = PlayTicTacToe(net(), simulations=8)
+    game.click(4)
+    text = game._repr_mimebundle_()[0]["text/plain"]
+    assert text.splitlines()[2].split(" | ")[1] == "X" and text.count("O") == 1

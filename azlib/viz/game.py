@@ -8,12 +8,13 @@ import ipywidgets as widgets
 
 from azlib.mcts.alphazero import NetPlayer, PolicyValueNet
 from azlib.mcts.envs.tictactoe import LINES, Match
+from azlib.viz.static import StillPicture
 
 OUTCOME = {"win": "You win: the net missed something.", "draw": "Draw: the best either side can force.",
            "loss": "The net wins."}
 
 
-class PlayTicTacToe(widgets.VBox):
+class PlayTicTacToe(StillPicture, widgets.VBox):
     """Click a square to move; the net replies with its search's move (`simulations` per move, no noise, as
     graded). "New game" starts again, as X (you open) or O (the net opens). Under the board: the share of the
     net's search visits per square for its last move."""
@@ -35,6 +36,11 @@ class PlayTicTacToe(widgets.VBox):
         super().__init__([widgets.HBox([self.side, self.new_game_button]), board, self.status, self.search_view])
         self.add_class("azlib-tictactoe")
         self._show()
+
+    def still(self) -> dict[str, str]:
+        rows = [" | ".join(self.match.board[r * 3:r * 3 + 3]) for r in range(3)]
+        state = OUTCOME[self.match.result] if self.match.over else f"You play {self.match.human}."
+        return {"text/plain": "\n".join(["Tic-tac-toe against the net (run the cell to play):", *rows, state])}
 
     def click(self, square: int) -> None:
         """A person's click on a square (0..8, row by row): their move and the net's reply, or a note why not."""

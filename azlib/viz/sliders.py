@@ -3,6 +3,8 @@ its curves. Draws and wires controls only; the training and every number shown a
 
 from __future__ import annotations
 
+import base64
+import io
 import time
 
 import ipywidgets as widgets
@@ -11,6 +13,7 @@ from IPython.display import display
 
 from azlib import bandit
 from azlib.viz.curves import plot_seed_curves
+from azlib.viz.static import StillPicture
 
 # Which knobs act on which algorithm: the clip and the epochs only where a batch is reused (PPO; with one pass the
 # ratio is 1 and the clip never binds), the KL weight only in the GRPO variants.
@@ -19,7 +22,7 @@ ACTS_ON = {"clip_epsilon": ("PPO (clipped)",), "ppo_epochs": ("PPO (clipped)",),
 METRICS = (("reward", "expected reward"), ("kl", "KL(pi || ref) [nats]"), ("entropy", "entropy [nats]"))
 
 
-class BanditSliders(widgets.VBox):
+class BanditSliders(StillPicture, widgets.VBox):
     """The bandit's knobs as sliders; on release the chosen algorithm retrains (`num_seeds` runs) and its expected
     reward, KL and entropy are redrawn against sampled answers, dashed: the settings it started from. Knobs that
     do not act on the chosen algorithm are greyed out. `history` is the latest run's azlib.bandit.History."""
@@ -61,6 +64,9 @@ class BanditSliders(widgets.VBox):
                           self.status, self.output])
         self.rerun()
 
+    def still(self) -> dict[str, str]:
+        return {"image/png": self.picture}
+
     def settings(self) -> dict:
         return {name: control.value for name, control in self.controls.items()}
 
@@ -89,6 +95,9 @@ class BanditSliders(widgets.VBox):
                              f"{h.samples_to_reach('reward', 0.9):.0f} sampled answers to reward 0.9; "
                              f"{self.num_seeds} seeds in {time.perf_counter() - started:.1f} s")
         figure = self.draw()
+        picture = io.BytesIO()
+        figure.savefig(picture, format="png", dpi=72)
+        self.picture = base64.b64encode(picture.getvalue()).decode()
         with self.output:
             self.output.clear_output(wait=True)
             display(figure)

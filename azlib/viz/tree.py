@@ -18,6 +18,7 @@ from matplotlib import colormaps, colors
 from azlib.mcts import selection_terms, tree_after
 from azlib.mcts.envs.tictactoe import to_move
 from azlib.mcts.tree import Node, Tree
+from azlib.viz.static import StillPicture
 
 Describe = Callable[[Node], tuple[str, str]]  # node -> (short label, details shown on click)
 Kind = Callable[[Node], str | None]  # node -> the kind it is coloured by (None: white, not in the legend)
@@ -329,7 +330,7 @@ export default { render };
 """
 
 
-class TreeWidget(anywidget.AnyWidget):
+class TreeWidget(StillPicture, anywidget.AnyWidget):
     """Interactive tree for JupyterLab 4 / ipywidgets 8; all JavaScript is inline (no CDN). The kernel draws
     (tree_svg) and the browser shows: moving the slider to k redraws the tree after k simulations (tree_after), a
     click asks for that node's details (node_details), a menu colours the nodes by Q or by one of `colourings`
@@ -357,6 +358,9 @@ class TreeWidget(anywidget.AnyWidget):
                          colourings=["Q", *self._kinds], colour=colour, **kwargs)
         self.observe(self._redraw, ["step", "top_k", "unvisited", "selected", "colour"])
         self._redraw()
+
+    def still(self) -> dict[str, str]:
+        return {"image/svg+xml": self.svg}
 
     def _redraw(self, _change=None) -> None:
         step = self.step if self.max_step else None

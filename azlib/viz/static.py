@@ -1,0 +1,20 @@
+"""A widget's still picture for readers without a kernel: the repository page, nbviewer, a notebook opened before it
+runs. Adds a static form (SVG, PNG or text) to the widget's display; the live widget is unchanged."""
+
+from __future__ import annotations
+
+
+class StillPicture:
+    """Mix in before the widget class; `still()` returns the static form as {mimetype: data}. JupyterLab with a
+    kernel draws the live widget (its renderer ranks first); a stored notebook keeps only the still form
+    (azlib.committed)."""
+
+    def still(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        return {**data, **self.still()}, metadata

@@ -1,0 +1,151 @@
+"""The notebooks as committed: each shows the outputs of its own code at its defaults (make notebooks), within the
+size budget; storing an executed copy keeps the markdown of the moment, drops live widget views for their still
+pictures, and refuses a copy whose code is not the notebook's."""
+
+import copy
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from azlib import committed, config
+from azlib.runner import PeakMemory
+
+NOTEBOOKS = sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_shows_the_outputs_of_its_code(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    assert set(config.notebook_defaults(path)) == set(config.params_model(path.stem).model_fields)
+    assert committed.drift(path) == []
+    record = nb.metadata[committed.RECORD]["executed"]
+    assert record["profile"] == "defaults" and record["minutes"] > 0 and record["peak_rss_mb"] > 0
+    shown = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert any("image/png" in o.get("data", {}) for o in shown), "a notebook shows at least one figure"
+    assert not any(committed.WIDGET_VIEW in o.get("data", {}) for o in shown), "live views need a kernel"
+
+
+def test_notebooks_fit_the_size_budget():
+    sizes = {p.name: p.stat().st_size for p in NOTEBOOKS}
+    assert sum(sizes.values()) <= committed.SIZE_BUDGET, sizes
+    assert max(sizes.values()) <= 2_000_000, sizes
+
+
+def _notebook(*codes, markdown="# a notebook"):
+    cells = [nbformat.v4.new_markdown_cell(markdown)] + [nbformat.v4.new_code_cell(c) for c in codes]
+    cells[1].metadata["tags"] = ["parameters"]
+    return json.loads(nbformat.writes(nbformat.v4.new_notebook(cells=cells)))
+
+
+def _executed(notebook):
+    ran = copy.deepcopy(notebook)
+    injected = nbformat.v4.new_code_cell("x = 2")
+    injected.metadata["tags"] = ["injected-parameters"]
+    injected.outputs, injected.execution_count = [], 2
+    ran["cells"].insert(2, json.loads(json.dumps(injected)))
+    count = 1
+    for cell in ran["cells"]:
+        if cell["cell_type"] == "code" and "injected-parameters" not in cell["metadata"].get("tags", []):
+            cell["execution_count"] = count
+            cell["metadata"]["papermill"] = {"duration": 0.1}
+            cell["metadata"]["execution"] = {"iopub.status.idle": "2026-12-05T00:00:00Z"}
+            count += 2 if count == 1 else 1
+    ran["cells"][-1]["outputs"] = [
+        {"output_type": "display_data", "metadata": {},
+         "data": {committed.WIDGET_VIEW: {"model_id": "m"}, "image/svg+xml": "<svg/>", "text/plain": "TreeWidget()"}},
+        {"output_type": "stream", "name": "stdout", "text": "4\n"}]
+    ran["metadata"]["widgets"] = {"state": {"m": {}}}
+    ran["metadata"]["papermill"] = {"input_path": "x"}
+    return ran
+
+
+def test_store_grafts_the_outputs_and_the_record_onto_the_notebook_as_it_is_now(tmp_path):
+    shown = _notebook("x = 1", "print(x * 2)")
+    (tmp_path / "ran.ipynb").write_text(json.dumps(_executed(shown)))
+    shown["cells"][0]["source"] = "# edited while it ran"  # markdown may change during a run
+    target = tmp_path / "nb.ipynb"
+    target.write_text(json.dumps(shown))
+    committed.store(tmp_path / "ran.ipynb", target, {"commit": "abc", "profile": "defaults"})
+    stored = json.loads(target.read_text())
+    nbformat.validate(nbformat.reads(target.read_text(), as_version=4))
+    assert stored["cells"][0]["source"] == "# edited while it ran"
+    assert len(stored["cells"]) == 3, "papermill's injected cell is not stored"
+    last = stored["cells"][-1]
+    assert [o["output_type"] for o in last["outputs"]] == ["display_data", "stream"]
+    assert set(last["outputs"][0]["data"]) == {"image/svg+xml", "text/plain"}
+    assert "papermill" not in last["metadata"] and "execution" not in last["metadata"]
+    assert "widgets" not in stored["metadata"]
+    assert stored["metadata"]["azlib"]["executed"]["commit"] == "abc"
+    assert committed.drift(target) == []
+
+    stored["cells"][0]["source"] = "# reworded later"
+    target.write_text(json.dumps(stored))
+    assert committed.drift(target) == [], "markdown does not decide the outputs"
+    stored["cells"][2]["source"] = "print(x * 3)"
+    target.write_text(json.dumps(stored))
+    assert "code differs" in committed.drift(target)[0]
+
+
+def test_store_refuses_a_copy_whose_code_changed_and_drift_names_what_is_wrong(tmp_path):
+    shown = _notebook("x = 1", "print(x)")
+    ran = _executed(shown)
+    shown["cells"][2]["source"] = "print(x + 1)"
+    (tmp_path / "ran.ipynb").write_text(json.dumps(ran))
+    target = tmp_path / "nb.ipynb"
+    target.write_text(json.dumps(shown))
+    before = target.read_text()
+    with pytest.raises(ValueError, match="code changed"):
+        committed.store(tmp_path / "ran.ipynb", target, {})
+    assert target.read_text() == before
+    assert "no record" in committed.drift(target)[0]
+
+    ran["cells"][-1]["outputs"].append({"output_type": "error", "ename": "E", "evalue": "", "traceback": []})
+    ran["cells"][-1]["source"] = "print(x + 1)"
+    (tmp_path / "ran.ipynb").write_text(json.dumps(ran))
+    committed.store(tmp_path / "ran.ipynb", target, {})
+    assert "show an error" in committed.drift(target)[0]
+
+
+def test_peak_memory_counts_the_children():
+    with PeakMemory(interval=0.05) as memory:
+        subprocess.run([sys.executable, "-c", "import time; b = bytearray(300 * 2**20); time.sleep(1.0)"], check=True)
+    assert 300 * 2**20 < memory.peak < 2 * 300 * 2**20
+
+
+def test_a_stored_figure_is_a_smaller_png_of_the_same_picture(tmp_path):
+    import base64
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
+
+    fig, ax = plt.subplots(figsize=(8, 3))
+    for k in range(5):
+        ax.plot(np.sin(np.linspace(0, 9, 200) + k), label=f"run {k}")
+    ax.legend()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    shown = _notebook("x = 1", "plot()")
+    ran = _executed(shown)
+    ran["cells"][-1]["outputs"] = [{"output_type": "display_data", "metadata": {},
+                                    "data": {"image/png": base64.b64encode(buffer.getvalue()).decode()}}]
+    (tmp_path / "ran.ipynb").write_text(json.dumps(ran))
+    target = tmp_path / "nb.ipynb"
+    target.write_text(json.dumps(shown))
+    committed.store(tmp_path / "ran.ipynb", target, {})
+    stored = base64.b64decode(json.loads(target.read_text())["cells"][-1]["outputs"][0]["data"]["image/png"])
+    before, after = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB"), Image.open(io.BytesIO(stored)).convert("RGB")
+    assert after.size == before.size and len(stored) < 0.6 * len(buffer.getvalue())
+    difference = np.abs(np.asarray(before, dtype=int) - np.asarray(after, dtype=int))
+    assert difference.mean() < 2 and np.percentile(difference, 99) < 40
