@@ -1,7 +1,8 @@
 """Graders for the notebooks' exercises: each `check_<name>(fn)` calls the learner's function on fresh random
-inputs, compares it with azlib's own implementation, and prints whether it passed or a hint at the idea;
-`concept_check(key, letter)` grades a multiple-choice concept check the same way.
-Not the answers: a grader never prints an expected value or letter; those are in notebooks/solutions.py.
+inputs, compares it with azlib's own implementation, and prints whether it passed or, for the first random input
+that differs, that input, the learner's output beside azlib's, and a hint at the idea; `concept_check(key, letter)`
+grades a multiple-choice concept check, never printing the right letter. Not the answers: the worked solutions and
+the letters are in notebooks/solutions.py.
 
 A stub that raises NotImplementedError is "not done yet" and nothing fails, so a notebook runs top to bottom
 before its exercises are done. `seed` is for tests; a learner's run draws new cases each time.
@@ -58,13 +59,16 @@ def _flat(x: Any) -> list:
 
 
 def _grade(exercise: str, fn: Callable, cases: Sequence[tuple[tuple, dict, Any]], hint: str,
-           compare: Callable[..., bool] = _close) -> Grade:
-    """Run fn(*args, **kwargs) on every case against the expected value; print and return the grade.
-    `compare(got, expected, rtol=...)` decides equality. A function that raises is shown its input and the hint;
-    answers that all agree at NEAR_RTOL get the near-miss message (a convention, not the idea, differs); any
-    other failure shows the inputs of the first case that differs and the hint. Never what was expected."""
+           compare: Callable[..., bool] = _close, causes: Sequence[Callable[..., str | None]] = ()) -> Grade:
+    """Run fn(*args, **kwargs) on every case against azlib's value; print and return the grade.
+    `compare(got, expected, rtol=...)` decides equality. A failure shows the first case that differs: its input,
+    the learner's output and azlib's side by side (4 significant digits), a note where the difference has a
+    recognisable cause (`causes`, then a sign flip, a common factor or a common offset), and the hint. Answers that
+    all agree at NEAR_RTOL get the near-miss message instead (7 digits, no hint: a convention, not the idea,
+    differs). A function that raises is shown its input, azlib's output there, and the hint."""
     wrong = []
     for args, kwargs, expected in cases:
+        shown = _show_call(args, kwargs)  # before the call: a function that changes its input is shown what it got
         try:
             got = fn(*args, **kwargs)
         except NotImplementedError:
@@ -72,41 +76,123 @@ def _grade(exercise: str, fn: Callable, cases: Sequence[tuple[tuple, dict, Any]]
                                  "cell again."))
         except Exception as err:  # the learner's bug, reported, never raised: the notebook must run on
             return _report(Grade(exercise, "failed", f"{exercise}: your function raised {type(err).__name__}: {err}\n"
-                                 f"On the input ({_show_call(args, kwargs)}).\nHint: {hint}"))
+                                 f"On the input ({shown}).\n  azlib: {_show(expected)}\nHint: {hint}"))
         if not compare(got, expected):
-            wrong.append((args, kwargs, got, expected))
+            wrong.append((shown, args, kwargs, got, expected))
     if not wrong:
         return _report(Grade(exercise, "passed", f"{exercise}: passed, {len(cases)} random cases agree with azlib."))
-    args, kwargs = wrong[0][:2]
+    shown, args, kwargs, got, expected = wrong[0]
     differ = f"{len(wrong)} of {len(cases)} random cases differ from azlib's"
-    if all(compare(got, expected, rtol=NEAR_RTOL) for _, _, got, expected in wrong):
+    if all(compare(g, e, rtol=NEAR_RTOL) for *_, g, e in wrong):
         return _report(Grade(exercise, "failed", f"{exercise}: close, not yet equal: {differ}, but only in the "
                              f"4th significant digit or later (equal at relative tolerance {NEAR_RTOL:g}, not at "
                              "1e-05). The idea is right; a convention differs: a small constant (an epsilon) or where "
-                             f"it is added, n or n - 1, a rounding. One of them: ({_show_call(args, kwargs)})."))
-    return _report(Grade(exercise, "failed", f"{exercise}: not yet, {differ}. One of them: "
-                         f"({_show_call(args, kwargs)}).\nHint: {hint}"))
+                             "it is added, n or n - 1, a rounding. The first of them:\n"
+                             f"{_side_by_side(shown, got, expected, digits=7)}"))
+    notes = [note for cause in (*causes, *_GENERIC_CAUSES) if (note := _cause(cause, args, kwargs, got, expected))]
+    note = f"\nNote: {notes[0]}" if notes else ""
+    return _report(Grade(exercise, "failed", f"{exercise}: not yet, {differ}. The first of them:\n"
+                         f"{_side_by_side(shown, got, expected)}{note}\nHint: {hint}"))
+
+
+def _side_by_side(shown: str, got: Any, expected: Any, digits: int = 4) -> str:
+    """The failing input, the learner's output and azlib's, one per line so the values line up; for outputs of more
+    than 8 numbers, also the first entry that differs when it is past the 8 shown."""
+    lines = [f"  input: ({shown})", f"  yours: {_show(got, digits)}", f"  azlib: {_show(expected, digits)}"]
+    mine, theirs = _numbers(got, expected), _numbers(expected, expected)
+    if mine is not None and theirs is not None:
+        if len(mine) != len(theirs):
+            lines.append(f"  yours holds {len(mine)} numbers, azlib's {len(theirs)}")
+        elif (i := next((i for i, (a, b) in enumerate(zip(mine, theirs))
+                         if not math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6)), 0)) >= 8:  # past what is shown
+            lines.append(f"  first difference, entry {i} of {len(theirs)} (flattened): yours "
+                         f"{_show(mine[i], digits)}, azlib {_show(theirs[i], digits)}")
+    return "\n".join(lines)
+
+
+def _numbers(x: Any, like: Any) -> list[float] | None:
+    """x's numbers in order (a dict's in the key order of `like`, when its keys are like's), or None when x is not
+    numbers; True and False are not numbers here."""
+    if isinstance(x, dict):
+        if not isinstance(like, dict) or set(x) != set(like):
+            return None
+        x = [x[k] for k in like]
+    try:
+        flat = _flat(x)
+    except Exception:  # whatever the learner returned
+        return None
+    if not flat or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
+        return None
+    return [float(v) for v in flat]
+
+
+def _cause(cause: Callable[..., str | None], args: tuple, kwargs: dict, got: Any, expected: Any) -> str | None:
+    """cause(args, kwargs, mine, theirs) on the case's numbers, when both are numbers of the same count."""
+    mine, theirs = _numbers(got, expected), _numbers(expected, expected)
+    if mine is None or theirs is None or len(mine) != len(theirs):
+        return None
+    return cause(args, kwargs, mine, theirs)
+
+
+def _near(a: float, b: float, rtol: float = 1e-4) -> bool:
+    return math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6)
+
+
+def _sign_flipped(args, kwargs, mine: list[float], theirs: list[float]) -> str | None:
+    if any(abs(b) > 1e-6 for b in theirs) and all(_near(a, -b) for a, b in zip(mine, theirs)):
+        return "yours is azlib's with its sign flipped: whose point of view, or which way round a difference is taken?"
+    return None
+
+
+def _common_factor(mine: list[float], theirs: list[float]) -> float | None:
+    """r when mine = r * theirs at every entry, at least two of them not 0."""
+    if sum(abs(b) > 1e-9 for b in theirs) < 2 or any(abs(b) <= 1e-9 and abs(a) > 1e-6 for a, b in zip(mine, theirs)):
+        return None
+    ratios = [a / b for a, b in zip(mine, theirs) if abs(b) > 1e-9]
+    return ratios[0] if all(_near(r, ratios[0]) for r in ratios) else None
+
+
+def _scaled(args, kwargs, mine: list[float], theirs: list[float]) -> str | None:
+    r = _common_factor(mine, theirs)
+    if r is None or _near(r, 1.0) or _near(r, -1.0):
+        return None
+    return f"yours is azlib's times {r:.4g} at every entry: a scale (a divisor, a count, a factor) differs."
+
+
+def _shifted(args, kwargs, mine: list[float], theirs: list[float]) -> str | None:
+    if len(theirs) < 2:
+        return None
+    d = mine[0] - theirs[0]
+    if abs(d) > 1e-6 and all(math.isclose(a - b, d, rel_tol=1e-4, abs_tol=1e-6) for a, b in zip(mine, theirs)):
+        return f"yours is azlib's plus {d:.4g} at every entry: a constant term differs."
+    return None
+
+
+_GENERIC_CAUSES = (_sign_flipped, _scaled, _shifted)
 
 
 def _show_call(args: tuple, kwargs: dict) -> str:
     return ", ".join([*map(_show, args), *(f"{k}={_show(v)}" for k, v in kwargs.items())])
 
 
-def _show(x: Any) -> str:
-    """A short repr of an input: a tensor or array of more than 8 numbers by its shape, long lists cut at 8."""
+def _show(x: Any, digits: int = 4) -> str:
+    """A short repr: numbers to `digits` significant digits, a tensor or array of more than 8 numbers by its shape
+    and first 8 entries (flattened), long lists cut at 8 items."""
     if hasattr(x, "shape") and hasattr(x, "tolist"):  # a torch tensor or numpy array
+        x = x.detach() if hasattr(x, "detach") else x
         if math.prod(x.shape) > 8:
-            return f"{type(x).__name__} of shape {tuple(x.shape)}"
+            return f"{type(x).__name__} of shape {tuple(x.shape)}, flattened: {_show(_flat(x), digits)}"
         x = x.tolist()
     if isinstance(x, float):
-        return f"{x:.4g}"
+        return f"{x:.{digits}g}"
     if isinstance(x, (list, tuple)) and len(x) > 8:
-        return "[" + ", ".join(_show(v) for v in x[:8]) + f", ... ({len(x)} items)]"
+        return "[" + ", ".join(_show(v, digits) for v in x[:8]) + f", ... ({len(x)} items)]"
     if isinstance(x, (list, tuple)):
-        return "[" + ", ".join(_show(v) for v in x) + "]"
+        return "[" + ", ".join(_show(v, digits) for v in x) + "]"
     if isinstance(x, dict):
-        return "{" + ", ".join(f"{k!r}: {_show(v)}" for k, v in x.items()) + "}"
-    return repr(x)
+        return "{" + ", ".join(f"{k!r}: {_show(v, digits)}" for k, v in x.items()) + "}"
+    text = repr(x)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _report(grade: Grade) -> Grade:
@@ -134,10 +220,20 @@ def check_group_advantages(fn: Callable[[list[float]], Sequence[float]], seed: i
             rewards = [round(rng.uniform(-2, 3), 3) for _ in range(g)]  # a graded reward
         expected = group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.zeros(g, dtype=torch.long))
         cases.append(((rewards,), {}, expected.tolist()))
-    return _grade("group advantages", fn, cases,
-                  "the advantage is centred by the group's mean and scaled by the group's spread. How is that spread "
-                  "estimated from a handful of samples (numpy's and torch's std differ by default), and what keeps "
-                  "the division finite when every reward is the same?")
+    return _grade("group advantages", fn, cases, causes=[_n_or_n_minus_1], hint=(
+        "the advantage is centred by the group's mean and scaled by the group's spread. How is that spread estimated "
+        "from a handful of samples (numpy's and torch's std differ by default), and what keeps the division finite "
+        "when every reward is the same?"))
+
+
+def _n_or_n_minus_1(args, kwargs, mine: list[float], theirs: list[float]) -> str | None:
+    """The spread estimated with n where azlib divides by n - 1 (or the other way round)."""
+    n, r = len(args[0]), _common_factor(mine, theirs)
+    if r is None or n < 2 or not any(math.isclose(r, f, rel_tol=2e-3) for f in (math.sqrt(n / (n - 1)),
+                                                                                math.sqrt((n - 1) / n))):
+        return None
+    return (f"yours is azlib's times {r:.4g}, which is sqrt({n}/{n - 1}) or its inverse for this group of {n}: "
+            "the spread divides by n where it should divide by n - 1, or the other way round.")
 
 
 def check_sequence_advantages(fn: Callable[[list[list[int]], list[int]], Any], seed: int | None = None) -> Grade:
@@ -181,7 +277,7 @@ def check_puct_score(fn: Callable[..., float], seed: int | None = None) -> Grade
                   "child_visits": rng.randint(0, parent - 1), "c": rng.uniform(0.5, 3)}
         child = Node(state=None, parent=0, action=None, prior=kwargs["prior"], depth=1, visits=kwargs["child_visits"])
         (expected,) = puct_scores([child], [kwargs["q"]], parent, kwargs["c"])
-        cases.append(((), kwargs, [expected]))
+        cases.append(((), kwargs, expected))
     return _grade("PUCT score", fn, cases,
                   "exploitation (Q) plus an exploration bonus. The bonus is larger for moves the network likes, grows "
                   "slowly (not linearly) with the parent's visits, and shrinks as the child itself is visited.")
@@ -277,7 +373,7 @@ def check_k3(fn: Callable, seed: int | None = None) -> Grade:
     cases = []
     for _ in range(CASES):
         logp, old, ref = _kl_case(rng)
-        cases.append(((logp.clone(), ref.clone()), {}, _azlib_kl(logp, old, ref)[0].reshape(-1).tolist()))
+        cases.append(((logp.clone(), ref.clone()), {}, _azlib_kl(logp, old, ref)[0]))
     return _grade("k3 KL", fn, cases,
                   "k3 estimates KL(pi || pi_ref) from tokens sampled from pi, using the log-ratio x = log pi_ref - log pi. "
                   "It must be >= 0 for every token and average to the KL; which function of x is both?")
@@ -289,7 +385,7 @@ def check_kl_gradient(fn: Callable, seed: int | None = None) -> Grade:
     cases = []
     for _ in range(CASES):
         logp, old, ref = _kl_case(rng)
-        cases.append(((logp.clone(), old.clone(), ref.clone()), {}, _azlib_kl(logp, old, ref)[1].reshape(-1).tolist()))
+        cases.append(((logp.clone(), old.clone(), ref.clone()), {}, _azlib_kl(logp, old, ref)[1]))
     return _grade("ratio-corrected KL gradient", fn, cases,
                   "differentiate the product ratio * k3 with respect to log pi, with the old log-probs held fixed "
                   "(the product rule; d ratio / d log pi = ratio). The sum simplifies a lot.")
@@ -326,7 +422,7 @@ def check_mcnemar(fn: Callable[[int, int], float], seed: int | None = None) -> G
             only_a = only_b = rng.randint(1, 10)  # a tie
         if only_a + only_b == 0:
             only_b = 1
-        cases.append(((only_a, only_b), {}, [mcnemar_exact(only_a, only_b)]))
+        cases.append(((only_a, only_b), {}, mcnemar_exact(only_a, only_b)))
     return _grade("exact McNemar", fn, cases,
                   "only the discordant problems count. Under 'no difference' each of them is equally likely to go "
                   "either way: how likely is a split at least this uneven, in either direction? Exact means counting, "
@@ -347,7 +443,7 @@ def check_r_ss(fn: Callable[[list[float], float], float], seed: int | None = Non
     cases = []
     for _ in range(CASES):
         logp, alpha = _logps(rng, rng.randint(1, 20)), round(rng.uniform(0.01, 0.5), 3)
-        cases.append(((logp, alpha), {}, solution_reward(*padded([logp]), alpha).tolist()))
+        cases.append(((logp, alpha), {}, solution_reward(*padded([logp]), alpha).item()))
     return _grade("r_SS", fn, cases,
                   "how well the student reproduces the solution, on average per token, plus a term that stops one "
                   "badly explained token from hiding in that average: which single token is that?")
@@ -363,7 +459,7 @@ def check_r_kl(fn: Callable[[list[float], list[float], float], float], seed: int
         n = rng.randint(1, 20)
         teacher, student, alpha = _logps(rng, n, -3.0), _logps(rng, n, -8.0), round(rng.uniform(0.01, 0.5), 3)
         t, mask = padded([teacher])
-        cases.append(((teacher, student, alpha), {}, kl_reward(t, padded([student])[0], mask, alpha).tolist()))
+        cases.append(((teacher, student, alpha), {}, kl_reward(t, padded([student])[0], mask, alpha).item()))
     return _grade("r_KL", fn, cases,
                   "per explanation token, how much more likely the teacher (who saw the solution) found it than the "
                   "student (who did not); averaged, plus a term for the single token the student finds most unnatural.")
@@ -513,9 +609,10 @@ CONCEPTS = {
         "list every input the correctness reward reads, then reread teacher_values in the section 'Weights over a few "
         "searches'. Is the right/wrong tag an input of either?"),
     "03_identical_teachers": Concept(
-        "two identical teachers, two different weights", "abcd", "e42040a098556fc4",
-        "how many values has each score averaged after 4 searches, how much does one of them vary, and what does "
-        "dividing a gap of 0.1 by a temperature of 0.1 do before the exponential?"),
+        "telling two teachers apart", "abcd", "3b71b6444ea7f882",
+        "a weight gap is a score gap divided by the temperature, then exponentiated. Which change makes each score "
+        "itself less noisy, instead of magnifying or hiding the gap, and what would show the size of gap that chance "
+        "alone makes?"),
     "04_answer_accuracy": Concept(
         "what answer_accuracy measures", "abcd", "59f9c0e5cc5b1fb5",
         "who chooses the answer that gets scored, and what does that chooser know that the student, answering a "
@@ -525,9 +622,9 @@ CONCEPTS = {
         "write one group's contribution to each update's loss: for GRPO through its advantages, for imitation through "
         "the set of answers it fits. Then do the same for a group holding a failed attempt."),
     "05_transfer": Concept(
-        "what the transfer set tells apart", "abcd", "165afdbd387bffe2",
-        "what is the same in the two held-out sets, and what differs? A gain that appears in only one of them cannot "
-        "come from what they share."),
+        "a control set of your own", "abcd", "427eb52a2f4c7a93",
+        "a control set changes one thing and keeps the rest. For each candidate, list what differs from the problems "
+        "the arm was trained on: if the gain vanishes on a set that changes two things at once, which one do you blame?"),
     "05_one_seed": Concept(
         "one seed's McNemar p-value", "abcd", "d6b0d4849d59839f",
         "list the sources of chance behind the number. Which one does this test model, and which would change if you "

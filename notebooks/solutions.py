@@ -159,11 +159,14 @@ CONCEPT_ANSWERS = {
     # train.reward = 'original'. (b) Wrong branches are children like any other and are selected by Q + U.
     # (c) Nothing filters rollouts by the path's labels.
     "03_wrong_branch": "d",
-    # (b) Each score is an average of a handful of backed-up values, each noisy; exp(Δ/0.1) turns a score gap of 0.1
-    # into a weight ratio of e, and the leader is then asked more often. Telling two teachers apart needs many more
-    # searches and a test. (a) reads a chance difference as a real one: the two are the same model. (c) A benched
-    # teacher shows its failures in the report. (d) The weights follow the values credited, not latency.
-    "03_identical_teachers": "b",
+    # (d) Each score averages a handful of backed-up values, each noisy, and the softmax at temperature 0.1 turns a
+    # score gap of 0.1 into a weight ratio of e, for noise and real difference alike. Many searches at a small
+    # ema_rate fold many more credits into each score, so its noise shrinks; a copy of tutor, the same teacher twice,
+    # shows how far chance alone splits two equal teachers: the yardstick a real gap must beat. (a) A colder softmax
+    # magnifies the noise as much as any real difference. (b) ema_rate 1 makes each score one search's mean: fewer
+    # values, more noise. (c) Without the floor the gap widens and the trailing teacher is drawn less often, so it is
+    # credited less and its score gets noisier, not more telling.
+    "03_identical_teachers": "d",
     # (c) The scored answer is chosen with the gold answer's help (the most-visited path completed by its best rollout
     # by reward, and the reward steered the visits), so it is what search + verifier achieve, not what the student
     # writes alone. It is still a useful training curve; held-out accuracy of the student alone is notebook 05's job.
@@ -176,12 +179,14 @@ CONCEPT_ANSWERS = {
     # never sees. (b) is GRPO's half only. (c) swaps the two updates. (d) With β = 0 GRPO still weights answers by
     # their advantages, imitation by 1 on verified answers only.
     "04_sft_vs_grpo": "a",
-    # (b) transfer holds the same problems as heldout (same arithmetic, same difficulty) in unseen sentences, so a gain
-    # that needs the training wordings is about the wordings (their phrasing and answer format). (a) The sets share
-    # their problems: better arithmetic would show on both. (c) A small set widens the interval, but 0 against 8 on
-    # the same problems is the point of the pair. (d) A leak of the problems would show on both sets, since they share
-    # them.
-    "05_transfer": "b",
+    # (d) A control set changes one thing and keeps the rest, as transfer keeps heldout's problems and changes their
+    # wording. Three-step chains in the training wordings keep the wording, the operations and the numbers and change
+    # only the length: a gain over the base there means the arm chains operations beyond the length it trained on; no
+    # gain means it learned two-step answers. (c) changes length and wording at once: if the gain vanishes there,
+    # either could be the cause. (a) narrows the interval around the question heldout already answers; it cannot say
+    # what the gain is made of. (b) pass@16 on the same problems says what sampling reaches, on the set that already
+    # shows the gain, and nothing about longer chains.
+    "05_transfer": "d",
     # (c) McNemar's randomness is the draw of problems, with both trained models fixed; the training run's randomness
     # (seed: initialisation, sampling) is not in it, and another seed can move an arm by more than the difference.
     # A claim about the method rests on the differences across seeds, corrected for the number of comparisons.

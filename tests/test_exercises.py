@@ -1,5 +1,6 @@
 """The exercise graders (azlib.exercises): every check passes the worked solution (notebooks/solutions.py),
-fails two plausible wrong answers, reports a NotImplementedError stub as not done, and never prints the answer."""
+fails plausible wrong answers showing the first failing input with the learner's output beside azlib's, reports a
+NotImplementedError stub as not done, and never prints a concept check's right letter."""
 
 import importlib.util
 import math
@@ -271,9 +272,11 @@ def test_a_function_that_raises_is_shown_its_input_and_the_hint(name, capsys):
 
 
 def test_inputs_are_shown_short():
-    assert exercises._show(torch.zeros(4, 6, dtype=torch.float64)) == "Tensor of shape (4, 6)"
+    assert exercises._show(torch.zeros(4, 6, dtype=torch.float64)) == \
+        "Tensor of shape (4, 6), flattened: [0, 0, 0, 0, 0, 0, 0, 0, ... (24 items)]"
     assert exercises._show(torch.tensor([[0.5, -1.0]])) == "[[0.5, -1]]"
     assert exercises._show(list(range(20))) == "[0, 1, 2, 3, 4, 5, 6, 7, ... (20 items)]"
+    assert exercises._show(2 / 3) == "0.6667" and exercises._show(2 / 3, digits=7) == "0.6666667"
 
 
 @pytest.mark.parametrize("name", CHECKS)
@@ -288,16 +291,53 @@ def test_a_stub_is_not_done_and_nothing_raises(name, capsys):
     assert check(lambda *a, **k: 1 / 0).status == "failed", "a learner's crash is reported, not raised"
 
 
-def test_a_failure_shows_the_inputs_never_the_expected_values():
-    for seed in range(5):
-        grade = exercises.check_mcnemar(_mcnemar_one_sided, seed=seed)
-        only_a, only_b = (int(x) for x in grade.message.split("One of them: (")[1].split(")")[0].split(", "))
-        p = solutions.mcnemar(only_a, only_b)
-        assert all(f"{p:{f}}" not in grade.message for f in (".2g", ".3g", ".4g", ".3f", ".4f") if p < 1)
-        grade = exercises.check_wilson(_wald, seed=seed)
-        correct, n = (int(x) for x in grade.message.split("One of them: (")[1].split(", z=")[0].split(", "))
-        for bound in solutions.wilson(correct, n):
-            assert all(f"{bound:{f}}" not in grade.message for f in (".3g", ".4g", ".3f", ".4f") if 0 < bound < 1)
+_COMPARE = {"teacher_weights": exercises._same_weights, "solvable": exercises._same_truth}
+
+
+@pytest.mark.parametrize("name", CHECKS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_failure_shows_the_first_failing_input_with_the_learners_and_the_expected_output(name, seed, capsys):
+    check, solution, wrong = CHECKS[name]
+    compare = _COMPARE.get(name, exercises._close)
+    for fn in wrong[:2]:
+        calls = []
+
+        def recorded(*args, **kwargs):
+            calls.append((exercises._show_call(args, kwargs), args, kwargs, fn(*args, **kwargs)))
+            return calls[-1][-1]
+
+        grade = check(recorded, seed=seed)
+        shown, args, kwargs, got = next(c for c in calls if not compare(c[3], solution(*c[1], **c[2])))
+        expected = solution(*args, **kwargs)
+        lines = grade.message.split("\n")
+        assert f"  input: ({shown})" in lines, (name, grade.message)
+        assert f"  yours: {exercises._show(got)}" in lines, (name, grade.message)
+        assert f"  azlib: {exercises._show(expected)}" in lines, (name, grade.message)
+        assert lines.index(f"  yours: {exercises._show(got)}") + 1 == lines.index(f"  azlib: {exercises._show(expected)}")
+        assert "Hint: " in grade.message
+    capsys.readouterr()
+
+
+def test_a_function_that_raises_is_shown_azlibs_output_for_its_input(capsys):
+    grade = exercises.check_mcnemar(lambda only_a, only_b: 1 / 0, seed=0)
+    only_a, only_b = (int(x) for x in grade.message.split("On the input (")[1].split(")")[0].split(", "))
+    assert f"  azlib: {exercises._show(solutions.mcnemar(only_a, only_b))}" in grade.message
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name, fn, note", [
+    ("group_advantages", _population_std_advantages, "divides by n where it should divide by n - 1"),
+    ("group_advantages", _unscaled_advantages, "a scale (a divisor, a count, a factor) differs"),
+    ("negamax_backup", lambda v, depth: [-x for x in solutions.negamax_backup(v, depth)], "sign flipped"),
+    ("candidate_rewards", _referee_rewards_unclamped, "a scale (a divisor, a count, a factor) differs"),
+    ("group_advantages", lambda rewards: [a + 0.5 for a in solutions.group_advantages(rewards)], "plus 0.5 at every")])
+def test_a_recognisable_cause_gets_a_note_beside_the_hint(name, fn, note, capsys):
+    check = CHECKS[name][0]
+    grades = [check(fn, seed=seed) for seed in range(3)]
+    assert any("Note: yours is azlib's" in g.message and note in g.message for g in grades), grades[0].message
+    assert all("Hint: " in g.message for g in grades)
+    assert "Note:" not in exercises.check_k3(CHECKS["k3"][2][0], seed=0).message, "no cause named where none fits"
+    capsys.readouterr()
 
 
 def test_every_notebook_has_a_graded_exercise_and_no_printed_answer():
@@ -322,6 +362,7 @@ def test_a_concept_check_passes_the_right_letter_and_fails_every_other(key, caps
     wrong = [exercises.concept_check(key, letter) for letter in concept.letters if letter != right]
     assert len(wrong) == len(concept.letters) - 1 >= 2
     assert all(g.status == "failed" and "Hint:" in g.message for g in wrong)
+    assert not any(re.search(rf"[(\"']{right}[)\"']", g.message, re.I) for g in wrong), "the right letter is never shown"
     assert len({g.message for g in wrong}) == 1, "every wrong letter gets the same words: no elimination hints"
     out = capsys.readouterr().out
     assert all(g.message in out for g in wrong)
