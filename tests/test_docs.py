@@ -1,11 +1,15 @@
 """The README and docs/: the README stays a front door of at most 10,000 characters, every relative link in it and
 in docs/*.md reaches a file of the repository (and a heading, where it names one), every page of docs/ is linked
-from the README, and the README's notebooks table has a row for every notebook."""
+from the README, and the README's notebooks table has a row for every notebook. The notebooks' markdown says what
+is, for a learner: how a result came about (run histories, issue numbers, bare commit ids) lives in
+docs/results.md."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import nbformat
 
 from azlib import config
 
@@ -78,3 +82,49 @@ def test_readme_notebooks_table_names_every_notebook():
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("|")]
     named = {m.group(0) for row in rows for m in [re.search(r"\d\d_\w+", row)] if m}
     assert named == {p.stem for p in config.NOTEBOOKS_DIR.glob("*.ipynb")}
+
+
+HISTORY = re.compile(r"\bissues?\s+#?\d+\b|(?<![\w&/#])#\d+\b|\bthe (?:previous|first|second) run\b|\bwe changed\b"
+                     r"|\bpreviously\b|\bno longer\b|\bthe issue's\b", re.I)
+COMMIT_ID = re.compile(r"(?<![\w#])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?!\w)")
+AFTER_COMMIT = re.compile(r"\bcommits?\s+(?:[0-9a-f]{7,40}(?:\s*,\s*|\s+and\s+))*$", re.I)
+LINK_TARGET = re.compile(r"\]\([^)]*\)")
+
+
+def history_phrases(markdown: str) -> list[str]:
+    """The phrases of a notebook's markdown that tell its history rather than what is: issue references ("issue 12",
+    "#12"), "the previous/first/second run", "we changed", "previously", "no longer", "the issue's", and bare commit
+    ids. Fenced code and link targets are not read (a cited URL may hold an issue or a commit). A commit id is 7-40
+    hex characters with at least one digit and one letter a-f, not preceded by "#" (a hex colour such as #1f77b4, a
+    code span's or not, is no id) and not inside a longer word or number ("4,520" has no letter, so it is no id).
+    An id is provenance, and allowed, where the word "commit" or "commits" stands directly before it or before the
+    list of ids it ends ("commits f68ff8d and 150fb46"), or on a line that starts with "Shipped" or "shipped"
+    (after list, quote and emphasis marks): a shipped run's caption."""
+    text = LINK_TARGET.sub("]", FENCE.sub("", markdown))
+    found = [m.group(0) for m in HISTORY.finditer(text)]
+    for m in COMMIT_ID.finditer(text):
+        line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+        if not (AFTER_COMMIT.search(text[:m.start()]) or re.match(r"[\s>*_-]*shipped\b", line, re.I)):
+            found.append(m.group(0))
+    return found
+
+
+def test_history_detector_finds_history_and_passes_provenance():
+    for text in ["fixed in issue 12", "see #12.", "The first run forked from any answer", "the previous run",
+                 "we changed the default", "it was previously 4", "it no longer loses", "the issue's goal",
+                 "measured at 7889bdc", "between d32f6b7 and 0c6e1e0", "ids 75c8a0f0123456789abcdef0123456789abcdef"]:
+        assert history_phrases(text), text
+    for text in ["a colour `#1f77b4` and #ff7f0e", "4,520 positions, 1234567 tokens", "commit 7889bdc",
+                 "the command and commits f68ff8d and 150fb46", "shipped: `python -m azlib run`, at 7889bdc",
+                 "- **Shipped** run of a4de247", "[TRL](https://github.com/huggingface/trl/issues/3452)",
+                 "## Verdict", "a deadbeef word, bf16, 2e-4", "```\nissue 12 at 7889bdc\n```",
+                 "[results](../docs/results.md#does-the-tree-earn-its-place)", "Now a node is the answer"]:
+        assert not history_phrases(text), (text, history_phrases(text))
+
+
+def test_notebook_markdown_says_what_is():
+    found = [f"{path.stem} cell {i}: {phrase!r}"
+             for path in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+             for i, cell in enumerate(nbformat.read(path, as_version=4).cells) if cell.cell_type == "markdown"
+             for phrase in history_phrases(cell.source)]
+    assert not found, "history in the notebooks' markdown (it belongs in docs/results.md): " + "; ".join(found)
