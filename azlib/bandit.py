@@ -58,6 +58,18 @@ class Bandit:
         return torch.stack([g.reshape(-1) for g in grids], -1)
 
 
+def reward_label(bandit: Bandit) -> str:
+    """The plots' name for the expected reward, read from the reward the bandit has: "every token right" only while
+    its reward is 1 for the answers with every token right and 0 for all others (a partial credit is not)."""
+    answers = bandit.all_answers()
+    prompts = torch.arange(bandit.num_prompts)[:, None].expand(-1, len(answers))
+    every = answers.expand(bandit.num_prompts, -1, -1)
+    rewards = bandit.reward(prompts, every).float()
+    all_right = (every == bandit.correct[:, None]).all(-1).float()
+    return "expected reward (every token right)" if torch.equal(rewards, all_right) else \
+        "expected reward (the Bandit's reward)"
+
+
 def init_logits(bandit: Bandit, num_runs: int) -> torch.Tensor:
     """Uniform policies, [R, P, S, K] (also the fixed reference policy)."""
     return torch.zeros(num_runs, bandit.num_prompts, bandit.num_states, bandit.num_tokens)

@@ -234,7 +234,7 @@ class Experiment:
         else:
             from azlib.training import trainer_from_params
 
-            fork, train = arm_settings(arm, p.fork)
+            fork, train = arm_settings(arm, p.fork, p.train.groups)
             # only the arms that ask teachers start their engines (the run's teachers are theirs)
             arm_params = p.model_copy(update={"seed": seed, "fork": fork}
                                       if arm_asks_teachers(arm, p.fork, p.train.groups) else
@@ -323,6 +323,27 @@ def comparison_pairs(arms: Sequence[str]) -> list[tuple[str, str]]:
     runs over all of them, on every set."""
     against_tree = [(arm, "tree") for arm in arms if arm != "tree"] if "tree" in arms else []
     return against_tree + [("base", arm) for arm in arms]
+
+
+def verdict(rows: Sequence[dict], budget: int) -> str:
+    """Notebook 05's verdict in words, from `Experiment.comparisons` rows: every arm against the tree and the tree
+    against the base where the tree is an arm, else every arm against the base. It opens with what it compared,
+    and says so when there was nothing to compare."""
+    by_tree = any(r["b"] == "tree" for r in rows)
+    shown = [r for r in rows if r["a"] != "base" or r["b"] == "tree" or not by_tree]
+    head = f"At {budget:,} generated tokens per arm and seed"
+    if not shown:
+        return f"{head}: nothing to compare (no trained arm answered a held-out set)."
+    pairs = list(dict.fromkeys(f"{r['b']} against {r['a']}" for r in shown))
+    sets = list(dict.fromkeys(r["set"] for r in shown))
+    lines = []
+    for r in shown:
+        side = "above" if r["difference"] > 0 else "below" if r["difference"] < 0 else "level with"
+        lines.append(f"{r['set']}: {r['b']} is {side} {r['a']} by {abs(r['difference']) * 100:.1f} points "
+                     f"(mean of {r['seeds']} seeds, 95% CI {r['ci_low'] * 100:+.1f} to {r['ci_high'] * 100:+.1f}; "
+                     f"above in {r['b_above_a_in']} of {r['seeds']}; Holm p = {r['p_holm']:.3g}: "
+                     f"{'significant' if r['significant'] else 'not significant'}).")
+    return f"{head}, {', '.join(pairs)} on {' and '.join(sets)}: " + " ".join(lines)
 
 
 def _adapter(folder: Path) -> Path:

@@ -126,23 +126,28 @@ ARMS = {
     # the forking tree whose forks the teacher ensemble writes ("right" and "wrong" continuations of the
     # student's prefix: the original system's teachers; needs teachers, the only arm besides mcts given them)
     "tree_teachers": {"groups": "forked", "update": "sft", "writer": "teachers"},
-    "mcts": {"groups": "answers"},  # PUCT over first lines with rollouts (the update of the params)
+    # PUCT over first lines with rollouts: the signal the run's train.groups names where it is one of the search
+    # over text's ("answers", "paths", "siblings", "visits"; arm_settings), else "answers"; the run's update
+    "mcts": {"groups": "answers"},
     "rft": {"groups": "sampling", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
     "grpo": {"groups": "sampling", "update": "grpo"},  # plain GRPO
     "trl": {},  # TRL's GRPOTrainer
 }
 
 
-def arm_settings(arm: str, fork: ForkSettings) -> tuple[ForkSettings, dict]:
-    """An arm's fork section (the run's, with the fields the arm names) and its changes to the train section."""
+def arm_settings(arm: str, fork: ForkSettings, groups: str | None = None) -> tuple[ForkSettings, dict]:
+    """An arm's fork section (the run's, with the fields the arm names) and its changes to the train section.
+    `groups` is the run's train.groups: the mcts arm keeps it where it is a signal of the search over text."""
     spec = dict(ARMS[arm])
+    if arm == "mcts" and groups is not None and EXPLORER_OF[groups] == "tree":
+        spec["groups"] = groups
     named = {f.name: spec.pop(f.name) for f in fields(ForkSettings) if f.name in spec}
     return replace(fork, **named), spec
 
 
 def arm_asks_teachers(arm: str, fork: ForkSettings, groups: str) -> bool:
     """Whether the arm asks the run's teachers, given the run's fork section and train.groups."""
-    arm_fork, train = arm_settings(arm, fork)
+    arm_fork, train = arm_settings(arm, fork, groups)
     return asks_teachers(train.get("groups", groups), arm_fork.writer)
 
 
