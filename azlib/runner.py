@@ -5,53 +5,29 @@ runs; stops at the first failing notebook."""
 from __future__ import annotations
 
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from queue import Empty
 
+import psutil
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
 from tqdm.auto import tqdm
 from traitlets import Type
 
-from azlib import config
-from azlib.config import REPO_ROOT, NotebookParams, list_notebooks, resolve
+from azlib import committed, config
+from azlib.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
 from azlib.paths import repo_path
 from azlib.plan import check, gpu_memory, notebook_plan
-from azlib.runs import RunFolder, write_json, write_page
-
-RECORDED_PACKAGES = ("azlib", "torch", "transformers", "numpy", "papermill", "peft")
-
-
-def _versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in RECORDED_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if out.returncode:
-        return "unknown"
-    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+from azlib.runs import RUNNER, RunFolder, git_commit, read_json, versions, write_json, write_page
 
 
 def run(profile: str | None, only: list[str] | None = None, out: Path | None = None,
@@ -73,13 +49,15 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
         check([notebook_plan(stem, params) for stem, (params, _) in resolved.items()], total, free)
     run_dir = RunFolder(path)  # made only now: a rejected run leaves no empty folder behind
     config = {
+        "launched_by": RUNNER,
         "profile": profile,
         "run_dir": str(run_dir.path),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
-        "versions": _versions(),
+        "git_commit": git_commit(),
+        "versions": versions(),
         "argv": sys.argv,
         "env_overrides": {stem: overrides for stem, (_, overrides) in resolved.items() if overrides},
+        "set": parse_assignments(assignments),  # --set, over the profile and the environment, in every notebook
         "notebooks": {stem: params.model_dump() for stem, (params, _) in resolved.items()},
         "status": {},
     }
@@ -93,21 +71,24 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
         run_dir.clear_metrics(nb.stem)
         start = time.perf_counter()
         try:
-            papermill.execute_notebook(
-                str(nb),
-                str(run_dir.path / nb.name),
-                parameters=params.model_dump(),
-                kernel_name="python3",
-                cwd=str(REPO_ROOT),
-                # cell by cell under the notebook bar, so a long notebook (05: over half an hour) shows where it is
-                progress_bar={"desc": f"  {nb.stem} cells", "leave": False, "position": 1},
-                kernel_manager_class=_IPCKernelManager,
-            )
+            with PeakMemory() as memory:
+                papermill.execute_notebook(
+                    str(nb),
+                    str(run_dir.path / nb.name),
+                    parameters=params.model_dump(),
+                    kernel_name="python3",
+                    cwd=str(REPO_ROOT),
+                    # cell by cell under the notebook bar, so a long notebook (05: over half an hour) shows where
+                    # it is
+                    progress_bar={"desc": f"  {nb.stem} cells", "leave": False, "position": 1},
+                    kernel_manager_class=_IPCKernelManager,
+                )
             status = "ok"
         except papermill.PapermillExecutionError as err:
             status = f"failed: {err.ename}: {err.evalue}"
             failed = nb.name
-        config["status"][nb.stem] = {"status": status, "seconds": round(time.perf_counter() - start, 1)}
+        config["status"][nb.stem] = {"status": status, "seconds": round(time.perf_counter() - start, 1),
+                                     "peak_rss_mb": round(memory.peak / 2**20)}
         write_json(run_dir.config_path, config)
         if failed:
             break
@@ -118,6 +99,51 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
         print(f"\n{failed} failed; its partial output is {run_dir.path / failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def store_notebooks(only: list[str] | None = None) -> int:
+    """`make notebooks`: run the notebooks at their parameters cells' defaults into outputs/<time>-notebooks and
+    put each one that ran to its end, outputs and all, back into notebooks/ (azlib.committed), with its commit,
+    minutes and peak memory. Returns run()'s exit code."""
+    out = REPO_ROOT / "outputs" / f"{datetime.now():%Y%m%d-%H%M%S}-notebooks"
+    code = run(None, only=only, out=out)
+    ran = read_json(out / "config.json")
+    for stem, status in ran["status"].items():
+        if status["status"] == "ok":
+            committed.store(out / f"{stem}.ipynb", NOTEBOOKS_DIR / f"{stem}.ipynb", {
+                "commit": ran["git_commit"], "profile": "defaults", "date": ran["created"][:10],
+                "minutes": round(status["seconds"] / 60, 1), "peak_rss_mb": status["peak_rss_mb"],
+                "cores": os.cpu_count()})
+            print(f"stored {stem}: {status['seconds'] / 60:.1f} min, peak {status['peak_rss_mb']} MB")
+    return code
+
+
+class PeakMemory:
+    """The most resident memory this process's children held at once (the kernel and every process it started),
+    sampled twice a second while the block runs: `peak`, in bytes."""
+
+    def __init__(self, interval: float = 0.5):
+        self.interval, self.peak = interval, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.interval):
+            total = 0
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    total += child.memory_info().rss
+                except psutil.Error:  # ended between the listing and the reading
+                    pass
+            self.peak = max(self.peak, total)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 class _WakefulChannel(AsyncZMQSocketChannel):

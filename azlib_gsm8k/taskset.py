@@ -69,7 +69,7 @@ def _scorer(model: str):
 class AzlibMathConfig(vf.TasksetConfig):
     task_name: Literal["gsm8k", "arithmetic"] = "gsm8k"
     source: str = "auto"
-    """GSM8K source: "auto" (local copy beside the repo, else the hub), "hub", or a folder of JSONL."""
+    """GSM8K source: "auto" (the kit's copy beside the repo), a folder of JSONL, or "hub" (downloads)."""
     split: Literal["train", "test"] = "test"
     num_tasks: int | None = None
     seed: int = 0

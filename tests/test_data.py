@@ -64,11 +64,57 @@ def test_unreachable_hub_is_a_clear_error(hub_offline):
         load_gsm8k("hub", "test")
 
 
-def test_auto_prefers_the_local_copy_then_the_hub(monkeypatch, tmp_path, gsm8k_dir, hub_offline):
+@pytest.fixture
+def no_network(monkeypatch, hub_offline):
+    """The hub offline, and every connection or name lookup an error: a download fails the test at once."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the network was used: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def test_auto_reads_the_kits_copy_and_never_the_hub(monkeypatch, tmp_path, gsm8k_dir, no_network):
+    monkeypatch.setattr(gsm8k, "LOCAL_DEFAULT", gsm8k_dir)
     assert load_gsm8k("auto", "test", limit=1)[0]["info"]["id"] == "gsm8k-test-0"
     monkeypatch.setattr(gsm8k, "LOCAL_DEFAULT", tmp_path)
-    with pytest.raises(DataUnavailable, match="no local copy at .* and GSM8K could not be loaded from the hub"):
+    missing = re.escape(str(tmp_path / "test.jsonl"))
+    with pytest.raises(DataUnavailable, match=rf"the kit's copy {missing} does not exist; .* or to 'hub' to download"):
         load_gsm8k("auto", "test")
+
+
+GSM8K_NOTEBOOKS = ("02_mcts_tree", "03_teacher_ensemble", "04_gsm8k_run", "05_base_vs_trained", "06_rlt_teachers",
+                   "07_referee_rl")
+
+
+@pytest.mark.parametrize("profile", [None, "cpu", "smoke"], ids=lambda p: p or "defaults")
+@pytest.mark.parametrize("notebook", GSM8K_NOTEBOOKS)
+def test_a_notebooks_defaults_read_local_data_only(notebook, profile, monkeypatch, tmp_path, gsm8k_dir, no_network):
+    """At its parameters cell's defaults and in the cpu and smoke profiles, a notebook's data is the kit's GSM8K
+    copy or the embedded arithmetic problems, with no network; without the copy, arithmetic with a note naming
+    the missing file (the hub is `gsm8k = "hub"`, a parameter away)."""
+    from azlib import config
+    from azlib.referee import load_corpus
+
+    params, _ = config.resolve(config.NOTEBOOKS_DIR / f"{notebook}.ipynb", profile, tmp_path / "run")
+    assert params.gsm8k == "auto" and params.gsm8k_fallback
+
+    def source() -> tuple[str, str]:
+        if notebook == "07_referee_rl":
+            corpus, note = load_corpus(params.gsm8k, max_chars=10_000, arithmetic_rows=200, fallback=True)
+            return corpus.source, note
+        rows, note = task_problems(params.task, params.gsm8k, "train", 4, seed=0, fallback=True)
+        return rows[0]["info"].get("source", "arithmetic"), note
+
+    monkeypatch.setattr(gsm8k, "LOCAL_DEFAULT", gsm8k_dir)
+    read, note = source()
+    uses_gsm8k = notebook == "07_referee_rl" or params.task == "gsm8k"
+    assert (read, note) == ("gsm8k" if uses_gsm8k else "arithmetic", "")
+    monkeypatch.setattr(gsm8k, "LOCAL_DEFAULT", tmp_path / "absent")
+    read, note = source()
+    assert read == "arithmetic" and (not uses_gsm8k or str(tmp_path / "absent" / "train.jsonl") in note)
 
 
 def test_an_unreachable_gsm8k_becomes_arithmetic_only_where_the_fallback_is_allowed(tmp_path, hub_offline):

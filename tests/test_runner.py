@@ -68,16 +68,25 @@ def test_a_failing_notebook_stops_the_run_and_keeps_its_partial_output(fake_kit,
 
 
 def test_the_run_ends_with_a_page_of_its_numbers_figures_and_notebooks(fake_kit, monkeypatch, capsys):
-    """index.md: per notebook its status, a link to the executed copy, its verdict and numbers, and every figure
-    it showed, taken out of its outputs into index_files/."""
+    """index.md: per notebook its status, a link to the executed copy, its verdict once and its other numbers, and
+    every figure it showed with a caption: a saved one from figures/ under its name and title, one only shown taken
+    out of its outputs into index_files/ under the heading above its cell."""
     body = ("import matplotlib.pyplot as plt\n"
             "from azlib.runs import RunFolder\n"
-            "RunFolder(output_dir).record_metrics('04_plots', {'verdict': 'a | b', 'share': 0.123456, 'none': None})\n"
-            "for k in (1, 2):\n"
-            "    plt.plot([0, k])\n"
-            "    plt.show()\n")
-    write_notebook(config.NOTEBOOKS_DIR / "04_plots.ipynb", "seed = 0\nsearch = {'max_tokens': 16}\noutput_dir = 'x'",
-                   body)
+            "run = RunFolder(output_dir)\n"
+            "run.record_metrics('04_plots', {'verdict': 'a | b', 'share': 0.123456, 'none': None})\n"
+            "fig, ax = plt.subplots()\n"
+            "ax.plot([0, 1])\n"
+            "fig.suptitle('Reward against step')\n"
+            "run.save_figure(fig, '04_reward')\n"
+            "plt.show()\n"
+            "plt.plot([0, 2])\n"
+            "plt.show()\n")
+    path = config.NOTEBOOKS_DIR / "04_plots.ipynb"
+    write_notebook(path, "seed = 0\nsearch = {'max_tokens': 16}\noutput_dir = 'x'", body)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("Some words.\n\n## Two curves\n\nMore words."))
+    nbformat.write(nb, path)
     (config.PARAMS_DIR / "smoke" / "04_plots.yaml").write_text("{}\n")
     monkeypatch.setitem(config.NOTEBOOK_PARAMS, "04_plots", BudgetParams)
     out = fake_kit / "run"
@@ -87,12 +96,72 @@ def test_the_run_ends_with_a_page_of_its_numbers_figures_and_notebooks(fake_kit,
     first, plots = page.split("\n## 01_ok\n")[1].split("\n## 04_plots\n")
     assert "[the executed notebook](01_ok.ipynb)" in first and "| max_tokens | 32 |" in first
     assert "![" not in first, "01_ok showed no figure"
-    assert "[the executed notebook](04_plots.ipynb)" in plots and "> a | b" in plots
-    assert "| verdict | a \\| b |" in plots and "| share | 0.1235 |" in plots and "| none | null |" in plots
+    assert "[the executed notebook](04_plots.ipynb)" in plots and "| share | 0.1235 |" in plots
+    assert plots.count("a | b") + plots.count("a \\| b") == 1 and "> a | b" in plots, "the verdict once, quoted"
+    assert "| none | null |" in plots and "| verdict |" not in plots
+    assert "![04_reward](figures/04_reward.png)\n\n*Figure 04_reward: Reward against step*" in plots
+    shown = "![04_plots-cell3-2](index_files/04_plots-cell3-2.png)\n\n*Cell 3, under “Two curves”*"
+    assert shown in plots, "a figure only shown: the heading above its cell (the executed copy's cell 3)"
     figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", plots)
-    assert len(figures) == 2 and len(set(figures)) == 2
+    assert figures == ["figures/04_reward.png", "index_files/04_plots-cell3-2.png"]
     assert all((out / f).read_bytes().startswith(b"\x89PNG") for f in figures)
-    assert sorted(p.name for p in (out / "index_files").iterdir()) == sorted(f.split("/")[1] for f in figures)
+    assert [p.name for p in (out / "index_files").iterdir()] == ["04_plots-cell3-2.png"]
+
+
+def test_the_page_shows_the_command_lines_set_and_the_environments_overrides(fake_kit, monkeypatch):
+    """config.json records `--set` (beside env_overrides); the page shows both."""
+    monkeypatch.setenv("MAX_TOKENS", "48")
+    out = fake_kit / "run"
+    assert main(["run", "--profile", "smoke", "--only", "01", "--out", str(out), "--set", "search.max_tokens=64",
+                 "seed=3"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["set"] == {"search.max_tokens": 64, "seed": 3} and cfg["launched_by"] == "azlib run"
+    assert cfg["env_overrides"] == {"01_ok": {"search.max_tokens": 48}}
+    page = (out / "index.md").read_text()
+    assert "Set on the command line (`--set`, over the profile, for every notebook): `search.max_tokens=64`, " \
+           "`seed=3`." in page
+    assert "Environment overrides (over the profile): `search.max_tokens=48`." in page.split("\n## 01_ok\n")[1]
+
+
+def test_an_interactive_notebooks_last_cell_gives_its_folder_a_page(tmp_path, capsys):
+    """finish_notebook: config.json gets the notebook's parameters, status, minutes and commit, and the folder its
+    page, with the figures it saved (no executed copy: figures/ and their titles); a second notebook in the same
+    folder adds its section. In a folder of `azlib run`, it writes nothing: the runner writes the page."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from azlib.runs import RunFolder, finish_notebook
+
+    run = RunFolder(tmp_path / "interactive")
+    fig, axes = plt.subplots(1, 2)
+    axes[0].set_title("Loss")
+    axes[1].set_title("Accuracy")
+    run.save_figure(fig, "01_curves")
+    run.record_metrics("01_ok", {"verdict": "it learns", "accuracy": 0.5})
+    params = BudgetParams(output_dir=str(run.path), search={"max_tokens": 16})
+    finish_notebook(run, "01_ok", params)
+    page = run.path / "index.md"
+    assert f"this run's page (parameters, numbers, figures): {page}" in capsys.readouterr().out
+    cfg = json.loads(run.config_path.read_text())
+    assert cfg["launched_by"] == "notebook" and cfg["git_commit"] and cfg["versions"]["python"]
+    assert cfg["notebooks"]["01_ok"]["search"]["max_tokens"] == 16
+    assert cfg["status"]["01_ok"]["status"] == "ok" and cfg["status"]["01_ok"]["seconds"] >= 0
+    text = page.read_text()
+    assert "Run in JupyterLab" in text and "| [01_ok](#01_ok) | ok |" in text
+    assert "run interactively from notebooks/01_ok.ipynb" in text and text.count("it learns") == 1
+    assert "![01_curves](figures/01_curves.png)\n\n*Figure 01_curves: Loss; Accuracy*" in text
+
+    finish_notebook(RunFolder(run.path), "02_more", BudgetParams(output_dir=str(run.path), search={"max_tokens": 8}))
+    assert set(json.loads(run.config_path.read_text())["status"]) == {"01_ok", "02_more"}
+    assert "\n## 01_ok\n" in page.read_text() and "\n## 02_more\n" in page.read_text()
+
+    batch = RunFolder(tmp_path / "batch")
+    runner.write_json(batch.config_path, {"launched_by": "azlib run", "status": {}})
+    finish_notebook(batch, "01_ok", params)
+    assert not (batch.path / "index.md").exists()
+    assert "written by `azlib run` when its notebooks end" in capsys.readouterr().out
 
 
 def test_no_profile_runs_the_parameters_cells_defaults(fake_kit):

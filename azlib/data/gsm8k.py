@@ -1,5 +1,5 @@
-"""GSM8K as rows of the kit's schema, from the Hugging Face hub or a local JSONL folder; its rows ranked by steps.
-Reads and normalises only; answer extraction from model text lives in azlib.rewards."""
+"""GSM8K as rows of the kit's schema, from a local JSONL folder (the kit's copy by default) or, when asked, the Hugging
+Face hub; its rows ranked by steps. Reads and normalises only; answer extraction lives in azlib.rewards."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from azlib.paths import REPO_ROOT, repo_path
 from azlib.data.rows import Row
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
-# Where the tests and the cpu profile find the local copy (beside the repo, never inside it).
+# The kit's copy, where "auto" reads it (beside the repo, never inside it).
 LOCAL_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 Split = Literal["train", "test"]
 GSM8K_TEST_PROBLEMS = 1_319  # the test split's size
@@ -87,18 +87,16 @@ def load_hub(split: Split) -> list[Row]:
 
 
 def load_gsm8k(source: str, split: Split = "test", limit: int | None = None) -> list[Row]:
-    """source: a local folder holding {train,test}.jsonl, "hub", or "auto" (the local copy beside
-    the repo when present, else the hub). Raises DataUnavailable naming what was tried."""
+    """source: "auto" (the kit's copy, LOCAL_DEFAULT), a local folder holding {train,test}.jsonl, or "hub" (the
+    only source that downloads). Raises DataUnavailable naming the missing file and the alternatives."""
     if source == "hub":
         rows = load_hub(split)
     elif source == "auto":
-        if (LOCAL_DEFAULT / f"{split}.jsonl").is_file():
-            rows = load_local(LOCAL_DEFAULT, split)
-        else:
-            try:
-                rows = load_hub(split)
-            except DataUnavailable as err:
-                raise DataUnavailable(f"no local copy at {LOCAL_DEFAULT}, and {err}") from None
+        if not (LOCAL_DEFAULT / f"{split}.jsonl").is_file():
+            raise DataUnavailable(f"GSM8K {split} split not found: the kit's copy {LOCAL_DEFAULT / f'{split}.jsonl'} "
+                                  "does not exist; set gsm8k to a folder holding train.jsonl and test.jsonl, or to "
+                                  "'hub' to download it")
+        rows = load_local(LOCAL_DEFAULT, split)
     else:
         rows = load_local(source, split)
     return rows[:limit] if limit is not None else rows

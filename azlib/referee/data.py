@@ -57,8 +57,8 @@ def _windows(data: torch.Tensor, starts: torch.Tensor, block_size: int) -> tuple
 
 def load_corpus(source: str = "auto", max_chars: int | None = None, val_fraction: float = 0.1,
                 arithmetic_rows: int = 20_000, *, fallback: bool) -> tuple[CharCorpus, str]:
-    """GSM8K's train split as text (the last `val_fraction` of its rows held out), from `source` ("auto",
-    "hub" or a folder); with `fallback`, arithmetic_problems text when GSM8K cannot be read (else
+    """GSM8K's train split as text (the last `val_fraction` of its rows held out), from `source` ("auto":
+    the kit's copy, a folder, or "hub": a download); with `fallback`, arithmetic_problems text when GSM8K cannot be read (else
     DataUnavailable naming the source). Returns the corpus and a note ("" when GSM8K)."""
     note = ""
     try:
