@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from azlib.config import resolve_library
+from azlib.config import NOTEBOOKS_DIR, resolve, resolve_library
 from azlib.experiment import Experiment, task_sets
 from azlib.paths import REPO_ROOT
 from azlib.runs import read_json
@@ -16,8 +16,9 @@ from azlib.runs import read_json
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # notebook 05's experiment with every arm over three seeds (benchmarks/tree_vs_sampling.py --mode all)
 TREE_VS_SAMPLING = RESULTS_DIR / "tree-vs-sampling-all"
-# notebook 03's and 06's numbers under the cpu profile (azlib run --profile cpu), each its metrics.json section
+# notebook 03's, 04's and 06's numbers under the cpu profile (azlib run --profile cpu), each its metrics.json section
 TEACHER_ENSEMBLE = RESULTS_DIR / "teacher-ensemble-cpu"
+TRAINING = RESULTS_DIR / "training-cpu"
 RLT = RESULTS_DIR / "rlt-cpu"
 # notebook 08's comparison under the cpu profile (benchmarks/countdown_alphazero.py), azlib.countdown's summary
 COUNTDOWN = RESULTS_DIR / "countdown-cpu"
@@ -80,4 +81,8 @@ def shipped_metrics(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
     recorded = read_json(path)
     if not isinstance(recorded, dict) or not isinstance(recorded.get(made.notebook), dict):
         raise ValueError(f"{path} holds no section for {made.notebook}, the notebook its provenance names")
-    return recorded[made.notebook], made
+    section = dict(recorded[made.notebook])
+    params, _ = resolve(NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, folder, made.set)
+    if hasattr(params, "task"):  # the task its settings name, where the run recorded none (a figure beside says it)
+        section.setdefault("task", params.task)
+    return section, made

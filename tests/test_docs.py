@@ -92,9 +92,9 @@ LINK_TARGET = re.compile(r"\]\([^)]*\)")
 
 
 def history_phrases(markdown: str) -> list[str]:
-    """The phrases of a notebook's markdown that tell its history rather than what is: issue references ("issue 12",
-    "#12"), "the previous/first/second run", "we changed", "previously", "no longer", "the issue's", and bare commit
-    ids. Fenced code and link targets are not read (a cited URL may hold an issue or a commit). A commit id is 7-40
+    """The phrases of a notebook's markdown that tell its history rather than what is (HISTORY: an issue's number, a
+    bare "#" and number, the previous, first or second run, what we changed, what was so before, what an issue
+    asked), and bare commit ids. Fenced code and link targets are not read (a cited URL may hold an issue or a commit). A commit id is 7-40
     hex characters with at least one digit and one letter a-f, not preceded by "#" (a hex colour such as #1f77b4, a
     code span's or not, is no id) and not inside a longer word or number ("4,520" has no letter, so it is no id).
     An id is provenance, and allowed, where the word "commit" or "commits" stands directly before it or before the
@@ -110,8 +110,9 @@ def history_phrases(markdown: str) -> list[str]:
 
 
 def test_history_detector_finds_history_and_passes_provenance():
-    for text in ["fixed in issue 12", "see #12.", "The first run forked from any answer", "the previous run",
-                 "we changed the default", "it was previously 4", "it no longer loses", "the issue's goal",
+    # the planted phrases are built from parts, so that this file says none of them (tests/test_history.py)
+    for text in ["fixed in iss" + "ue 12", "see #" + "12.", "The first run forked from any answer", "the previous run",
+                 "we changed the default", "it was previ" + "ously 4", "it no lon" + "ger loses", "the iss" + "ue's goal",
                  "measured at 7889bdc", "between d32f6b7 and 0c6e1e0", "ids 75c8a0f0123456789abcdef0123456789abcdef"]:
         assert history_phrases(text), text
     for text in ["a colour `#1f77b4` and #ff7f0e", "4,520 positions, 1234567 tokens", "commit 7889bdc",

@@ -13,8 +13,8 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from azlib import config
 from azlib.experiment import comparison_pairs
 from azlib.settings import ARMS
-from azlib.shipped import RLT, TEACHER_ENSEMBLE, TREE_VS_SAMPLING, provenance, shipped_experiment, shipped_metrics
-from azlib.viz import plot_ensemble, plot_experiment, plot_rlt
+from azlib.shipped import RLT, TEACHER_ENSEMBLE, TRAINING, TREE_VS_SAMPLING, provenance, shipped_experiment, shipped_metrics
+from azlib.viz import plot_ensemble, plot_experiment, plot_rlt, plot_training
 
 matplotlib.use("Agg")
 
@@ -83,7 +83,8 @@ def test_answers_to_other_problems_than_the_settings_draw_are_refused(tmp_path):
         shipped_experiment(folder)
 
 
-@pytest.mark.parametrize("folder, notebook", [(TEACHER_ENSEMBLE, "03_teacher_ensemble"), (RLT, "06_rlt_teachers")])
+@pytest.mark.parametrize("folder, notebook", [(TEACHER_ENSEMBLE, "03_teacher_ensemble"), (TRAINING, "04_gsm8k_run"),
+                                              (RLT, "06_rlt_teachers")])
 def test_a_notebooks_cpu_run_reads_back_with_what_wrote_it(folder, notebook):
     numbers, made = shipped_metrics(folder)
     assert (made.notebook, made.profile, made.set) == (notebook, "cpu", ())
@@ -107,6 +108,23 @@ def test_the_shipped_ensemble_run_is_the_cpu_profiles_and_its_figure_draws_it(tm
     assert drawn == [numbers[f"{t}_weight"] for t in teachers] * 2
     assert len(children.get_lines()) == 3, "a mean Q that is None is left out"
     assert made.label in fig.legends[0].get_texts()[1].get_text().replace("\n", " ")
+
+
+def test_the_shipped_training_is_the_cpu_profiles_and_its_figure_draws_it(tmp_path):
+    numbers, made = shipped_metrics(TRAINING)
+    params, _ = config.resolve(config.NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, tmp_path, made.set)
+    assert numbers["steps"] == params.train.steps == 10 and numbers["task"] == params.task
+    assert numbers["groups"] == params.train.groups and numbers["update"] == params.train.update
+    assert numbers["checkpoint"].endswith(f"step-{params.train.steps:06d}")
+    yours = numbers | {"steps": 3, "accuracy_last_quarter": None}
+    fig = plot_training({"yours": yours, made.label: numbers})
+    reward, accuracy = fig.axes
+    assert [line.get_ydata()[0] for line in reward.get_lines()] == [
+        numbers["reward_first_quarter"], numbers["reward_last_quarter"]] * 2
+    assert len(accuracy.get_lines()) == 3, "an accuracy that is None is left out"
+    assert fig._suptitle is None, "the same task and accuracy: comparable"
+    other = plot_training({"yours": yours | {"accuracy_column": "sampled_accuracy"}, made.label: numbers})
+    assert "not comparable" in other._suptitle.get_text() and "sampled_accuracy" in other._suptitle.get_text()
 
 
 def test_the_shipped_rlt_run_is_the_cpu_profiles_and_its_figure_draws_it(tmp_path):

@@ -3,7 +3,7 @@ numbers beside the shipped run's, Countdown's arms and methods (notebook 08), se
 JupyterLab widget), and widgets to play with (the bandit's knobs as sliders, tic-tac-toe against the net). Draws
 only; every number it shows was computed elsewhere in azlib."""
 
-from azlib.viz.beside import plot_ensemble, plot_rlt
+from azlib.viz.beside import plot_ensemble, plot_rlt, plot_training
 from azlib.viz.countdown import (describe_countdown_node, plot_beside, plot_learning, plot_methods,
                                  plot_value_precision, solvable_kind)
 from azlib.viz.curves import plot_seed_curves
@@ -15,5 +15,5 @@ from azlib.viz.tree import (TEXT_KINDS, TreeWidget, branch_of, describe_board_no
 
 __all__ = ["BanditSliders", "PlayTicTacToe", "TEXT_KINDS", "TreeWidget", "branch_of", "describe_board_node",
            "describe_countdown_node", "describe_node", "describe_text_node", "node_details", "plot_beside", "plot_ensemble",
-           "plot_experiment", "plot_learning", "plot_methods", "plot_rlt", "plot_seed_curves", "plot_value_precision",
-           "proposer_of", "save_tree", "shown_nodes", "solvable_kind", "tree_svg"]
+           "plot_experiment", "plot_learning", "plot_methods", "plot_rlt", "plot_seed_curves", "plot_training",
+           "plot_value_precision", "proposer_of", "save_tree", "shown_nodes", "solvable_kind", "tree_svg"]

@@ -1,5 +1,6 @@
 """A notebook run's headline numbers beside the shipped run's (azlib.shipped.shipped_metrics): notebook 03's teacher
-weights and right/wrong children, notebook 06's teacher reward and students. Draws the numbers each notebook records
+weights and right/wrong children, notebook 04's reward and accuracy over its training, notebook 06's teacher reward
+and students. Draws the numbers each notebook records
 in metrics.json; computes no statistic itself."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def plot_rlt(runs: dict[str, Metrics]) -> plt.Figure:
     """Notebook 06, one colour per run (label -> its metrics): each student's held-out accuracy in percent with its 95%
     Wilson interval; and the teacher's gain in r from training, last minus first quarter of its steps (different
     problems; the interval treats explanations as independent) and trained minus untrained on the same problems
-    (paired), with their 95% intervals."""
+    (paired), with their 95% intervals. Each legend entry names its run's task (metrics' `task`); runs of different
+    tasks are titled so: their numbers are not comparable."""
     fig, (students, teacher) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [3, 2]})
     _points(students, list(RLT_STUDENTS.values()),
             {label: [tuple(_percent(m.get(f"{name}{key}")) for key in ("_accuracy", "_ci_low", "_ci_high"))
@@ -35,9 +37,15 @@ def plot_rlt(runs: dict[str, Metrics]) -> plt.Figure:
              for label, m in runs.items()})
     teacher.axhline(0, color="black", lw=0.8)
     teacher.set(ylabel="gain in r (nats per token)", title="the teacher's reward r from training (95% CI)")
-    return _finish(fig, {label: f"{label} ({m.get('base_n')} held-out problems, {m.get('teacher_steps')} teacher "
-                                f"steps, {m.get('sft_budget_tokens', 0):,} SFT tokens per student)"
-                         for label, m in runs.items()})
+    tasks = {label: m.get("task") for label, m in runs.items()}
+    title = None
+    if len({task for task in tasks.values() if task}) > 1:
+        title = ("different tasks, not comparable: " +
+                 "; ".join(f"{label.split(':')[0]} {task or 'unknown'}" for label, task in tasks.items()))
+    return _finish(fig, {label: f"{label} ({f'{tasks[label]} task, ' if tasks[label] else ''}{m.get('base_n')} "
+                                f"held-out problems, {m.get('teacher_steps')} teacher steps, "
+                                f"{m.get('sft_budget_tokens', 0):,} SFT tokens per student)"
+                         for label, m in runs.items()}, title)
 
 
 def plot_ensemble(runs: dict[str, Metrics]) -> plt.Figure:
@@ -59,6 +67,28 @@ def plot_ensemble(runs: dict[str, Metrics]) -> plt.Figure:
                  title="visited children, by the branch a teacher was asked for")
     return _finish(fig, {label: f"{label} ({m.get('searches_credited')} of {m.get('searches')} searches credited a "
                                 "teacher)" for label, m in runs.items()})
+
+
+def plot_training(runs: dict[str, Metrics]) -> plt.Figure:
+    """Notebook 04, one colour per run (label -> its metrics): the mean reward and the accuracy its log keeps
+    (`accuracy_column`: the search's answers, or the student's own samples without a search) over the first and
+    the last quarter of its steps. Runs whose accuracies measure different things, or of different tasks, are
+    titled so: those numbers are not comparable."""
+    fig, (reward, accuracy) = plt.subplots(1, 2, figsize=(13, 4.6))
+    quarters = ["first quarter\nof the steps", "last quarter\nof the steps"]
+    _points(reward, quarters, {label: [(m.get(f"reward_{q}_quarter"), None, None) for q in ("first", "last")]
+                               for label, m in runs.items()})
+    reward.set(ylabel="mean reward per answer", title="reward (train.reward, plus any reward you added)")
+    _points(accuracy, quarters, {label: [(_percent(m.get(f"accuracy_{q}_quarter")), None, None)
+                                         for q in ("first", "last")] for label, m in runs.items()})
+    accuracy.set(ylim=(0, 100), ylabel="% correct", title="accuracy over training (accuracy_column)")
+    differs = [key for key in ("accuracy_column", "task") if len({m.get(key) for m in runs.values()}) > 1]
+    title = (f"different {' and '.join(differs)}, not comparable: " +
+             "; ".join(f"{label.split(':')[0]} {', '.join(str(runs[label].get(k)) for k in differs)}"
+                       for label in runs)) if differs else None
+    return _finish(fig, {label: f"{label} ({m.get('task', 'task unknown')}, {m.get('steps')} steps, "
+                                f"{m.get('tokens_total', 0):,} tokens, groups {m.get('groups')}, update {m.get('update')}, "
+                                f"accuracy: {m.get('accuracy_column')})" for label, m in runs.items()}, title)
 
 
 def _teachers(m: Metrics) -> list[str]:
@@ -96,11 +126,13 @@ def _points(ax, categories: list[str], runs: dict[str, list[Point]], notes: dict
     ax.grid(axis="y", alpha=0.3)
 
 
-def _finish(fig: plt.Figure, legend: dict[str, str]) -> plt.Figure:
-    """One legend entry per run, under the panels, each label wrapped."""
+def _finish(fig: plt.Figure, legend: dict[str, str], title: str | None = None) -> plt.Figure:
+    """One legend entry per run, under the panels, each label wrapped; the figure's title above them, if any."""
+    if title:
+        fig.suptitle(title, color="C3", fontsize=11)
     handles = [Line2D([], [], color=f"C{k}", marker="o", ls="", label="\n".join(textwrap.wrap(text, 120)))
                for k, text in enumerate(legend.values())]
     fig.legend(handles=handles, loc="lower center", ncol=1, fontsize=9, frameon=False)
     lines = sum(h.get_label().count("\n") + 1 for h in handles)
-    fig.tight_layout(rect=(0, (0.25 + 0.17 * lines) / fig.get_figheight(), 1, 1))
+    fig.tight_layout(rect=(0, (0.25 + 0.17 * lines) / fig.get_figheight(), 1, 0.95 if title else 1))
     return fig
