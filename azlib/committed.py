@@ -37,12 +37,15 @@ def code_digest(notebook: dict) -> str:
     return digest.hexdigest()
 
 
-def _static(output: dict) -> dict:
+def _static(output: dict) -> dict | None:
     """An output as a reader without a kernel sees it: a widget's live view goes (its model is not stored), its
-    still picture and text stay (azlib.viz.static); a figure is stored in 256 colours."""
+    still picture stays (azlib.viz.static); a widget with none (a progress bar, whose text is its first state) goes
+    whole; a figure is stored in 256 colours."""
     data = output.get("data")
     if not data:
         return output
+    if WIDGET_VIEW in data and set(data) <= {WIDGET_VIEW, "text/plain"}:
+        return None
     data = {k: _small_png(v) if k == "image/png" else v for k, v in data.items() if k != WIDGET_VIEW}
     return output | {"data": data}
 
@@ -65,7 +68,7 @@ def store(executed: Path, target: Path, record: dict[str, Any]) -> None:
     if code_digest(ran) != code_digest(shown):
         raise ValueError(f"{target}'s code changed while {executed} ran: run it again")
     for cell, done in zip(shown_cells, ran_cells):
-        cell["outputs"] = [_static(o) for o in done["outputs"]]
+        cell["outputs"] = [shown for shown in map(_static, done["outputs"]) if shown is not None]
         cell["execution_count"] = done["execution_count"]
         for key in RUN_METADATA:
             cell.get("metadata", {}).pop(key, None)

@@ -60,6 +60,8 @@ def _executed(notebook):
     ran["cells"][-1]["outputs"] = [
         {"output_type": "display_data", "metadata": {},
          "data": {committed.WIDGET_VIEW: {"model_id": "m"}, "image/svg+xml": "<svg/>", "text/plain": "TreeWidget()"}},
+        {"output_type": "display_data", "metadata": {},  # a progress bar: its text is its first state
+         "data": {committed.WIDGET_VIEW: {"model_id": "p"}, "text/plain": "steps:   0%|          | 0/3"}},
         {"output_type": "stream", "name": "stdout", "text": "4\n"}]
     ran["metadata"]["widgets"] = {"state": {"m": {}}}
     ran["metadata"]["papermill"] = {"input_path": "x"}
@@ -78,7 +80,7 @@ def test_store_grafts_the_outputs_and_the_record_onto_the_notebook_as_it_is_now(
     assert stored["cells"][0]["source"] == "# edited while it ran"
     assert len(stored["cells"]) == 3, "papermill's injected cell is not stored"
     last = stored["cells"][-1]
-    assert [o["output_type"] for o in last["outputs"]] == ["display_data", "stream"]
+    assert [o["output_type"] for o in last["outputs"]] == ["display_data", "stream"], "a widget without a still goes"
     assert set(last["outputs"][0]["data"]) == {"image/svg+xml", "text/plain"}
     assert "papermill" not in last["metadata"] and "execution" not in last["metadata"]
     assert "widgets" not in stored["metadata"]

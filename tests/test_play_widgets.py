@@ -127,5 +127,7 @@ def test_each_widget_carries_a_still_picture_of_what_it_shows_now():
 
     game = PlayTicTacToe(net(), simulations=8)
     game.click(4)
-    text = game._repr_mimebundle_()[0]["text/plain"]
+    still = game._repr_mimebundle_()[0]
+    text = still["text/plain"]
     assert text.splitlines()[2].split(" | ")[1] == "X" and text.count("O") == 1
+    assert still["text/html"].startswith("<pre>") and "X" in still["text/html"], "a still the committed notebook keeps"

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import nbformat
 import pytest
+import torch
 
 from azlib import config, runner
 from azlib.runs import RunFolder, read_json
@@ -109,6 +110,11 @@ TRIES = [
     Try("07", '`advantage = "group"`', ("advantage=group",), effect="test_07_group_advantages_keep_the_gradient"),
     Try("07", "`top_k = 4`", ("top_k=4",), effect="test_07_the_referee_settings_move_the_reward"),
     Try("07", "`ablations = []`", ("ablations=[]",), effect="test_07_without_ablations_two_arms_train"),
+    Try("08", "`search.candidates = 16`", ("search.candidates=16",),
+        effect="test_08_more_candidates_show_the_root_more_first_moves"),
+    Try("08", "`size = 4` with `imitation.steps = 1200`", ("size=4", "imitation.steps=1200"),
+        effect="test_08_a_four_number_game_takes_three_moves"),
+    Try("08", "`legal_only = False`", ("legal_only=false",), effect="test_08_without_the_mask_the_rules_refuse_lines"),
 ]
 
 # Smoke runs of the changes that make other code run: the smoke profile, a tiny random student (a run checks that
@@ -574,3 +580,48 @@ RUN_EFFECTS = {
     "05-one-seed": run_05_one_seed,
     "03-no-failing": run_03_no_failing,
 }
+
+
+def _tiny_countdown_policy(legal_only: bool):
+    from azlib.countdown.policy import Policy, PolicyValueNet, shape
+
+    torch.manual_seed(0)
+    return Policy(PolicyValueNet(shape(n_layer=1, n_head=2, n_embd=16)), legal_only=legal_only)
+
+
+def test_08_more_candidates_show_the_root_more_first_moves():
+    import random
+
+    from azlib.countdown.play import Episode, LineSearch, node_state
+    from azlib.countdown.problems import heldout
+    from azlib.countdown.settings import CountdownSearchSettings
+
+    policy, roots = _tiny_countdown_policy(True), [node_state(Episode.start(p)) for p in heldout(3, "unseen")[:30]]
+
+    def first_moves(candidates: int) -> float:
+        env = LineSearch(policy, CountdownSearchSettings(candidates=candidates), "oracle",
+                         torch.Generator().manual_seed(0))
+        return sum(len(e.children) for e in env.expand(roots, random.Random(0))) / len(roots)
+
+    eight, sixteen = first_moves(8), first_moves(16)
+    assert sixteen > eight + 1, (eight, sixteen)
+
+
+def test_08_a_four_number_game_takes_three_moves():
+    from azlib.countdown.problems import heldout
+    from azlib.countdown.rules import solve
+
+    for size in (3, 4):
+        solutions = [solve(p) for p in heldout(size, "seen")[:20]]
+        assert all(s is not None and len(s) == size - 1 for s in solutions)
+
+
+def test_08_without_the_mask_the_rules_refuse_lines():
+    from azlib.countdown.play import play_episodes
+    from azlib.countdown.problems import heldout
+
+    problems = heldout(3, "unseen")[:20]
+    refused = {legal_only: sum(e.refused for group in play_episodes(_tiny_countdown_policy(legal_only), problems, 2, 1.0,
+                                                                      torch.Generator().manual_seed(0)) for e in group)
+               for legal_only in (True, False)}
+    assert refused[True] == 0 and refused[False] > 10, refused

@@ -4,6 +4,8 @@ player azlib.mcts.alphazero.NetPlayer."""
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as widgets
 
 from azlib.mcts.alphazero import NetPlayer, PolicyValueNet
@@ -40,7 +42,8 @@ class PlayTicTacToe(StillPicture, widgets.VBox):
     def still(self) -> dict[str, str]:
         rows = [" | ".join(self.match.board[r * 3:r * 3 + 3]) for r in range(3)]
         state = OUTCOME[self.match.result] if self.match.over else f"You play {self.match.human}."
-        return {"text/plain": "\n".join(["Tic-tac-toe against the net (run the cell to play):", *rows, state])}
+        text = "\n".join(["Tic-tac-toe against the net (run the cell to play):", *rows, state])
+        return {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}
 
     def click(self, square: int) -> None:
         """A person's click on a square (0..8, row by row): their move and the net's reply, or a note why not."""
