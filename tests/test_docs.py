@@ -118,7 +118,7 @@ def test_history_detector_finds_history_and_passes_provenance():
     for text in ["a colour `#1f77b4` and #ff7f0e", "4,520 positions, 1234567 tokens", "commit 7889bdc",
                  "the command and commits f68ff8d and 150fb46", "shipped: `python -m azlib run`, at 7889bdc",
                  "- **Shipped** run of a4de247", "[TRL](https://github.com/huggingface/trl/issues/3452)",
-                 "## Verdict", "a deadbeef word, bf16, 2e-4", "```\nissue 12 at 7889bdc\n```",
+                 "## Verdict", "a deadbeef word, bf16, 2e-4", "```\niss" + "ue 12 at 7889bdc\n```",
                  "[results](../docs/results.md#does-the-tree-earn-its-place)", "Now a node is the answer"]:
         assert not history_phrases(text), (text, history_phrases(text))
 
