@@ -1,7 +1,8 @@
-"""azlib's command line: the notebooks (run, notebooks), headless training (train, experiment, referee), the GPU plan, a server.
+"""azlib's command line: the notebooks (run, notebooks), headless training (train, experiment, referee), the GPU plan, the preflight, a server.
 
-run: the notebooks under a profile into one run folder. notebooks: the same at their defaults, stored back into
-notebooks/ with their outputs (`make notebooks`). train, experiment, referee: notebook 04's training, 05's
+run: the notebooks under a profile into one run folder, after the preflight. notebooks: the same at their defaults,
+stored back into notebooks/ with their outputs (`make notebooks`). check: the preflight alone, what this machine lacks
+for the profile's notebooks, each with its fix. train, experiment, referee: notebook 04's training, 05's
 arms x seeds and 07's arms from the library's defaults and the profile, no notebook read; under `torchrun
 --nproc_per_node=N -m azlib ...` data-parallel, the arms shared out and DDP respectively. All four take
 `--set NAME=VALUE ...` over the profile. plan: each notebook's predicted GPU memory and time. serve: a local OpenAI-compatible server.
@@ -26,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, help="run folder (default outputs/<timestamp>-<profile>)")
     notebooks = commands.add_parser("notebooks", help="execute the notebooks at their defaults and store them, "
                                                       "outputs and all, in notebooks/ (what the repository shows)")
-    for command in (run, notebooks):
+    check = commands.add_parser("check", help="the preflight: whether this machine has what the profile's notebooks "
+                                              "need (CUDA, packages, models on disk, GPU memory, disk), in seconds")
+    for command in (run, notebooks, check):
         command.add_argument("--only", type=lambda s: [p.strip() for p in s.split(",") if p.strip()],
                              help="comma-separated notebook prefixes, e.g. 01,04")
     train = commands.add_parser("train", help="notebook 04's training, headless, into <out>/train-04/")
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                             help="run folder; `azlib run --only 05 --out` the same folder then draws the results")
     experiment.add_argument("--arms", nargs="+", help="only these arms (default: the profile's)")
     experiment.add_argument("--seeds", type=int, nargs="+", help="only these training seeds (default: the profile's)")
-    for command in (run, train, referee, experiment):
+    for command in (run, train, referee, experiment, check):
         command.add_argument("--profile", choices=PROFILES, default="cpu")
         command.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE", dest="assignments",
                              help="parameters over the profile's, e.g. train.steps=3 model=/path/to/model "
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         serve.add_argument(f"--{limit.name.replace('_', '-')}", type=type(limit.default), default=limit.default,
                            help=f"{limit.metadata['help']} (default {limit.default})")
     args = parser.parse_args(argv)
-    handlers = {"run": _run, "notebooks": _notebooks, "plan": _plan, "train": _train, "referee": _referee, "experiment": _experiment,
+    handlers = {"run": _run, "notebooks": _notebooks, "check": _check, "plan": _plan, "train": _train, "referee": _referee, "experiment": _experiment,
                 "serve": _serve}
     try:
         return handlers[args.command](args)
@@ -76,6 +79,12 @@ def _run(args) -> int:
     from azlib.runner import run
 
     return run(args.profile, only=args.only, out=args.out, assignments=args.assignments)
+
+
+def _check(args) -> int:
+    from azlib.preflight import check_profile
+
+    return check_profile(args.profile, only=args.only, assignments=args.assignments)
 
 
 def _notebooks(args) -> int:

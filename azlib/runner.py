@@ -1,6 +1,6 @@
 """Batch runs: execute the ordered notebooks with papermill under a profile (or their own defaults), into one run folder,
-and end with its page (index.md). Validates every notebook's parameters (and, on a GPU, its memory plan) before anything
-runs; stops at the first failing notebook."""
+and end with its page (index.md). Validates every notebook's parameters, then runs the preflight (azlib.preflight: CUDA,
+packages, models, on a GPU its memory plan, disk) before anything runs; stops at the first failing notebook."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from traitlets import Type
 from azlib import committed, config
 from azlib.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
 from azlib.paths import repo_path
-from azlib.plan import check, gpu_memory, notebook_plan
+from azlib.preflight import require
 from azlib.runs import RUNNER, RunFolder, git_commit, read_json, versions, write_json, write_page
 
 
@@ -43,10 +43,9 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
     resolved: dict[str, tuple[NotebookParams, dict[str, int]]] = {
         nb.stem: resolve(nb, profile, path, assignments) for nb in notebooks
     }
-    # The memory plan too, when a GPU is here: a notebook that cannot fit stops the run before any starts.
-    if (gpu := gpu_memory()) is not None:
-        free, total = gpu
-        check([notebook_plan(stem, params) for stem, (params, _) in resolved.items()], total, free)
+    # Then what this machine must hold for them (a GPU, packages, models, the memory plan, disk): a missing one
+    # stops the run before any notebook starts.
+    require(profile, {stem: params for stem, (params, _) in resolved.items()}, path)
     run_dir = RunFolder(path)  # made only now: a rejected run leaves no empty folder behind
     config = {
         "launched_by": RUNNER,

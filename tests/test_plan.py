@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from azlib import config as azlib_config, plan, runner
+from azlib import config as azlib_config, plan, preflight, runner
 from azlib.__main__ import main
 from azlib.models.student import LoraSettings
 from azlib.teachers import tier_teachers
@@ -72,7 +72,7 @@ def test_published_parameter_counts_agree_with_the_published_shapes(name):
 
 
 def test_the_runner_refuses_a_plan_larger_than_the_free_memory_before_anything_runs(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(runner, "gpu_memory", lambda: (20 * GIB, H100))
+    monkeypatch.setattr(preflight, "gpu_memory", lambda: (20 * GIB, H100))
     out = tmp_path / "run"
     assert main(["run", "--profile", "h100", "--only", "04", "--out", str(out)]) == 2
     err = capsys.readouterr().err
