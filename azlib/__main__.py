@@ -1,4 +1,5 @@
-"""azlib's command line: the notebooks (run, notebooks), headless training (train, experiment, referee), the GPU plan, the preflight, a server.
+"""azlib's command line: the notebooks (run, notebooks), headless training (train, experiment, referee), the GPU
+plan, the preflight (check), a server.
 
 run: the notebooks under a profile into one run folder, after the preflight. notebooks: the same at their defaults,
 stored back into notebooks/ with their outputs (`make notebooks`). check: the preflight alone, what this machine lacks
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         serve.add_argument(f"--{limit.name.replace('_', '-')}", type=type(limit.default), default=limit.default,
                            help=f"{limit.metadata['help']} (default {limit.default})")
     args = parser.parse_args(argv)
-    handlers = {"run": _run, "notebooks": _notebooks, "check": _check, "plan": _plan, "train": _train, "referee": _referee, "experiment": _experiment,
-                "serve": _serve}
+    handlers = {"run": _run, "notebooks": _notebooks, "check": _check, "plan": _plan, "train": _train,
+                "referee": _referee, "experiment": _experiment, "serve": _serve}
     try:
         return handlers[args.command](args)
     except ParamsError as err:  # what the user asked for is refused (a plan that does not fit too), with the reason

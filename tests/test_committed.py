@@ -147,7 +147,8 @@ def test_a_stored_figure_is_a_smaller_png_of_the_same_picture(tmp_path):
     target.write_text(json.dumps(shown))
     committed.store(tmp_path / "ran.ipynb", target, {})
     stored = base64.b64decode(json.loads(target.read_text())["cells"][-1]["outputs"][0]["data"]["image/png"])
-    before, after = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB"), Image.open(io.BytesIO(stored)).convert("RGB")
+    before = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    after = Image.open(io.BytesIO(stored)).convert("RGB")
     assert after.size == before.size and len(stored) < 0.6 * len(buffer.getvalue())
     difference = np.abs(np.asarray(before, dtype=int) - np.asarray(after, dtype=int))
     assert difference.mean() < 2 and np.percentile(difference, 99) < 40
