@@ -23,8 +23,9 @@ SIZE_BUDGET = 5_000_000  # bytes, all committed notebooks together
 
 
 def code_cells(notebook: dict) -> list[dict]:
-    """The notebook's own code cells, in order (papermill's injected-parameters cell is not the notebook's)."""
-    return [c for c in notebook["cells"] if c["cell_type"] == "code"
+    """The notebook's own code cells that run, in order (papermill's injected-parameters cell is not the notebook's;
+    an empty cell is never executed)."""
+    return [c for c in notebook["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()
             and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
 
 
@@ -68,7 +69,7 @@ def store(executed: Path, target: Path, record: dict[str, Any]) -> None:
     if code_digest(ran) != code_digest(shown):
         raise ValueError(f"{target}'s code changed while {executed} ran: run it again")
     for cell, done in zip(shown_cells, ran_cells):
-        cell["outputs"] = [shown for shown in map(_static, done["outputs"]) if shown is not None]
+        cell["outputs"] = [output for output in map(_static, done["outputs"]) if output is not None]
         cell["execution_count"] = done["execution_count"]
         for key in RUN_METADATA:
             cell.get("metadata", {}).pop(key, None)

@@ -133,12 +133,12 @@ def _cuda_check(profile: str | None, gpu: list[str], memory: tuple[float, float]
     expected = PROFILE_GPU.get(profile or "", "an NVIDIA GPU")
     if shutil.which("nvidia-smi") is None:
         why = "no NVIDIA driver here (nvidia-smi is not on PATH)"
-        fix = f"run profile {profile} on a machine with {expected}, or --profile cpu here"
+        fix = f"run profile {profile or 'defaults'} on a machine with {expected}, or --profile cpu here"
     else:
         why = "torch.cuda finds no GPU beside the NVIDIA driver (a CPU build of torch?)"
         fix = ("install torch's CUDA build: make setup TORCH_INDEX=<a CUDA index> (docs/running.md#set-up), "
                "then pip install -e '.[gpu,dev]'")
-    return Check("CUDA", missing=f"notebooks {_names(gpu)} of profile {profile} run on CUDA (device cuda; "
+    return Check("CUDA", missing=f"notebooks {_names(gpu)} of profile {profile or 'defaults'} run on CUDA (device cuda; "
                                  f"{expected}) and {why}", fix=fix)
 
 

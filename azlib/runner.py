@@ -86,6 +86,9 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
         except papermill.PapermillExecutionError as err:
             status = f"failed: {err.ename}: {err.evalue}"
             failed = nb.name
+        except Exception as err:  # the kernel died (out of memory, killed): recorded, the run's page still written
+            status = f"failed: {type(err).__name__}: {err}"
+            failed = nb.name
         config["status"][nb.stem] = {"status": status, "seconds": round(time.perf_counter() - start, 1),
                                      "peak_rss_mb": round(memory.peak / 2**20)}
         write_json(run_dir.config_path, config)
@@ -108,12 +111,22 @@ def store_notebooks(only: list[str] | None = None) -> int:
     code = run(None, only=only, out=out)
     ran = read_json(out / "config.json")
     for stem, status in ran["status"].items():
-        if status["status"] == "ok":
+        if status["status"] != "ok":
+            continue
+        if overrides := ran["env_overrides"].get(stem):
+            print(f"not stored {stem}: environment variables changed its defaults ({overrides})", file=sys.stderr)
+            code = 1
+            continue
+        try:
             committed.store(out / f"{stem}.ipynb", NOTEBOOKS_DIR / f"{stem}.ipynb", {
                 "commit": ran["git_commit"], "profile": "defaults", "date": ran["created"][:10],
                 "minutes": round(status["seconds"] / 60, 1), "peak_rss_mb": status["peak_rss_mb"],
-                "cores": os.cpu_count()})
-            print(f"stored {stem}: {status['seconds'] / 60:.1f} min, peak {status['peak_rss_mb']} MB")
+                "cores": len(os.sched_getaffinity(0))})
+        except ValueError as err:  # its code changed while it ran: the others are stored all the same
+            print(f"not stored {stem}: {err}", file=sys.stderr)
+            code = 1
+            continue
+        print(f"stored {stem}: {status['seconds'] / 60:.1f} min, peak {status['peak_rss_mb']} MB")
     return code
 
 

@@ -78,7 +78,7 @@ def test_store_grafts_the_outputs_and_the_record_onto_the_notebook_as_it_is_now(
     stored = json.loads(target.read_text())
     nbformat.validate(nbformat.reads(target.read_text(), as_version=4))
     assert stored["cells"][0]["source"] == "# edited while it ran"
-    assert len(stored["cells"]) == 3, "papermill's injected cell is not stored"
+    assert [c.get("execution_count") for c in stored["cells"]] == [None, 1, 3], "the counts as they ran (2: papermill's)"
     last = stored["cells"][-1]
     assert [o["output_type"] for o in last["outputs"]] == ["display_data", "stream"], "a widget without a still goes"
     assert set(last["outputs"][0]["data"]) == {"image/svg+xml", "text/plain"}
@@ -90,6 +90,14 @@ def test_store_grafts_the_outputs_and_the_record_onto_the_notebook_as_it_is_now(
     stored["cells"][0]["source"] = "# reworded later"
     target.write_text(json.dumps(stored))
     assert committed.drift(target) == [], "markdown does not decide the outputs"
+    stored["cells"].append(json.loads(json.dumps(nbformat.v4.new_code_cell(""))))  # a blank cell never runs
+    target.write_text(json.dumps(stored))
+    assert committed.drift(target) == [], "an empty code cell is not the notebook's code"
+    for counts in ([1, None], [3, 1]):
+        stored["cells"][1]["execution_count"], stored["cells"][2]["execution_count"] = counts
+        target.write_text(json.dumps(stored))
+        assert committed.drift(target) == [f"nb.ipynb: code cells not all run, in order (execution counts {counts})"]
+    stored["cells"][1]["execution_count"], stored["cells"][2]["execution_count"] = 1, 3
     stored["cells"][2]["source"] = "print(x * 3)"
     target.write_text(json.dumps(stored))
     assert "code differs" in committed.drift(target)[0]
@@ -152,3 +160,36 @@ def test_a_stored_figure_is_a_smaller_png_of_the_same_picture(tmp_path):
     assert after.size == before.size and len(stored) < 0.6 * len(buffer.getvalue())
     difference = np.abs(np.asarray(before, dtype=int) - np.asarray(after, dtype=int))
     assert difference.mean() < 2 and np.percentile(difference, 99) < 40
+
+
+def test_make_notebooks_stores_every_notebook_it_can_and_says_which_it_cannot(tmp_path, monkeypatch, capsys):
+    from azlib import runner
+
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    shown = {stem: _notebook("x = 1", f"print({k})") for k, stem in enumerate(["01_a", "02_b", "03_c", "04_d"])}
+    for stem, nb in shown.items():
+        (notebooks / f"{stem}.ipynb").write_text(json.dumps(nb))
+
+    def fake_run(profile, only=None, out=None):  # what azlib.runner.run leaves in its folder
+        out.mkdir(parents=True)
+        for stem, nb in shown.items():
+            (out / f"{stem}.ipynb").write_text(json.dumps(_executed(nb)))
+        (notebooks / "02_b.ipynb").write_text(json.dumps(_notebook("x = 1", "print('edited while it ran')")))
+        status = {stem: {"status": "ok", "seconds": 6.0, "peak_rss_mb": 100} for stem in shown}
+        status["04_d"]["status"] = "failed: DeadKernelError: Kernel died"
+        (out / "config.json").write_text(json.dumps({
+            "git_commit": "abc", "created": "2026-12-05T00:00:00+00:00", "status": status,
+            "env_overrides": {"03_c": {"search.num_simulations": 3}}}))
+        return 1
+
+    monkeypatch.setattr(runner, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(runner, "NOTEBOOKS_DIR", notebooks)
+    monkeypatch.setattr(runner, "run", fake_run)
+    assert runner.store_notebooks() == 1
+    said = capsys.readouterr()
+    assert committed.drift(notebooks / "01_a.ipynb") == [] and "stored 01_a" in said.out
+    assert "not stored 02_b" in said.err and "code changed" in said.err
+    assert "not stored 03_c: environment variables changed its defaults" in said.err
+    for stem in ("02_b", "03_c", "04_d"):
+        assert "no record" in committed.drift(notebooks / f"{stem}.ipynb")[0], stem
