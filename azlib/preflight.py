@@ -20,6 +20,7 @@ from azlib.config import REPO_ROOT, NotebookParams, ParamsError, list_notebooks,
 from azlib.extras import EXTRAS
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, cache_dir, embedded_gguf
 from azlib.paths import repo_path
+from azlib.runs import trainings_in
 from azlib.teachers import chosen_teachers
 
 GIB = 2**30
@@ -276,8 +277,11 @@ def _trainings(stem: str, p: NotebookParams) -> int:
 
 
 def _disk_check(resolved: dict[str, NotebookParams], out: Path) -> Check:
-    need = RUN_FOLDER_GIB + sum(_trainings(stem, p) * TRAINING_GIB[getattr(p, "device", "cpu")]
-                                for stem, p in resolved.items())
+    """A folder that already holds trainings (`azlib experiment` wrote 05's arms there) needs room for the rest."""
+    sizes = sorted(TRAINING_GIB[getattr(p, "device", "cpu")] for stem, p in resolved.items()
+                   for _ in range(_trainings(stem, p)))
+    done = len(trainings_in(out)) if out.is_dir() else 0
+    need = RUN_FOLDER_GIB + sum(sizes[done:])  # the trainings there counted as the smallest: never too little
     existing = next(folder for folder in (out, *out.parents) if folder.exists())
     free = shutil.disk_usage(existing).free / GIB
     what = f"disk under {existing}"

@@ -159,6 +159,11 @@ def test_too_little_disk_is_refused_with_what_the_run_needs(tmp_path, monkeypatc
     monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: DiskUsage(100 * GIB, 60 * GIB, 40 * GIB))
     assert lines(preflight.checks("h100", params, tmp_path / "run"), "disk") == [
         f"ok       disk under {tmp_path}: 40.0 GiB free of the 37.0 GiB the run needs"]
+    for k in range(10):  # `azlib experiment` trained 10 of the 18 into this folder already
+        (tmp_path / "run" / f"arm-{k}" / "checkpoints" / "step-000003").mkdir(parents=True)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: DiskUsage(100 * GIB, 70 * GIB, 30 * GIB))
+    assert lines(preflight.checks("h100", params, tmp_path / "run"), "disk") == [
+        f"ok       disk under {tmp_path / 'run'}: 30.0 GiB free of the 17.0 GiB the run needs"]
 
 
 def test_the_runner_refuses_a_failing_preflight_before_making_the_run_folder(tmp_path, monkeypatch):
