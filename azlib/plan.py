@@ -8,9 +8,6 @@ coexist. Every assumed number is a named constant below; replace it when a GPU r
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -437,19 +434,6 @@ def check(plans: list[NotebookPlan], memory: float, free: float) -> None:
     if problems:
         raise PlanError("the GPU memory plan does not fit (python -m azlib plan --profile ... shows it whole):\n  "
                         + "\n  ".join(problems))
-
-
-def gpu_memory() -> tuple[float, float] | None:
-    """(free, total) bytes of CUDA device 0, or None without one. Asked in a child process, so the runner
-    holds no CUDA context of its own while the notebooks run."""
-    if shutil.which("nvidia-smi") is None:  # no NVIDIA driver: no need to start Python and torch to know
-        return None
-    code = "import torch; print(*torch.cuda.mem_get_info()) if torch.cuda.is_available() else None"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    if out.returncode or not out.stdout.strip():
-        return None
-    free, total = map(float, out.stdout.split())
-    return free, total
 
 
 def print_plan(profile: str, memory_gib: float) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,13 +69,16 @@ class Check:
 
 
 def gpu_memory() -> tuple[float, float] | None:
-    """(free, total) bytes of CUDA device 0, or None without one. Without nvidia-smi (no NVIDIA driver) the answer
-    is None at once; with it azlib.plan.gpu_memory asks torch in a child process."""
-    if shutil.which("nvidia-smi") is None:
+    """(free, total) bytes of CUDA device 0, or None without one. Asked in a child process, so the runner holds no
+    CUDA context of its own while the notebooks run."""
+    if shutil.which("nvidia-smi") is None:  # no NVIDIA driver: no need to start Python and torch to know
         return None
-    from azlib.plan import gpu_memory as ask_torch
-
-    return ask_torch()
+    code = "import torch; print(*torch.cuda.mem_get_info()) if torch.cuda.is_available() else None"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if out.returncode or not out.stdout.strip():
+        return None
+    free, total = map(float, out.stdout.split())
+    return free, total
 
 
 def checks(profile: str | None, resolved: dict[str, NotebookParams], out: Path) -> list[Check]:
