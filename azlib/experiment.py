@@ -17,7 +17,7 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.data.gsm8k import GSM8K_TEST_PROBLEMS
 from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
-from azlib.models.generation import Backend
+from azlib.models.generation import Backend, Resource
 from azlib.models.loading import free_memory
 from azlib.prompts import PROMPT_TOKENS, chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
@@ -125,25 +125,31 @@ class Experiment:
 
     @property
     def jobs(self) -> list[tuple[str, int]]:
-        """Every (arm, seed) the settings ask for, in the order one process trains them."""
+        """Every (arm, seed) the settings ask for, seed by seed (`run` trains TRL's first)."""
         return [(arm, seed) for seed in self.params.seeds for arm in self.params.arms]
 
     def run(self, progress: bool = True, rank: int = 0, ranks: int = 1) -> Experiment:
         """Train, then evaluate, what is not on disk yet: a trained (arm, seed) leaves its adapter and
         `trained.json` in its own folder, an evaluated one `result.json`, so an interrupted experiment continues
-        where it stopped and loses no finished arm. Every model answers through one instrument (`instrument`),
-        opened once the training is done. Processes sharing the folder split the work (`torchrun -m azlib
-        experiment`, one GPU each): rank r trains and evaluates jobs r, r + ranks, ..., rank 0 the base too; each
+        where it stopped and loses no finished arm. Every model answers through one instrument (`instrument`);
+        with generation "vllm" the arms also train through it, one engine of the student model for the whole
+        run (`Engines`), else it opens once the training is done. Processes sharing the folder split the work
+        (`torchrun -m azlib experiment`, one GPU each): rank r trains and evaluates jobs r, r + ranks, ..., rank 0 the base too; each
         arm is a whole training, so nothing passes between them, and `wait()` then reads what all have finished."""
         self._same_problems()
         mine = self.jobs[rank::ranks]
-        for arm, seed in tqdm(mine, desc="arms x seeds", unit="run", disable=not progress):
-            self._train(arm, seed)
-            free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next arm's
-        unanswered = [job for job in mine if not self._done(*job)]
-        if unanswered or (rank == 0 and not self._base_done()):
-            with instrument(self.params) as backend:
+        with Engines(self.params) as engines:
+            # TRL's arms first: TRL opens an engine of its own, before the one the other arms share opens
+            for arm, seed in tqdm(sorted(mine, key=lambda job: job[0] != "trl"), desc="arms x seeds", unit="run",
+                                  disable=not progress):
+                self._train(arm, seed, engines)
+                free_memory()  # the finished arm's model and optimiser, unreachable now: their memory is the next's
+            engines.close_teachers()  # their memory is the instrument's
+            unanswered = [job for job in mine if not self._done(*job)]
+            if unanswered or (rank == 0 and not self._base_done()):
+                backend = engines.instrument()
                 if rank == 0:
+                    backend.use_adapter(None)  # the base weights (the engine held the last arm's adapter)
                     self._evaluate(backend, self.folder / "base")
                 for arm, seed in tqdm(unanswered, desc="evaluating", unit="run", disable=not progress):
                     folder = self._arm_folder(arm, seed)
@@ -218,9 +224,11 @@ class Experiment:
         saved = json.loads((folder / "result.json").read_text())
         return ArmResult(arm, seed, saved["tokens"], saved["log"], self._evaluate(None, folder))
 
-    def _train(self, arm: str, seed: int) -> None:
+    def _train(self, arm: str, seed: int, engines: Engines) -> None:
         """Train one arm with one seed to the budget, unless it is trained already: its adapter to
-        `train/adapter/` (TRL's too), then its tokens and step log to `trained.json` (whole or absent)."""
+        `train/adapter/` (TRL's too), then its tokens and step log to `trained.json` (whole or absent). It
+        generates through `engines`' student engine (generation "vllm"), asks `engines`' teachers (if it asks
+        any), and closes what its trainer opened of its own."""
         folder = self._arm_folder(arm, seed)
         if (folder / "trained.json").exists() or self._done(arm, seed):
             return
@@ -235,12 +243,14 @@ class Experiment:
             from azlib.training import trainer_from_params
 
             fork, train = arm_settings(arm, p.fork, p.train.groups)
-            # only the arms that ask teachers start their engines (the run's teachers are theirs)
-            arm_params = p.model_copy(update={"seed": seed, "fork": fork}
-                                      if arm_asks_teachers(arm, p.fork, p.train.groups) else
+            # only the arms that ask teachers open their engines (the run's teachers are theirs)
+            asks = arm_asks_teachers(arm, p.fork, p.train.groups)
+            arm_params = p.model_copy(update={"seed": seed, "fork": fork} if asks else
                                       {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
-            # the arm's engines close when the block ends, however it ends: on one GPU the next arm's need them
-            with trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train) as trainer:
+            # what the trainer opens of its own closes when the block ends, however it ends
+            with trainer_from_params(arm_params, folder / "train", self.problems, engine=engines.student(),
+                                     teacher_engines=engines.teachers() if asks else None, steps=10**6,
+                                     **train) as trainer:
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)
                 tokens = trainer.tokens
                 trainer.student.save_adapter(_adapter(folder))
@@ -362,6 +372,53 @@ def _score(records: Sequence[dict]) -> dict:
 def _mean(values) -> float:
     values = list(values)
     return sum(values) / max(len(values), 1)
+
+
+class Engines(Resource):
+    """The engines one process of notebook 05 keeps across its arms and seeds, one per model, each opened when
+    first asked for and closed together: the instrument (`instrument`), which with generation "vllm" is also
+    the engine every arm generates through as it trains (its adapter loaded by LoRA id after each optimiser
+    step), and the run's teachers' engines (for the arms that ask teachers). TRL's arm opens an engine of its
+    own inside TRL's trainer."""
+
+    def __init__(self, params):
+        self.params = params
+        self._instrument: Backend | None = None
+        self._teachers: dict[str, Backend] | None = None
+        self._teacher_backends = None
+
+    def instrument(self) -> Backend:
+        if self._instrument is None:
+            self._instrument = instrument(self.params)
+        return self._instrument
+
+    def student(self) -> Backend | None:
+        """The engine a trained arm generates through: the instrument with generation "vllm"; None otherwise (hf
+        generates with the student's own weights, a server is its own)."""
+        return self.instrument() if self.params.generation == "vllm" else None
+
+    def teachers(self) -> dict[str, Backend]:
+        """The run's local teachers' engines, keyed as azlib.teachers.TeacherEnsemble's `shared` reads them."""
+        if self._teachers is None:
+            from azlib.teachers import chosen_teachers
+            from azlib.teachers.backends import TeacherBackends, engine_key
+
+            specs = [s for s in chosen_teachers(self.params.teachers, self.params.teacher_tier)
+                     if s.backend != "openai"]  # a remote teacher is a client each ensemble opens
+            self._teacher_backends = TeacherBackends(specs)
+            self._teachers = {engine_key(s): self._teacher_backends.by_name[s.name] for s in specs}
+        return self._teachers
+
+    def close_teachers(self) -> None:
+        if self._teacher_backends is not None:
+            self._teacher_backends.close()
+        self._teachers = self._teacher_backends = None
+
+    def close(self) -> None:
+        self.close_teachers()
+        if self._instrument is not None:
+            self._instrument.close()
+        self._instrument = None
 
 
 def instrument(params) -> Backend:

@@ -17,6 +17,7 @@ from azlib.models.hf import BATCH_SIZE, kv_bytes_per_token
 from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
 from azlib.prompts import PROMPT_TOKENS
+from azlib.settings import arm_asks_teachers
 from azlib.teachers import chosen_teachers
 from azlib.training import GENERATION_MAX_MODEL_LEN, TrainerSettings
 
@@ -26,16 +27,29 @@ H100_GIB = 81_559 / 1024  # an H100 80 GB as torch.cuda.mem_get_info reports its
 
 # A figure marked "measured" is benchmarks/gpu_smoke.py's (docs/gpu.md, "Measured on a GPU", with its machine and
 # commit); the others are assumptions until a GPU run measures them.
-VLLM_RESERVE_GIB = 2.0  # assumed: per engine, inside its share: CUDA context, its profiling forward, CUDA graphs
+H200_CHECK = "measured: H200, benchmarks/gpu_smoke.py at d274f35"
+VLLM_RESERVE_GIB = 2.0  # assumed: per engine, inside its share: its profiling forward, CUDA graphs
+ENGINE_CONTEXT_GIB = 0.6  # assumed: per vLLM engine, outside its share: its engine process's CUDA context
 CUDA_CONTEXT_GIB = 1.0  # measured: the device's used memory above torch's peak after loading and decoding
 TRAINING_CACHE_GIB = 5.3  # measured: above that once training micro-batches ran (the allocator keeps their blocks)
 SOLUTION_TOKENS = 256  # notebook 06: the reference solution the student scores after an explanation
-TOKENS_PER_SECOND = {  # one GPU, a 1.5B-parameter model in bf16; scaled by 1.5B / parameters
-    "vllm": 5_000,  # assumed: batched generation through a vLLM engine
-    "hf": 350,  # measured: azlib's hf decode loop at 32 rows a batch (overhead-bound)
-    "train": 7_000,  # measured: forward + backward of the LoRA student (checkpointing on), GRPO once warm
+
+
+@dataclass(frozen=True)
+class Rate:
+    per_second: float  # on one GPU, for a 1.5B-parameter model in bf16 (scaled by 1.5B / parameters)
+    unit: str
+    source: str
+
+
+RATES = {
+    "vllm": Rate(5_000, "answer tokens", "assumed: no vLLM engine has run on a GPU here"),
+    "hf": Rate(350, "answer tokens", f"{H200_CHECK}: azlib's hf decode loop at 32 rows a batch (overhead-bound)"),
+    "train": Rate(7_000, "prompt + answer tokens", f"{H200_CHECK}: forward + backward of the LoRA student, "
+                  "checkpointing on, GRPO once warm"),
 }
-GPT_CHARS_PER_SECOND = 450_000  # measured: notebook 07, one main-size arm of the character GPT
+GPT_CHARS = Rate(450_000, "characters", f"{H200_CHECK}: notebook 07, one main-size arm of the character GPT")
+ENGINE_START_SECONDS = 60.0  # assumed: a vLLM engine's start (weights, profiling, compilation, CUDA graphs)
 
 
 class PlanError(ParamsError):
@@ -160,8 +174,16 @@ class Engine:
 @dataclass(frozen=True)
 class Work:
     what: str
-    tokens: float
-    per_second: float
+    tokens: float  # in the rate's unit
+    rate: Rate
+    scale: float = 1.0  # the model's size against the rate's 1.5B parameters
+
+    @property
+    def per_second(self) -> float:
+        return self.rate.per_second * self.scale
+
+    def seconds(self) -> float:
+        return self.tokens / self.per_second
 
 
 @dataclass(frozen=True)
@@ -172,14 +194,15 @@ class NotebookPlan:
     engines: tuple[Engine, ...] = ()
     phases: tuple[tuple[str, tuple[Part, ...]], ...] = ()  # (phase, its parts), one phase at a time
     work: tuple[Work, ...] = ()
+    engine_starts: int = 0  # vLLM engines started over the notebook, each ENGINE_START_SECONDS
 
     def peak(self, memory: float) -> float:
         phases = [sum(p.bytes for p in parts) for _, parts in self.phases]
         return (sum(p.bytes for p in self.resident) + sum(e.share(memory) for e in self.engines)
-                + max(phases, default=0))
+                + len(self.engines) * ENGINE_CONTEXT_GIB * GIB + max(phases, default=0))
 
     def hours(self) -> float:
-        return sum(w.tokens / w.per_second for w in self.work) / 3600
+        return (sum(w.seconds() for w in self.work) + self.engine_starts * ENGINE_START_SECONDS) / 3600
 
     def problems(self, memory: float, free: float | None = None) -> list[str]:
         """What does not fit on a GPU of `memory` bytes with `free` bytes free (default: all), and by how much."""
@@ -195,6 +218,7 @@ class NotebookPlan:
         if (peak := self.peak(memory)) > free:
             parts = [*self.resident, *(p for _, ps in self.phases for p in ps)]
             parts += [Part(f"vLLM engine {e.name}", e.share(memory)) for e in self.engines]
+            parts += [Part("vLLM engines' CUDA contexts", len(self.engines) * ENGINE_CONTEXT_GIB * GIB)]
             largest = max(parts, key=lambda p: p.bytes)
             out.append(f"{self.notebook}: predicted peak {peak / GIB:.1f} GiB exceeds the {free / GIB:.1f} GiB free by "
                        f"{(peak - free) / GIB:.1f} GiB; its largest part: {largest.name} ({largest.bytes / GIB:.1f} GiB)")
@@ -217,6 +241,9 @@ class NotebookPlan:
                          f"weights {e.weights() / GIB:.2f} + reserve {VLLM_RESERVE_GIB:g}, KV cache "
                          f"{e.kv_cache(memory) / GIB:.2f} GiB = {e.sequences(memory):.1f} sequences of "
                          f"{e.max_model_len} tokens"))
+        if self.engines:
+            rows.append((f"the engines' CUDA contexts ({len(self.engines)} x {ENGINE_CONTEXT_GIB:g} GiB, assumed)",
+                         len(self.engines) * ENGINE_CONTEXT_GIB * GIB, "outside their shares"))
         largest = max((sum(p.bytes for p in ps) for _, ps in self.phases), default=0)
         for phase, parts in self.phases:
             total = sum(p.bytes for p in parts)
@@ -237,16 +264,21 @@ class NotebookPlan:
                          else "  no single GPU of up to 1 TiB holds it")
         elif self.engines or self.phases:
             lines.append(f"  fits, {(memory - self.peak(memory)) / GIB:.1f} GiB to spare")
-        if self.work:
-            lines.append(f"  predicted time {self.hours():.2f} h (azlib.plan.TOKENS_PER_SECOND): " + "; ".join(
-                f"{w.what} {w.tokens / 1e6:.2f}M tokens at {w.per_second:,.0f}/s" for w in self.work))
+        if self.work or self.engine_starts:
+            lines.append(f"  predicted time {self.hours():.2f} h:")
+            lines += [f"    {w.what}: {w.tokens / 1e6:.2f}M {w.rate.unit} at {w.per_second:,.0f}/s "
+                      f"({w.seconds() / 3600:.2f} h; {w.rate.source.split(':')[0]})" for w in self.work]
+            if self.engine_starts:
+                lines.append(f"    {self.engine_starts} vLLM engine starts x {ENGINE_START_SECONDS:g} s "
+                             f"({self.engine_starts * ENGINE_START_SECONDS / 3600:.2f} h; assumed)")
         return "\n".join(lines)
 
 
 # -- the notebooks' plans -------------------------------------------------------------------------------------
 
-def _rate(kind: str, shape: ModelShape) -> float:
-    return TOKENS_PER_SECOND[kind] * 1.5e9 / shape.parameters
+def _work(what: str, tokens: float, kind: str, shape: ModelShape) -> Work:
+    """`tokens` of work of a kind (RATES) by a model of `shape`, the rate scaled by its size."""
+    return Work(what, tokens, RATES[kind], 1.5e9 / shape.parameters)
 
 
 def _weights(role: str, shape: ModelShape, dtype: str) -> Part:
@@ -316,8 +348,8 @@ def _search_plan(notebook: str, params) -> NotebookPlan:
         notebook, models, (_weights("student", shape, params.dtype),
                            Part("CUDA context (measured)", CUDA_CONTEXT_GIB * GIB)), engines,
         (("hf generation", (_hf_generation(BATCH_SIZE, PROMPT_TOKENS + answer, shape, params.dtype),)),),
-        (Work("search tokens (all at the student's hf rate)", problems * params.search.max_tokens,
-              _rate("hf", shape)),))
+        (_work("search (all at the student's hf rate)", problems * params.search.max_tokens, "hf", shape),),
+        len(engines))
 
 
 def _training_plan(notebook: str, params) -> NotebookPlan:
@@ -341,28 +373,54 @@ def _training_plan(notebook: str, params) -> NotebookPlan:
                    2 * params.search.max_tokens // length)
         phases.append(("the demo cell's scoring", (scoring_logits(
             f"no-gradient scoring of 2 problems' search ({rows} answers)", rows, length, shape, params.dtype),)))
-    per_step = min(params.search.max_tokens, params.train.problems_per_step * params.search.num_simulations
-                   * params.text.student_samples * params.train.max_new_tokens)
-    if notebook == "05_base_vs_trained":  # the TRL arm's generation is its own, below
-        generated = params.train.token_budget * len(params.arms) * len(params.seeds)
-        by_student = params.train.token_budget * (len(params.arms) - params.arms.count("trl")) * len(params.seeds)
-    else:
-        generated = by_student = params.train.steps * per_step
+    row = PROMPT_TOKENS + length  # a trained row: its prompt and its answer (at the length cap)
+    if notebook == "05_base_vs_trained":
+        work, starts = _arms_work(params, shape, length, row)
+    else:  # every simulation samples whole answers at the cap, within the step's search budget; GRPO trains each
+        per_step = min(params.search.max_tokens, params.train.problems_per_step * params.search.num_simulations
+                       * params.text.student_samples * length)
+        work = [_work(f"generation ({params.generation})", params.train.steps * per_step,
+                      "vllm" if params.generation == "server" else params.generation, shape),
+                _work("training", params.train.steps * per_step / length * row, "train", shape)]
+        starts = len(engines)
     # a server (generation "server") runs on a GPU of its own, at a vLLM engine's rate, outside this plan's memory
-    work = [Work(f"generation ({params.generation})", by_student,
-                 _rate("vllm" if params.generation == "server" else params.generation, shape)),
-            Work("training", generated, _rate("train", shape))]
-    if notebook == "05_base_vs_trained":  # every model (the base, each arm and seed) through one instrument
-        answering = 1 + len(params.arms) * len(params.seeds)
-        kind = "vllm" if params.generation == "vllm" else "hf"
-        work.append(Work(f"evaluation of {answering} models ({kind})",
-                         answering * problems_answered(params) * params.eval_max_new_tokens, _rate(kind, shape)))
-        if "trl" in params.arms:  # TRL's own generation: its colocated vLLM engine (the student's share, while
-            # no azlib student holds one) or transformers' generate, at azlib's hf rate until a GPU measures it;
-            # its micro-batches are the grpo section's (azlib.peers.trl_config), the phase above
-            work.append(Work(f"the TRL arm's generation ({kind})", params.train.token_budget * len(params.seeds),
-                             _rate(kind, shape)))
-    return NotebookPlan(notebook, models, resident, tuple(engines), tuple(phases), tuple(work))
+    return NotebookPlan(notebook, models, resident, tuple(engines), tuple(phases), tuple(work), starts)
+
+
+def _arms_work(params, shape: ModelShape, length: int, row: int) -> tuple[list[Work], int]:
+    """Notebook 05's work and engine starts. Every arm generates `token_budget` answer tokens per seed, in steps
+    of problems_per_step x group_size answers at the length cap. A GRPO arm trains each answer once; an
+    imitation arm (update "sft") trains its replay every step, counted full (replay_size answers) from the first.
+    azlib's arms generate through one engine of the student (azlib.experiment.Engines) and the arms that ask
+    teachers through one engine per teacher, each started once; TRL's arm starts its own engine per seed."""
+    from azlib.settings import ARMS
+
+    t, seeds = params.train, len(params.seeds)
+    steps = -(-t.token_budget // (t.problems_per_step * t.group_size * length))
+    azlib_arms = [a for a in params.arms if a != "trl"]
+    imitating = [a for a in azlib_arms if ARMS[a].get("update", t.update) == "sft"]
+    trained_rows = (len(params.arms) - len(imitating)) * seeds * t.token_budget / length
+    replayed_rows = len(imitating) * seeds * steps * t.replay_size
+    kind = "vllm" if params.generation == "vllm" else "hf"
+    answering = 1 + len(params.arms) * seeds  # the base, each arm and seed, through one instrument
+    work = [_work(f"generation ({params.generation}), {len(azlib_arms)} arms x {seeds} seeds",
+                  t.token_budget * len(azlib_arms) * seeds, "vllm" if params.generation == "server" else
+                  params.generation, shape),
+            _work(f"training: GRPO arms' answers ({trained_rows:,.0f} rows)", trained_rows * row, "train", shape),
+            _work(f"training: imitation arms' replay ({len(imitating)} arms x {seeds} seeds x {steps} steps x "
+                  f"{t.replay_size} answers)", replayed_rows * row, "train", shape),
+            _work(f"evaluation of {answering} models ({kind})",
+                  answering * problems_answered(params) * params.eval_max_new_tokens, kind, shape)]
+    starts = 0
+    if kind == "vllm":
+        starts = 1 + len(_teacher_engines(params)) * any(
+            arm_asks_teachers(a, params.fork, t.groups) for a in azlib_arms)
+    if "trl" in params.arms:  # TRL's own generation: its colocated vLLM engine (the student's share, before
+        # azlib's student engine starts) or transformers' generate, at azlib's hf rate until a GPU measures it;
+        # its micro-batches are the grpo section's (azlib.peers.trl_config), the phase above
+        work.append(_work(f"the TRL arm's generation ({kind})", t.token_budget * seeds, kind, shape))
+        starts += seeds if kind == "vllm" else 0
+    return work, starts
 
 
 def _rlt_plan(notebook: str, params) -> NotebookPlan:
@@ -393,11 +451,13 @@ def _rlt_plan(notebook: str, params) -> NotebookPlan:
     sft = 2 * params.sft_problems * length  # explanations of the untrained and the trained teacher
     return NotebookPlan(notebook, f"teacher {params.teacher_model}, student {params.model}, shapes from {source}",
                         resident, engines, tuple(phases),
-                        (Work(f"teacher generation ({kind})", explained + sft, _rate(kind, teacher)),
-                         Work("teacher training", explained, _rate("train", teacher)),
-                         Work("students' SFT", 3 * params.sft_epochs * sft, _rate("train", student)),
-                         Work(f"evaluation of the base and 3 students ({kind})",
-                              4 * params.eval_problems * params.eval_max_new_tokens, _rate(kind, student))))
+                        (_work(f"teacher generation ({kind})", explained + sft, kind, teacher),
+                         _work("teacher training", explained / length * (PROMPT_TOKENS + length), "train", teacher),
+                         _work("students' SFT", 3 * params.sft_epochs * sft / length * (PROMPT_TOKENS + scored),
+                               "train", student),
+                         _work(f"evaluation of the base and 3 students ({kind})",
+                               4 * params.eval_problems * params.eval_max_new_tokens, kind, student)),
+                        2 if kind == "vllm" else 0)  # the teacher's engine, then the students' instrument
 
 
 def _referee_plan(notebook: str, params) -> NotebookPlan:
@@ -416,7 +476,7 @@ def _referee_plan(notebook: str, params) -> NotebookPlan:
         phases=(("one arm's step", (Part(f"activations: {tokens} characters x 34 x {params.n_embd} x 4 bytes x "
                                          f"{params.n_layer} layers (Korthikanti et al. 2022 §4.1, fp32)",
                                          tokens * 34 * params.n_embd * 4 * params.n_layer),)),),
-        work=(Work("training (all arms)", arms * params.steps * tokens, GPT_CHARS_PER_SECOND),))
+        work=(Work("training (all arms)", arms * params.steps * tokens, GPT_CHARS),))
 
 
 def notebook_plan(notebook: str, params) -> NotebookPlan:
@@ -442,9 +502,13 @@ def print_plan(profile: str, memory_gib: float) -> int:
 
     memory = memory_gib * GIB
     print(f"GPU memory plan of profile {profile} on {memory_gib:.2f} GiB: predictions until a GPU run measures "
-          f"them; assumed: vLLM reserve {VLLM_RESERVE_GIB:g} GiB per engine, prompts of {PROMPT_TOKENS} tokens, "
-          f"tokens/s on one GPU for a 1.5B model {TOKENS_PER_SECOND} (scaled by size; hf and train measured, "
-          f"docs/gpu.md)\n")
+          f"them. Assumed: vLLM's reserve {VLLM_RESERVE_GIB:g} GiB inside each engine's share and "
+          f"{ENGINE_CONTEXT_GIB:g} GiB of CUDA context outside it, {ENGINE_START_SECONDS:g} s an engine start, "
+          f"prompts of {PROMPT_TOKENS} tokens, answers at their length cap. Rates on one GPU for a 1.5B model, "
+          "scaled by size:")
+    for kind, rate in [*RATES.items(), ("notebook 07", GPT_CHARS)]:
+        print(f"  {kind}: {rate.per_second:,.0f} {rate.unit}/s ({rate.source})")
+    print()
     fits, hours = True, 0.0
     for nb in list_notebooks():
         params, _ = resolve(NOTEBOOKS_DIR / nb.name, profile, Path("outputs/plan"))

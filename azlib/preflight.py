@@ -83,10 +83,10 @@ def gpu_memory() -> tuple[float, float] | None:
 
 def checks(profile: str | None, resolved: dict[str, NotebookParams], out: Path) -> list[Check]:
     """Every check of a run of these notebooks (stem -> resolved params) into the folder `out`."""
-    gpu = _gpu_notebooks(resolved)
+    gpu = gpu_notebooks(resolved)
     memory = gpu_memory() if gpu else None
     return [_cuda_check(profile, gpu, memory), *_package_checks(resolved), *_model_checks(resolved),
-            _plan_check(resolved, gpu, memory), _disk_check(resolved, out)]
+            *_data_checks(resolved), _plan_check(resolved, gpu, memory), _disk_check(resolved, out)]
 
 
 def require(profile: str | None, resolved: dict[str, NotebookParams], out: Path) -> list[Check]:
@@ -124,7 +124,7 @@ def _grouped(reasons: list[tuple[str, str]]) -> str:
     return "; ".join(f"{why} in {_names(stems)}" for why, stems in by_why.items())
 
 
-def _gpu_notebooks(resolved: dict[str, NotebookParams]) -> list[str]:
+def gpu_notebooks(resolved: dict[str, NotebookParams]) -> list[str]:
     """The notebooks that run on CUDA: device cuda, or a teacher placed on a CUDA device."""
     return [stem for stem, p in resolved.items() if getattr(p, "device", "cpu") == "cuda"
             or any(str(t.options.get("device", "")).startswith("cuda") for t in _teachers(p))]
@@ -255,6 +255,27 @@ def _model_check(name: str, roles: str) -> Check:
                f"(or set HF_TOKEN), then {fix}")
     return Check(what, missing=f"{roles}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and not a "
                                "folder here", fix=fix)
+
+
+def _data_checks(resolved: dict[str, NotebookParams]) -> list[Check]:
+    """GSM8K from the hub (gsm8k "hub", the one source that downloads): both splits in the Hugging Face cache."""
+    hub = [stem for stem, p in resolved.items() if getattr(p, "gsm8k", None) == "hub"]
+    if not hub:
+        return []
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    from azlib.data.gsm8k import HUB_CONFIG, HUB_FILES, HUB_NAME
+
+    what = f"data {HUB_NAME}"
+    absent = [f for f in HUB_FILES.values()
+              if not isinstance(try_to_load_from_cache(HUB_NAME, f, repo_type="dataset"), str)]
+    if not absent:
+        return [Check(what, f"GSM8K for {_names(hub)}, in the Hugging Face cache")]
+    return [Check(what, missing=f"GSM8K for {_names(hub)} (gsm8k: hub): {', '.join(absent)} not in the Hugging Face "
+                                f"cache ({constants.HF_HUB_CACHE})",
+                  fix=f"python -c \"import datasets; datasets.load_dataset('{HUB_NAME}', '{HUB_CONFIG}')\" on a "
+                      "machine with network (HF_HOME picks the cache), or --set gsm8k=<a folder holding train.jsonl "
+                      "and test.jsonl>")]
 
 
 def _plan_check(resolved: dict[str, NotebookParams], gpu: list[str],

@@ -26,7 +26,7 @@ from traitlets import Type
 from azlib import committed, config
 from azlib.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
 from azlib.paths import repo_path
-from azlib.preflight import require
+from azlib.preflight import gpu_notebooks, require
 from azlib.runs import RUNNER, RunFolder, git_commit, read_json, versions, write_json, write_page
 
 
@@ -46,6 +46,10 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
     # Then what this machine must hold for them (a GPU, packages, models, the memory plan, disk): a missing one
     # stops the run before any notebook starts.
     require(profile, {stem: params for stem, (params, _) in resolved.items()}, path)
+    if gpu_notebooks({stem: params for stem, (params, _) in resolved.items()}):
+        # the kernels inherit it: PyTorch's allocator grows segments in place instead of keeping blocks of every
+        # size it met, so the memory one phase freed (a micro-batch's logits) serves the next phase's sizes
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     run_dir = RunFolder(path)  # made only now: a rejected run leaves no empty folder behind
     config = {
         "launched_by": RUNNER,

@@ -340,10 +340,13 @@ def generation_engine(params) -> dict:
             "max_model_len": GENERATION_MAX_MODEL_LEN}
 
 
-def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **train_changes) -> Trainer:
+def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, engine=None,
+                        teacher_engines: dict | None = None, **train_changes) -> Trainer:
     """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
-    `train_changes` replace fields of its `train` section (05's equal-budget arms). The caller closes the
-    trainer when done with it (`with trainer_from_params(...) as trainer:`): its student and teachers hold engines."""
+    `train_changes` replace fields of its `train` section (05's equal-budget arms). `engine` (generation "vllm")
+    and `teacher_engines` (keyed as azlib.teachers.backends.engine_key): engines the caller opened and keeps open
+    across trainers, used instead of new ones. The caller closes the trainer when done with it (`with
+    trainer_from_params(...) as trainer:`): its student and teachers may hold engines of their own."""
     from azlib.teachers import TeacherEnsemble, chosen_teachers
 
     specs = chosen_teachers(params.teachers, params.teacher_tier)
@@ -356,11 +359,11 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], **t
                       device=local_device(params.device), gradient_checkpointing=params.gradient_checkpointing,
                       use_unsloth=params.use_unsloth, generation=params.generation,
                       server={"base_url": params.generation_url, "model": params.model},
-                      vllm_options=generation_engine(params))
+                      vllm_options=generation_engine(params), engine=engine)
     teachers = None
     if specs:  # their own copies: a teacher must not drift with the student
         try:
-            teachers = TeacherEnsemble(specs, per_node=params.teachers_per_node,
+            teachers = TeacherEnsemble(specs, shared=teacher_engines, per_node=params.teachers_per_node,
                                        seed=params.seed)
         except Exception:  # e.g. a teacher engine that finds no memory: the student's engine goes too
             student.close()

@@ -37,11 +37,11 @@ def test_qwen_1_5b_student_on_one_h100_by_hand():
     # peak): 49,152 x 151,936 = 7,467,958,272 logits
     demo = plan.training_logits("demo", 128, 384, QWEN_1_5B, "bfloat16")
     assert demo.bytes == 104_551_415_808
-    # peak = resident + engines + the largest phase only
+    # peak = resident + engines and their processes' CUDA contexts (0.6 GiB, 644,245,094.4) + the largest phase only
     nb = plan.NotebookPlan("04", "qwen", (lora,), (engine,), (("train", (plan.Part("a", 1.0),)),
                                                               ("demo", (demo,))))
-    assert nb.peak(H100) == pytest.approx(369_295_360 + 17_104_161_996.8 + 104_551_415_808)
-    assert nb.problems(H100)[0].startswith("04: predicted peak 113.6 GiB exceeds the 79.6 GiB free by 34.0 GiB; "
+    assert nb.peak(H100) == pytest.approx(369_295_360 + 17_104_161_996.8 + 644_245_094.4 + 104_551_415_808)
+    assert nb.problems(H100)[0].startswith("04: predicted peak 114.2 GiB exceeds the 79.6 GiB free by 34.6 GiB; "
                                            "its largest part: demo logits")
 
 
@@ -77,7 +77,8 @@ def test_the_runner_refuses_a_plan_larger_than_the_free_memory_before_anything_r
     assert main(["run", "--profile", "h100", "--only", "04", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     # 34.0 GiB of weights, adapter, engine and micro-batch + 1.0 context + 5.3 allocator cache after training
-    assert "04_gsm8k_run: predicted peak 39.8 GiB exceeds the 20.0 GiB free by 19.8 GiB" in err
+    # + 0.6 the engine process's context
+    assert "04_gsm8k_run: predicted peak 40.4 GiB exceeds the 20.0 GiB free by 20.4 GiB" in err
     assert "its largest part: vLLM engine student (15.9 GiB)" in err
     assert not (out / "config.json").exists()
 
@@ -92,17 +93,30 @@ def test_plan_cli_prints_every_notebook_of_h100_and_says_h100_original_needs_mor
     assert "needs a GPU of at least" in capsys.readouterr().out
 
 
-def test_notebook_05s_time_counts_what_each_model_answers_through_which_backend():
-    """The h100 profile's 05: 19 models (the base, 6 arms x 3 seeds) answer through the one vLLM instrument, each
-    the 1,319 GSM8K test problems once (its 500 held-out problems among them): 19 x 1,319 x 384 = 9,623,424
-    tokens; the TRL arm generates its 3 x 400,000 training tokens through TRL's own colocated vLLM engine, the
-    other 15 runs 6,000,000 through azlib's."""
+def test_notebook_05s_time_counts_what_each_model_answers_through_which_backend_and_every_trained_token():
+    """The h100 profile's 05: 6 arms x 3 seeds. azlib's 5 arms generate 3 x 400,000 tokens each through one
+    engine of the student; TRL's 1,200,000 through its own engine, one per seed. Training is counted in the rate's
+    unit, rows x (256 prompt + 384 answer) tokens: the GRPO arms (tree_grpo, grpo, trl) train each answer once,
+    9 x 400,000 / 384 = 9,375 rows = 6,000,000 tokens; the imitation arms (tree, tree_teachers, rft) train their
+    64-answer replay every step, ceil(400,000 / (8 x 8 x 384)) = 17 steps: 9 x 17 x 64 = 9,792 rows = 6,266,880.
+    19 models (the base, 6 arms x 3 seeds) answer the 1,319 GSM8K test problems once (the 500 held-out among
+    them) through one instrument: 19 x 1,319 x 384 = 9,623,424. Engines started: the student's once, the two
+    teachers' once (tree_teachers asks them), TRL's three."""
     from azlib.config import resolve_library
 
     params = resolve_library("05_base_vs_trained", "h100", "outputs/plan")[0]
-    work = {w.what: w.tokens for w in plan.notebook_plan("05_base_vs_trained", params).work}
-    assert work == {"generation (vllm)": 6_000_000, "training": 7_200_000, "evaluation of 19 models (vllm)": 9_623_424,
-                    "the TRL arm's generation (vllm)": 1_200_000}
+    notebook = plan.notebook_plan("05_base_vs_trained", params)
+    assert [(w.what.split(" (")[0].split(",")[0], w.tokens) for w in notebook.work] == [
+        ("generation", 6_000_000), ("training: GRPO arms' answers", 6_000_000),
+        ("training: imitation arms' replay", 6_266_880), ("evaluation of 19 models", 9_623_424),
+        ("the TRL arm's generation", 1_200_000)]
+    assert {w.rate.unit for w in notebook.work if w.what.startswith("training")} == {"prompt + answer tokens"}
+    assert notebook.engine_starts == 6
+    # seconds: each work at its rate scaled by 1.5e9 / 1,543,714,304 parameters, and 6 starts of 60 s
+    scale = 1.5e9 / 1_543_714_304
+    expected = ((6_000_000 + 9_623_424 + 1_200_000) / (5_000 * scale) + (6_000_000 + 6_266_880) / (7_000 * scale)
+                + 6 * 60) / 3600
+    assert notebook.hours() == pytest.approx(expected)
 
 
 def test_notebook_06s_teacher_writes_through_an_engine_and_its_students_answer_through_one():

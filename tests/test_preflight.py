@@ -135,7 +135,7 @@ def test_a_gpu_too_small_for_the_plan_is_refused_and_a_large_one_passes(monkeypa
     assert lines(checks, "CUDA") == ["ok       CUDA: a GPU of 79.6 GiB, 20.0 GiB free, for notebooks 04"]
     [plan] = lines(checks, "GPU memory plan")
     assert plan.startswith("missing  GPU memory plan: the GPU memory plan does not fit")
-    assert "04_gsm8k_run: predicted peak 39.8 GiB exceeds the 20.0 GiB free by 19.8 GiB" in plan
+    assert "04_gsm8k_run: predicted peak 40.4 GiB exceeds the 20.0 GiB free by 20.4 GiB" in plan
     monkeypatch.setattr(preflight, "gpu_memory", lambda: (h100, h100))
     assert lines(preflight.checks("h100", params, REPO_ROOT / "outputs"), "GPU memory plan") == [
         "ok       GPU memory plan: every notebook fits 79.6 GiB (79.6 GiB free)"]
@@ -172,3 +172,21 @@ def test_the_runner_refuses_a_failing_preflight_before_making_the_run_folder(tmp
     with pytest.raises(preflight.PreflightError, match="disk under"):
         runner.run("smoke", only=["01"], out=out)
     assert not out.exists()
+
+
+def test_gsm8k_from_the_hub_is_named_until_both_splits_are_in_the_cache(empty_hub_cache):
+    params = resolved("smoke", "04", "gsm8k=hub")
+    [data] = lines(preflight.checks("smoke", params, REPO_ROOT / "outputs"), "data openai/gsm8k")
+    assert data.startswith("missing  data openai/gsm8k: GSM8K for 04 (gsm8k: hub): main/train-00000-of-00001.parquet, "
+                           f"main/test-00000-of-00001.parquet not in the Hugging Face cache ({empty_hub_cache}); fix: "
+                           "python -c \"import datasets; datasets.load_dataset('openai/gsm8k', 'main')\"")
+    repo = empty_hub_cache / "datasets--openai--gsm8k"  # as huggingface_hub lays a dataset repo out
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    for split in ("train", "test"):
+        (repo / "snapshots" / ("0" * 40) / "main").mkdir(parents=True, exist_ok=True)
+        (repo / "snapshots" / ("0" * 40) / "main" / f"{split}-00000-of-00001.parquet").write_bytes(b"PAR1")
+    assert lines(preflight.checks("smoke", params, REPO_ROOT / "outputs"), "data openai/gsm8k") == [
+        "ok       data openai/gsm8k: GSM8K for 04, in the Hugging Face cache"]
+    assert not lines(preflight.checks("smoke", resolved("smoke", "04"), REPO_ROOT / "outputs"), "data"), \
+        "the kit's own copy is not asked for"

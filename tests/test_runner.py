@@ -280,3 +280,28 @@ def test_a_reply_whose_wake_up_never_comes_is_still_read():
     assert client.shell_channel_class is client.iopub_channel_class is runner._WakefulChannel
     assert asyncio.run(reply_read(runner._WakefulChannel))
     assert not asyncio.run(reply_read(AsyncZMQSocketChannel)), "the simulated missed wake-up hangs jupyter_client's"
+
+
+def test_a_run_on_cuda_gives_its_kernels_pytorchs_expandable_segments(fake_kit, monkeypatch):
+    """A profile whose notebooks run on device cuda: the kernels start with PYTORCH_CUDA_ALLOC_CONF set to
+    expandable segments (unless the user set it); a CPU run leaves the environment as it is."""
+    class DeviceParams(config.NotebookParams):
+        device: str = "cpu"
+
+    write_notebook(fake_kit / "notebooks" / "01_ok.ipynb", "seed = 0\ndevice = 'cpu'\noutput_dir = 'x'",
+                   "import os\nfrom azlib.runs import RunFolder\n"
+                   "alloc = os.environ.get('PYTORCH_CUDA_ALLOC_CONF')\n"
+                   "RunFolder(output_dir).record_metrics('01_ok', {'alloc': alloc})")
+    monkeypatch.setitem(config.NOTEBOOK_PARAMS, "01_ok", DeviceParams)
+    (fake_kit / "params" / "h100").mkdir()
+    (fake_kit / "params" / "h100" / "01_ok.yaml").write_text("device: cuda\n")
+    (fake_kit / "params" / "smoke" / "01_ok.yaml").write_text("device: cpu\n")
+    monkeypatch.setattr(runner, "require", lambda *args: [])  # this machine has no CUDA: the preflight passes here
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "")
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")  # absent, and absent again after the test
+    alloc = {}
+    for profile in ("smoke", "h100"):
+        out = fake_kit / profile
+        assert main(["run", "--profile", profile, "--only", "01", "--out", str(out)]) == 0
+        alloc[profile] = json.loads((out / "metrics.json").read_text())["01_ok"]["alloc"]
+    assert alloc == {"smoke": None, "h100": "expandable_segments:True"}

@@ -12,6 +12,8 @@ from azlib.paths import REPO_ROOT, repo_path
 from azlib.data.rows import Row
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
+# the dataset repo's file of each split, as `datasets` downloads it into the Hugging Face cache
+HUB_FILES = {split: f"{HUB_CONFIG}/{split}-00000-of-00001.parquet" for split in ("train", "test")}
 # The kit's copy, where "auto" reads it (beside the repo, never inside it).
 LOCAL_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 Split = Literal["train", "test"]

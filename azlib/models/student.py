@@ -23,7 +23,7 @@ from typing import Literal, Sequence
 import torch
 
 from azlib.extras import require
-from azlib.models.generation import Resource
+from azlib.models.generation import Backend, Resource
 from azlib.models.hf import BATCH_SIZE, HFBackend
 from azlib.models.loading import ModelLoadError, load_model
 from azlib.settings import LoraSettings
@@ -41,11 +41,13 @@ class Student(Resource):
                  reference: Literal["adapters_off", "snapshot"] = "adapters_off", dtype: str = "float32",
                  device: str = "cpu", gradient_checkpointing: bool = False, use_unsloth: bool = False,
                  batch_size: int = BATCH_SIZE, generation: Literal["hf", "vllm", "server"] = "hf",
-                 vllm_options: dict | None = None, server: dict | None = None, scoring_memory: int = SCORING_MEMORY):
+                 vllm_options: dict | None = None, server: dict | None = None, engine: Backend | None = None,
+                 scoring_memory: int = SCORING_MEMORY):
         """generation: the model itself (hf), a vLLM engine in this process (vllm, `vllm_options`), or a vLLM
         server (`server`: base_url, model as the server names it, and azlib.models.vllm_server's options); the
-        last two get the adapter after every optimiser step. scoring_memory: bytes of fp32 logits per
-        no-gradient forward (azlib.models.shared_prompts)."""
+        last two get the adapter after every optimiser step. engine: with generation "vllm", an engine of this
+        model that the caller opened and closes (notebook 05 keeps one across its arms), instead of a new one.
+        scoring_memory: bytes of fp32 logits per no-gradient forward (azlib.models.shared_prompts)."""
         from peft import LoraConfig, get_peft_model
 
         if reference not in ("adapters_off", "snapshot"):
@@ -54,6 +56,8 @@ class Student(Resource):
             raise ValueError(f"generation must be 'hf', 'vllm' or 'server', got {generation!r}")
         if generation == "server" and not (server and server.get("base_url") and server.get("model")):
             raise ValueError("generation 'server' needs server={'base_url': ..., 'model': <the server's model name>}")
+        if engine is not None and generation != "vllm":
+            raise ValueError(f"an engine is handed only to generation 'vllm', not {generation!r}")
         self.name, self.reference, self.device, self.scoring_memory = model, reference, device, scoring_memory
         self.lora_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
                                       target_modules=lora.target_modules if isinstance(lora.target_modules, str)
@@ -72,11 +76,14 @@ class Student(Resource):
         self.model.set_adapter("default")
         self.model.eval()
         self.generation = generation
+        self.owns_backend = engine is None  # an engine handed in is its giver's to close
         # the trained weights themselves: the log-probs the update computes, whichever way the student generates
         self.scorer = HFBackend.wrapping(self.model, self.tokenizer, device=device, batch_size=batch_size,
                                          scoring_memory=scoring_memory)
         if generation == "hf":
             self.backend = self.scorer
+        elif engine is not None:
+            self.backend = engine
         elif generation == "vllm":
             from azlib.models.vllm import VLLMBackend
 
@@ -102,9 +109,10 @@ class Student(Resource):
         self.backend.use_adapter(self.sync_folder)
 
     def close(self) -> None:
-        """Stop the generation engine (vllm; a server's connection) and remove the sync folder; the student's own
-        weights stay (a closed student can still save its adapter). Idempotent."""
-        self.backend.close()
+        """Stop the generation engine (vllm, unless it was handed in; a server's connection) and remove the sync
+        folder; the student's own weights stay (a closed student can still save its adapter). Idempotent."""
+        if self.owns_backend:
+            self.backend.close()
         if self.generation != "hf":
             self._remove_sync_folder()
 

@@ -20,12 +20,14 @@ TIERS: dict[str, list[dict]] = {
         {"name": "llama-3.3-70b", "model": "meta-llama/llama-3.3-70b-instruct"},
     ],
     # One 80 GB GPU beside a training 1.5B student: two ungated teachers, each engine with its own budget
-    # (vLLM's gpu_memory_utilization is the share of the GPU one engine may take: weights + KV cache).
+    # (vLLM's gpu_memory_utilization is the share of the GPU one engine may take: weights + KV cache). A
+    # forward of at most 4096 tokens (max_num_batched_tokens, as TRL pins for colocated engines) keeps vLLM's
+    # own activations and CUDA graphs small beside the weights in these small shares.
     "vllm": [
         {"name": "qwen2.5-7b", "model": "Qwen/Qwen2.5-7B-Instruct",  # 15.2 GB bf16 weights
-         "options": {"gpu_memory_utilization": 0.25, "max_model_len": 4096}},
+         "options": {"gpu_memory_utilization": 0.25, "max_model_len": 4096, "max_num_batched_tokens": 4096}},
         {"name": "phi-3.5-mini", "model": "microsoft/Phi-3.5-mini-instruct",  # 7.6 GB
-         "options": {"gpu_memory_utilization": 0.14, "max_model_len": 4096}},
+         "options": {"gpu_memory_utilization": 0.14, "max_model_len": 4096, "max_num_batched_tokens": 4096}},
     ],
     # The original system's published run: four 7-9B models on vLLM. Three are gated on the hub (accept
     # the licences, set HF_TOKEN); their ~63 GB of bf16 weights need a GPU of their own (0.2 of an 80 GB
