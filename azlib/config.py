@@ -1,5 +1,5 @@
 """Typed parameters of every notebook, profiles that set them, env-var overrides, validation. Not model code: it
-imports settings types only (azlib.settings, azlib.mcts.SearchSettings, ...), which hold the components' defaults.
+imports settings types only (azlib.settings, azlib.countdown.settings), which hold the components' defaults.
 
 A parameter that configures one library component is a *section*: a dict of that component's settings
 (`search` = SearchSettings' fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
@@ -25,15 +25,12 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
 from azlib.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, CountdownSearchSettings, EvalSettings,
                                       ImitationSettings, PolicyShape)
 from azlib.data.arithmetic import STEP_COUNTS
-from azlib.textsearch.env import TextSearchSettings
-from azlib.textsearch.forking import ForkSettings
-from azlib.mcts.search import SearchSettings
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, repo_path
 from azlib.runs import checkpoint_step, trainings_in
-from azlib.settings import (TRAINING_SEARCH, GPTSettings, GRPOSettings, LoraSettings, RefereeRLSettings,
-                            RefereeTrainSettings, RLTSettings, TrainSettings, arm_asks_teachers, asks_teachers,
-                            settings_from_params)
+from azlib.settings import (TRAINING_SEARCH, ForkSettings, GPTSettings, GRPOSettings, LoraSettings, RefereeRLSettings,
+                            RefereeTrainSettings, RLTSettings, SearchSettings, TextSearchSettings, TrainSettings,
+                            arm_asks_teachers, asks_teachers, settings_from_params)
 from azlib.teachers.spec import TeacherSpec
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -197,9 +194,9 @@ class StudentParams(NotebookParams):
 class SearchParams(NotebookParams):
     """The text search's budget and selection rule, in every notebook that searches (02, 03, 04, 05)."""
 
-    search: Search = Field(SearchSettings(), description="azlib.mcts.SearchSettings fields; env NUM_MCTS_ITERATIONS, "
-                                                       "MAX_TREE_DEPTH and MAX_TOKENS override num_simulations, "
-                                                       "max_depth, max_tokens")
+    search: Search = Field(SearchSettings(), description="azlib.settings.SearchSettings fields; env "
+                                                       "NUM_MCTS_ITERATIONS, MAX_TREE_DEPTH and MAX_TOKENS override "
+                                                       "num_simulations, max_depth, max_tokens")
 
 
 class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
@@ -216,7 +213,7 @@ class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
                                                    "and the last")
     task: Literal["arithmetic", "gsm8k"]
     problem_index: int = Field(ge=0)
-    text: TextSearch = Field(description="azlib.textsearch.env.TextSearchSettings fields: expansion, samples, lengths")
+    text: TextSearch = Field(description="azlib.settings.TextSearchSettings fields: expansion, samples, lengths")
     use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
 
 
@@ -279,12 +276,12 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
                                                         "(options: {device: cuda:N})")
     teachers_per_node: int = Field(2, ge=1)
     resume: bool = Field(False, description="continue from the latest checkpoint in the run folder")
-    search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchSettings fields (a training run's defaults: "
-                                                        "skip_solved, parent_value); env NUM_MCTS_ITERATIONS, "
-                                                        "MAX_TREE_DEPTH and MAX_TOKENS override")
-    text: TextSearch = Field(TextSearchSettings(), description="azlib.textsearch.env.TextSearchSettings fields: "
+    search: Search = Field(TRAINING_SEARCH, description="azlib.settings.SearchSettings fields (a training run's "
+                                                        "defaults: skip_solved, parent_value); env "
+                                                        "NUM_MCTS_ITERATIONS, MAX_TREE_DEPTH and MAX_TOKENS override")
+    text: TextSearch = Field(TextSearchSettings(), description="azlib.settings.TextSearchSettings fields: "
                                                                "expansion, samples, chunk length")
-    fork: Fork = Field(ForkSettings(), description="azlib.textsearch.forking.ForkSettings fields: the forking tree of "
+    fork: Fork = Field(ForkSettings(), description="azlib.settings.ForkSettings fields: the forking tree of "
                                                    "train.groups 'forked' and 'treerl' (rounds, points, branches, "
                                                    "where, check, fork_from, writer)")
     grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields (the answers' temperature and "

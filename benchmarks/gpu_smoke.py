@@ -364,7 +364,7 @@ def update_phase(kind: str, ballast: bool = False):
         its trainer on an 80 GB card free: the card's memory less its engines' shares, less what this process
         already holds."""
         from azlib.grpo import GRPOSettings, PolicyUpdate
-        from azlib.models.generation import AnswerSampling
+        from azlib.settings import AnswerSampling
         from azlib.plan import GIB, H100_GIB, activations, model_shape, training_logits
         from azlib.prompts import PROMPT_TOKENS
 

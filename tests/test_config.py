@@ -13,9 +13,7 @@ from pydantic import TypeAdapter
 
 from azlib import config
 from azlib.config import ParamsError
-from azlib.mcts import SearchSettings
-from azlib.textsearch.env import TextSearchSettings
-from azlib.models.generation import AnswerSampling
+from azlib.settings import AnswerSampling, SearchSettings, TextSearchSettings
 from azlib.training import TrainerSettings, TrainSettings
 
 NB01 = config.NOTEBOOKS_DIR / "01_toy_bandit_grpo.ipynb"

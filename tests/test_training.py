@@ -18,15 +18,15 @@ from azlib import config
 from azlib.__main__ import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
-from azlib.textsearch.forking import ForkingSearch, ForkSettings
+from azlib.textsearch.forking import ForkingSearch
 from azlib.textsearch.signals import forked_groups, tree_groups
-from azlib.mcts import SearchSettings, search
-from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
-from azlib.models.generation import AnswerSampling
+from azlib.mcts import search
+from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
 from azlib.models import DEFAULT_MODEL, ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
+from azlib.settings import AnswerSampling, ForkSettings, SearchSettings, TextSearchSettings
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.textsearch.explorers import accuracy_column
 from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params, training_problems
