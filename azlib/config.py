@@ -28,9 +28,10 @@ from azlib.data.arithmetic import STEP_COUNTS
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, repo_path
 from azlib.runs import checkpoint_step, trainings_in
-from azlib.settings import (TRAINING_SEARCH, ForkSettings, GPTSettings, GRPOSettings, LoraSettings, RefereeRLSettings,
-                            RefereeTrainSettings, RLTSettings, SearchSettings, TextSearchSettings, TrainSettings,
-                            arm_asks_teachers, asks_teachers, settings_from_params)
+from azlib.settings import (ARMS, TRAINING_SEARCH, ForkSettings, GPTSettings, GRPOSettings, LoraSettings,
+                            RefereeRLSettings, RefereeTrainSettings, RLTSettings, SearchSettings, TextSearchSettings,
+                            TrainSettings, arm_asks_teachers, asks_teachers, settings_from_params)
+from azlib.teachers.presets import TIERS
 from azlib.teachers.spec import TeacherSpec
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -222,7 +223,7 @@ class TeacherEnsembleParams(StudentParams, SearchParams, GSM8KParams):
 
     task: Literal["arithmetic", "gsm8k"]
     num_problems: int = Field(ge=1, description="problems searched one after another (weights adapt between)")
-    teacher_tier: Literal["free", "production", "vllm", "vllm-original", "cpu"] = Field(
+    teacher_tier: Literal[tuple(TIERS)] = Field(
         description="preset used when teachers is []")
     teachers: list[TeacherSpec] = Field(description="explicit teachers; [] takes the tier's preset")
     http_teacher: bool = Field(description="also ask the student behind a loopback OpenAI-compatible server the "
@@ -268,7 +269,7 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     task: Literal["arithmetic", "gsm8k"] = "arithmetic"
     num_train_problems: int = Field(64, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1], description="step counts of the arithmetic task, within 1..4")
-    teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"] = Field(
+    teacher_tier: Literal[("none", *TIERS)] = Field(
         "none", description="the teachers' preset when teachers is []")
     teachers: list[TeacherSpec] = Field([], description="explicit teachers instead of the tier's: each behind its own "
                                                         "server (backend openai, base_url; e.g. a `vllm serve` on a "
@@ -324,8 +325,7 @@ class BaseVsTrainedParams(TrainingParams):
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1, 2], description="step counts of the arithmetic task, within 1..4")
-    arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
-                       "grpo", "trl"]] = Field(
+    arms: list[Literal[tuple(ARMS)]] = Field(
         ["tree", "rft"], min_length=1,
         description="arms (azlib.settings.ARMS): forking tree + imitation, forking tree + TreeRL GRPO, the tree's "
                     "allocation without prefixes, the tree with forks written by the hint teacher (the student "

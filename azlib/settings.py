@@ -221,7 +221,7 @@ class LoraSettings:
 # trees (azlib.textsearch.explorers): "tree", the MCTS search over text, or "fork", forking trees (sampling: no forks)
 EXPLORER_OF = {"answers": "tree", "paths": "tree", "siblings": "tree", "visits": "tree",
                "sampling": "fork", "forked": "fork", "treerl": "fork"}
-GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling", "forked", "treerl"]
+GroupKind = Literal[tuple(EXPLORER_OF)]
 GROUP_KINDS = get_args(GroupKind)
 
 

@@ -268,10 +268,13 @@ def test_the_accuracy_column_is_the_one_each_kind_of_run_logs(student, tmp_path)
 
 
 def test_every_training_signal_has_an_explorer():
-    """EXPLORER_OF names an explorer for each train.groups the settings accept, and only for those."""
-    from azlib.settings import EXPLORER_OF, GROUP_KINDS
+    """The train.groups the settings accept are EXPLORER_OF's, each grown by one of the two explorers."""
+    from azlib.settings import EXPLORER_OF, GROUP_KINDS, TrainSettings
 
-    assert sorted(EXPLORER_OF) == sorted(GROUP_KINDS) and set(EXPLORER_OF.values()) == {"tree", "fork"}
+    assert GROUP_KINDS == tuple(EXPLORER_OF) and set(EXPLORER_OF.values()) == {"tree", "fork"}
+    assert [TrainSettings(groups=kind).groups for kind in GROUP_KINDS] == list(GROUP_KINDS)
+    with pytest.raises(ValueError, match="groups"):
+        TrainSettings(groups="sample")
 
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 
 
-# TextEnv's sampling when none is given: a partial answer of max_new_tokens is terminal, rollouts stop there.
-TEXT_SEARCH_SAMPLING = AnswerSampling(temperature=0.8, top_p=0.95, max_new_tokens=256)
+# TextEnv's sampling when none is given (AnswerSampling's length): a partial answer of max_new_tokens is terminal,
+# rollouts stop there.
+TEXT_SEARCH_SAMPLING = AnswerSampling(temperature=0.8, top_p=0.95)
 
 
 @dataclass(frozen=True)
