@@ -10,13 +10,33 @@ Imports no azlib module, so that every layer may import it and azlib.config read
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Annotated, Literal, get_args
+from functools import cache
+from typing import Annotated, Literal, get_args, get_type_hints
 
 from annotated_types import Ge, Gt, Le, Lt
+from pydantic import TypeAdapter, ValidationError
 
-from azlib.fields import check_fields
+# Each type's bounds and choices are declared on its fields (Annotated, Literal: what pydantic reads) and checked
+# when it is made (check_fields, from its __post_init__).
 
-# Each type's bounds and choices are declared on its fields (Annotated, Literal) and checked by check_fields.
+
+@cache
+def _field_types(settings: type) -> dict[str, TypeAdapter]:
+    hints = get_type_hints(settings, include_extras=True)
+    return {f.name: TypeAdapter(hints[f.name]) for f in fields(settings)}
+
+
+def check_fields(settings) -> None:
+    """Raise ValueError naming the first field of a settings dataclass whose value its declared type refuses, with
+    pydantic's reason: outside a bound (`Annotated[int, Ge(1)]`), not one of a Literal's values, not a number
+    where one is declared. Pydantic's lax mode: an int passes where a float is declared, and the value is kept as
+    given. azlib.config checks parameters' types strictly before they get here."""
+    for name, field_type in _field_types(type(settings)).items():
+        value = getattr(settings, name)
+        try:
+            field_type.validate_python(value)
+        except ValidationError as err:
+            raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {value!r})") from None
 
 # -- choices read by several components --------------------------------------------------------------------------
 
@@ -37,14 +57,12 @@ class AnswerSampling:
     takes its log-probs at the same temperature (TRL's convention: softmax(logits / T), no top-p) and dr_grpo
     divides by `max_new_tokens` (TRL's max_completion_length)."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 256
+    temperature: Annotated[float, Gt(0)] = 1.0
+    top_p: Annotated[float, Gt(0), Le(1)] = 1.0
+    max_new_tokens: Annotated[int, Ge(1)] = 256
 
     def __post_init__(self):
-        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
-            raise ValueError(f"need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1, got {self.temperature}, "
-                             f"{self.top_p}, {self.max_new_tokens}")
+        check_fields(self)
 
 
 # -- the search (azlib.mcts.search) ------------------------------------------------------------------------------
@@ -56,15 +74,15 @@ class SearchSettings:
 
     num_simulations: Annotated[int, Ge(1)] = 60  # leaf evaluations per root; the root's own expansion is the first
     max_depth: Annotated[int, Ge(1)] = 12  # a node this deep is terminal
-    # How a node picks the child to descend into (azlib.mcts.search.RULES maps each name to its policy): "puct" (puct_scores,
-    # AlphaZero), "uct" (uct_scores, the original system), "gumbel" (GumbelMuZeroPolicy, mctx's gumbel_muzero_policy:
-    # one leaf per tree per step; it reads neither c, q_transform nor temperature, nor skip_solved at the root).
+    # How a node picks the child to descend into (azlib.mcts.search.RULES maps each name to its policy): "puct"
+    # (puct_scores, AlphaZero), "uct" (uct_scores, the original system), "gumbel" (GumbelMuZeroPolicy, mctx's
+    # gumbel_muzero_policy: one leaf per tree per step; it reads neither c, q_transform nor temperature, nor
+    # skip_solved at the root).
     rule: Literal["puct", "uct", "gumbel"] = "puct"
     c: Annotated[float, Ge(0)] = 1.414  # exploration constant of puct and uct
-    # How puct and uct read Q (azlib.mcts.search.Q_TRANSFORMS maps each name to its
-    # function): "raw" (q_raw; AlphaZero, the
-    # original system), "parent_value" (q_by_parent_value), "mctx" (q_by_parent_and_siblings, mctx's default for
-    # MuZero). The last two rescale Q to [0, 1], so that c means the same whatever the reward's scale.
+    # How puct and uct read Q (azlib.mcts.search.Q_TRANSFORMS maps each name to its function): "raw" (q_raw;
+    # AlphaZero, the original system), "parent_value" (q_by_parent_value), "mctx" (q_by_parent_and_siblings, mctx's
+    # default for MuZero). The last two rescale Q to [0, 1], so that c means the same whatever the reward's scale.
     q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
     max_considered_actions: Annotated[int, Ge(1)] = 16  # gumbel: root actions sampled without replacement (m; mctx's default)
     gumbel_scale: Annotated[float, Ge(0)] = 1.0  # gumbel: scale of the root's Gumbel noise; 0 searches without noise
@@ -151,22 +169,25 @@ class ServeLimits:
     """What one client may ask of the server, and how the model's time is shared; each field is a
     `python -m azlib serve` flag (max_n -> --max-n)."""
 
-    max_n: int = _limit(16, "samples per request (n)")
-    max_tokens: int = _limit(2048, "new tokens per sample; prompt + new tokens must also fit the model's context")
-    default_tokens: int = _limit(256, "new tokens when a request names none (at most max_tokens and what fits the "
-                                          "context)")
-    max_body_bytes: int = _limit(1 << 20, "request body size; larger ones get 413 unread")
-    max_concurrent: int = _limit(32, "requests generated at once, in turns")
-    max_queue: int = _limit(128, "admitted requests waiting for a turn; beyond that 503 with Retry-After")
-    request_timeout: float = _limit(300.0, "seconds from arrival to answer, else 504 and its generation stops")
-    read_timeout: float = _limit(30.0, "seconds a client may pause while sending its request, else 408")
-    batch_rows: int = _limit(64, "rows (samples) generated together in one turn")
-    turn_rows: int = _limit(8, "rows a request is sure of per turn when others are waiting")
-    turn_tokens: int = _limit(32, "new tokens per row per turn: longer answers take several turns")
+    max_n: Annotated[int, Ge(1)] = _limit(16, "samples per request (n)")
+    max_tokens: Annotated[int, Ge(1)] = _limit(
+        2048, "new tokens per sample; prompt + new tokens must also fit the model's context")
+    default_tokens: Annotated[int, Ge(1)] = _limit(
+        256, "new tokens when a request names none (at most max_tokens and what fits the context)")
+    max_body_bytes: Annotated[int, Ge(1)] = _limit(1 << 20, "request body size; larger ones get 413 unread")
+    max_concurrent: Annotated[int, Ge(1)] = _limit(32, "requests generated at once, in turns")
+    max_queue: Annotated[int, Ge(1)] = _limit(
+        128, "admitted requests waiting for a turn; beyond that 503 with Retry-After")
+    request_timeout: Annotated[float, Gt(0)] = _limit(
+        300.0, "seconds from arrival to answer, else 504 and its generation stops")
+    read_timeout: Annotated[float, Gt(0)] = _limit(
+        30.0, "seconds a client may pause while sending its request, else 408")
+    batch_rows: Annotated[int, Ge(1)] = _limit(64, "rows (samples) generated together in one turn")
+    turn_rows: Annotated[int, Ge(1)] = _limit(8, "rows a request is sure of per turn when others are waiting")
+    turn_tokens: Annotated[int, Ge(1)] = _limit(32, "new tokens per row per turn: longer answers take several turns")
 
     def __post_init__(self):
-        if bad := [f.name for f in fields(self) if not getattr(self, f.name) > 0]:
-            raise ValueError(f"serve limits must be positive: {', '.join(bad)}")
+        check_fields(self)
 
 
 # -- the update (azlib.grpo) ------------------------------------------------------------------------------------
