@@ -219,8 +219,9 @@ class Experiment:
         return ArmResult(arm, seed, saved["tokens"], saved["log"], self._evaluate(None, folder))
 
     def _train(self, arm: str, seed: int) -> None:
-        """Train one arm with one seed to the budget, unless it is trained already: its adapter to
-        `train/adapter/` (TRL's too), then its tokens and step log to `trained.json` (whole or absent)."""
+        """Train one arm with one seed to the budget (train.token_budget; train.steps ends it sooner if reached
+        first), unless it is trained already: its adapter to `train/adapter/` (TRL's too), then its tokens and step
+        log to `trained.json` (whole or absent)."""
         folder = self._arm_folder(arm, seed)
         if (folder / "trained.json").exists() or self._done(arm, seed):
             return
@@ -240,7 +241,7 @@ class Experiment:
                                       if arm_asks_teachers(arm, p.fork, p.train.groups) else
                                       {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
             # the arm's engines close when the block ends, however it ends: on one GPU the next arm's need them
-            with trainer_from_params(arm_params, folder / "train", self.problems, steps=10**6, **train) as trainer:
+            with trainer_from_params(arm_params, folder / "train", self.problems, **train) as trainer:
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)
                 tokens = trainer.tokens
                 trainer.student.save_adapter(_adapter(folder))
