@@ -1,10 +1,11 @@
-"""Every settings type of the library but notebook 08's, with the plain rules read off them: the one home of
-their defaults, bounds, choices and help. The components that read them: sampling (the answers of a run), the
-search (azlib.mcts), the search over text and the forking tree (azlib.textsearch), the server's limits
-(azlib.models.serve), the update (azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training),
-notebook 05's arms (azlib.experiment), RLT's teacher (azlib.rlt), the referee (azlib.referee). Notebook 08's
-knobs live in azlib.countdown.settings, its package's; tic-tac-toe's AlphaZero loop (azlib.mcts.alphazero) and
-the original system's reward weights (azlib.rewards.RewardWeights) beside their one user.
+"""The library's settings types, with the plain rules read off them: the one home of their defaults, bounds,
+choices and help. The components that read them: sampling (the answers of a run), the search (azlib.mcts), the
+search over text and the forking tree (azlib.textsearch), the server's limits (azlib.models.serve), the update
+(azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training), notebook 05's arms
+(azlib.experiment), RLT's teacher (azlib.rlt), the referee (azlib.referee). Elsewhere: notebook 08's in
+azlib.countdown.settings (its package's), and beside their one user tic-tac-toe's AlphaZero loop
+(azlib.mcts.alphazero.AlphaZeroSettings), the original system's reward weights (azlib.rewards.RewardWeights) and
+a teacher (azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
 Imports no azlib module, so that every layer may import it and azlib.config reads it without model libraries."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def check_fields(settings) -> None:
             field_type.validate_python(value)
         except ValidationError as err:
             raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {value!r})") from None
+
 
 # -- choices read by several components --------------------------------------------------------------------------
 
