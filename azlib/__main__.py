@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--api-key-env", help="require the key held in this environment variable")
     serve.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="bfloat16 on a GPU")
     serve.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    from azlib.models.serve import ServeLimits  # its fields are the limit flags, with their defaults and help
+    from azlib.settings import ServeLimits  # its fields are the limit flags, with their defaults and help
 
     for limit in fields(ServeLimits):
         serve.add_argument(f"--{limit.name.replace('_', '-')}", type=type(limit.default), default=limit.default,
@@ -191,7 +191,8 @@ def _serve(args) -> int:
     import os
 
     from azlib.models import make_backend
-    from azlib.models.serve import BatchingServer, ServeLimits
+    from azlib.models.serve import BatchingServer
+    from azlib.settings import ServeLimits
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:

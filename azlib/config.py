@@ -1,5 +1,5 @@
 """Typed parameters of every notebook, profiles that set them, env-var overrides, validation. Not model code: it
-imports settings types only (azlib.settings, azlib.mcts.SearchSettings, ...), which hold the components' defaults.
+imports settings types only (azlib.settings, azlib.countdown.settings), which hold the components' defaults.
 
 A parameter that configures one library component is a *section*: a dict of that component's settings
 (`search` = SearchSettings' fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
@@ -25,15 +25,13 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
 from azlib.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, CountdownSearchSettings, EvalSettings,
                                       ImitationSettings, PolicyShape)
 from azlib.data.arithmetic import STEP_COUNTS
-from azlib.textsearch.env import TextSearchSettings
-from azlib.textsearch.forking import ForkSettings
-from azlib.mcts.search import SearchSettings
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, repo_path
 from azlib.runs import checkpoint_step, trainings_in
-from azlib.settings import (TRAINING_SEARCH, GPTSettings, GRPOSettings, LoraSettings, RefereeRLSettings,
-                            RefereeTrainSettings, RLTSettings, TrainSettings, arm_asks_teachers, asks_teachers,
-                            settings_from_params)
+from azlib.settings import (ARMS, TRAINING_SEARCH, ForkSettings, GPTSettings, GRPOSettings, LoraSettings,
+                            RefereeRLSettings, RefereeTrainSettings, RLTSettings, SearchSettings, TextSearchSettings,
+                            TrainSettings, arm_asks_teachers, asks_teachers, settings_from_params)
+from azlib.teachers.presets import TIERS
 from azlib.teachers.spec import TeacherSpec
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -197,9 +195,9 @@ class StudentParams(NotebookParams):
 class SearchParams(NotebookParams):
     """The text search's budget and selection rule, in every notebook that searches (02, 03, 04, 05)."""
 
-    search: Search = Field(SearchSettings(), description="azlib.mcts.SearchSettings fields; env NUM_MCTS_ITERATIONS, "
-                                                       "MAX_TREE_DEPTH and MAX_TOKENS override num_simulations, "
-                                                       "max_depth, max_tokens")
+    search: Search = Field(SearchSettings(), description="azlib.settings.SearchSettings fields; env "
+                                                       "NUM_MCTS_ITERATIONS, MAX_TREE_DEPTH and MAX_TOKENS override "
+                                                       "num_simulations, max_depth, max_tokens")
 
 
 class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
@@ -216,7 +214,7 @@ class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
                                                    "and the last")
     task: Literal["arithmetic", "gsm8k"]
     problem_index: int = Field(ge=0)
-    text: TextSearch = Field(description="azlib.textsearch.env.TextSearchSettings fields: expansion, samples, lengths")
+    text: TextSearch = Field(description="azlib.settings.TextSearchSettings fields: expansion, samples, lengths")
     use_teacher: bool = Field(description="also ask a teacher (here: the student model, differently prompted)")
 
 
@@ -225,7 +223,7 @@ class TeacherEnsembleParams(StudentParams, SearchParams, GSM8KParams):
 
     task: Literal["arithmetic", "gsm8k"]
     num_problems: int = Field(ge=1, description="problems searched one after another (weights adapt between)")
-    teacher_tier: Literal["free", "production", "vllm", "vllm-original", "cpu"] = Field(
+    teacher_tier: Literal[tuple(TIERS)] = Field(
         description="preset used when teachers is []")
     teachers: list[TeacherSpec] = Field(description="explicit teachers; [] takes the tier's preset")
     http_teacher: bool = Field(description="also ask the student behind a loopback OpenAI-compatible server the "
@@ -271,7 +269,7 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     task: Literal["arithmetic", "gsm8k"] = "arithmetic"
     num_train_problems: int = Field(64, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1], description="step counts of the arithmetic task, within 1..4")
-    teacher_tier: Literal["none", "cpu", "free", "production", "vllm", "vllm-original"] = Field(
+    teacher_tier: Literal[("none", *TIERS)] = Field(
         "none", description="the teachers' preset when teachers is []")
     teachers: list[TeacherSpec] = Field([], description="explicit teachers instead of the tier's: each behind its own "
                                                         "server (backend openai, base_url; e.g. a `vllm serve` on a "
@@ -279,12 +277,12 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
                                                         "(options: {device: cuda:N})")
     teachers_per_node: int = Field(2, ge=1)
     resume: bool = Field(False, description="continue from the latest checkpoint in the run folder")
-    search: Search = Field(TRAINING_SEARCH, description="azlib.mcts.SearchSettings fields (a training run's defaults: "
-                                                        "skip_solved, parent_value); env NUM_MCTS_ITERATIONS, "
-                                                        "MAX_TREE_DEPTH and MAX_TOKENS override")
-    text: TextSearch = Field(TextSearchSettings(), description="azlib.textsearch.env.TextSearchSettings fields: "
+    search: Search = Field(TRAINING_SEARCH, description="azlib.settings.SearchSettings fields (a training run's "
+                                                        "defaults: skip_solved, parent_value); env "
+                                                        "NUM_MCTS_ITERATIONS, MAX_TREE_DEPTH and MAX_TOKENS override")
+    text: TextSearch = Field(TextSearchSettings(), description="azlib.settings.TextSearchSettings fields: "
                                                                "expansion, samples, chunk length")
-    fork: Fork = Field(ForkSettings(), description="azlib.textsearch.forking.ForkSettings fields: the forking tree of "
+    fork: Fork = Field(ForkSettings(), description="azlib.settings.ForkSettings fields: the forking tree of "
                                                    "train.groups 'forked' and 'treerl' (rounds, points, branches, "
                                                    "where, check, fork_from, writer)")
     grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields (the answers' temperature and "
@@ -327,8 +325,7 @@ class BaseVsTrainedParams(TrainingParams):
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1, 2], description="step counts of the arithmetic task, within 1..4")
-    arms: list[Literal["tree", "tree_grpo", "resample", "tree_hint", "rationalize", "tree_teachers", "mcts", "rft",
-                       "grpo", "trl"]] = Field(
+    arms: list[Literal[tuple(ARMS)]] = Field(
         ["tree", "rft"], min_length=1,
         description="arms (azlib.settings.ARMS): forking tree + imitation, forking tree + TreeRL GRPO, the tree's "
                     "allocation without prefixes, the tree with forks written by the hint teacher (the student "

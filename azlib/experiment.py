@@ -225,10 +225,10 @@ class Experiment:
         return ArmResult(arm, seed, saved["tokens"], saved["log"], self._evaluate(None, folder))
 
     def _train(self, arm: str, seed: int, engines: Engines) -> None:
-        """Train one arm with one seed to the budget, unless it is trained already: its adapter to
-        `train/adapter/` (TRL's too), then its tokens and step log to `trained.json` (whole or absent). It
-        generates through `engines`' student engine (generation "vllm"), asks `engines`' teachers (if it asks
-        any), and closes what its trainer opened of its own."""
+        """Train one arm with one seed to the budget (train.token_budget; train.steps ends it sooner if reached
+        first), unless it is trained already: its adapter to `train/adapter/` (TRL's too), then its tokens and step
+        log to `trained.json` (whole or absent). It generates through `engines`' student engine (generation
+        "vllm"), asks `engines`' teachers (if it asks any), and closes what its trainer opened of its own."""
         folder = self._arm_folder(arm, seed)
         if (folder / "trained.json").exists() or self._done(arm, seed):
             return
@@ -249,8 +249,7 @@ class Experiment:
                                       {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
             # what the trainer opens of its own closes when the block ends, however it ends
             with trainer_from_params(arm_params, folder / "train", self.problems, engine=engines.student(),
-                                     teacher_engines=engines.teachers() if asks else None, steps=10**6,
-                                     **train) as trainer:
+                                     teacher_engines=engines.teachers() if asks else None, **train) as trainer:
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)
                 tokens = trainer.tokens
                 trainer.student.save_adapter(_adapter(folder))

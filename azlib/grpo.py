@@ -10,7 +10,7 @@ ratio token loss with a k3 KL to the reference, four aggregations), or imitation
     dr_grpo: sum / (sequences x max_completion_length);  original: the original system's reward-
     weighted supervised loss, -A_i mean_t logp_t (no ratio, no clip), plus the same KL term.
     Log-probs are those of the sampling distribution: logits / temperature (as TRL). The temperature and the
-    length cap (max_completion_length) are how the answers were sampled (azlib.models.generation.AnswerSampling),
+    length cap (max_completion_length) are how the answers were sampled (azlib.settings.AnswerSampling),
     which the update is given beside its own settings.
     sft (expert iteration, rejection-sampling fine-tuning): -sum_t logp_t / tokens over verified answers.
 """
@@ -23,9 +23,8 @@ from typing import NamedTuple, Sequence
 import torch
 
 from azlib.extras import require
-from azlib.models.generation import AnswerSampling
 from azlib.parallel import shard, sum_gradients, sum_over_ranks
-from azlib.settings import GRPOSettings
+from azlib.settings import AnswerSampling, GRPOSettings
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: str = "group", eps: float = 1e-4,
                      clip: float | None = None) -> torch.Tensor:

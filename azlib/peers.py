@@ -42,7 +42,7 @@ def answer_line_stop(tokenizer):
 
 
 def trl_config(params, folder: str | Path, tokenizer):
-    """TRL's GRPOConfig for the TRL arm, from the run's TrainingParams: one optimiser step per
+    """TRL's GRPOConfig for the TRL arm, from the run's TrainingParams: at most `train.steps` optimiser steps, one per
     `train.problems_per_step` x `train.group_size` answers, generated at once and trained in micro-batches of at
     most `grpo.micro_batch_size` rows (gradient accumulation), as azlib's update does. With generation "vllm"
     TRL generates through its own vLLM engine in this process (colocate mode) with the run's share of the GPU;
@@ -64,20 +64,20 @@ def trl_config(params, folder: str | Path, tokenizer):
         max_grad_norm=g.max_grad_norm, learning_rate=g.learning_rate, warmup_steps=g.warmup_steps,
         lr_scheduler_type="constant_with_warmup", num_generations=t.group_size,
         per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro, generation_batch_size=batch,
-        max_completion_length=t.max_new_tokens, temperature=t.temperature, max_steps=10_000, logging_steps=1,
+        max_completion_length=t.max_new_tokens, temperature=t.temperature, max_steps=t.steps, logging_steps=1,
         save_strategy="no", gradient_checkpointing=params.gradient_checkpointing, **engine)
 
 
 def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_budget: int) -> PeerRun:
-    """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated; the adapter
-    is saved to `folder`/adapter.
+    """TRL 1.16 GRPOTrainer with LoRA, stopped once `token_budget` completion tokens were generated (or after
+    train.steps optimiser steps, if sooner); the adapter is saved to `folder`/adapter.
     The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0. Under hf
     generation rows stop at their answer line as azlib's do (vLLM's: `trl_config`); the end-of-sequence token
     generate pads a stopped row with is not counted.
     `params`: a TrainingParams (model, seed; its lora section; the grpo section's loss, clip range, KL weight,
     reward scaling, iterations, learning rate, weight decay and grad-norm clip (TRL has no advantage clip and
     no equal-group filter, so clip_advantages and drop_equal_groups do not reach it); the train section's
-    group size, problems per step, temperature and answer length)."""
+    steps, group size, problems per step, temperature and answer length)."""
     trl = require("trl", "the TRL arm")
     from datasets import Dataset
     from peft import LoraConfig

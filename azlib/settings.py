@@ -1,21 +1,196 @@
-"""The settings types of the components whose code runs torch (the GRPO update, LoRA, the training loop, RLT's
-teacher, the referee models and their loop, notebook 05's arms), with the plain rules read off them: the one home of
-their defaults, bounds and help. Light on purpose (no torch, no transformers), so that azlib.config imports it."""
+"""The library's settings types, with the plain rules read off them: the one home of their defaults, bounds,
+choices and help. The components that read them: sampling (the answers of a run), the search (azlib.mcts), the
+search over text and the forking tree (azlib.textsearch), the server's limits (azlib.models.serve), the update
+(azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training), notebook 05's arms
+(azlib.experiment), RLT's teacher (azlib.rlt), the referee (azlib.referee). Elsewhere: notebook 08's in
+azlib.countdown.settings (its package's), and beside their one user tic-tac-toe's AlphaZero loop
+(azlib.mcts.alphazero.AlphaZeroSettings), the original system's reward weights (azlib.rewards.RewardWeights) and
+a teacher (azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
+Imports no azlib module, so that every layer may import it and azlib.config reads it without model libraries."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Annotated, Literal, get_args
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from typing import Annotated, Literal, get_args, get_type_hints
 
 from annotated_types import Ge, Gt, Le, Lt
+from pydantic import TypeAdapter, ValidationError
 
-from azlib.fields import check_fields
-from azlib.textsearch.forking import ForkSettings
-from azlib.mcts.search import SearchSettings
-from azlib.models.generation import AnswerSampling
-from azlib.rewards import RewardKind
+# Each type's bounds and choices are declared on its fields (Annotated, Literal: what pydantic reads) and checked
+# when it is made (check_fields, from its __post_init__).
 
-# Each type's bounds and choices are declared on its fields (Annotated, Literal) and checked by check_fields.
+
+@cache
+def _field_types(settings: type) -> dict[str, TypeAdapter]:
+    hints = get_type_hints(settings, include_extras=True)
+    return {f.name: TypeAdapter(hints[f.name]) for f in fields(settings)}
+
+
+def check_fields(settings) -> None:
+    """Raise ValueError naming the first field of a settings dataclass whose value its declared type refuses, with
+    pydantic's reason: outside a bound (`Annotated[int, Ge(1)]`), not one of a Literal's values, not a number
+    where one is declared. Pydantic's lax mode: an int passes where a float is declared, and the value is kept as
+    given. azlib.config checks parameters' types strictly before they get here."""
+    for name, field_type in _field_types(type(settings)).items():
+        value = getattr(settings, name)
+        try:
+            field_type.validate_python(value)
+        except ValidationError as err:
+            raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {value!r})") from None
+
+
+# -- choices read by several components --------------------------------------------------------------------------
+
+# An answer's reward (azlib.rewards.answer_reward): correctness (HRE of a finished answer), or the original system's
+# weighted sum of HRE, discounted PRE, length penalty and direction bonus
+RewardKind = Literal["correctness", "original"]
+# How strictly a step `a op b = c` of an answer is checked (azlib.rewards.step_checks): its arithmetic; also its
+# operands traced to the problem's numbers and earlier results; or its arithmetic and a result of the reference's
+StepCheckKind = Literal["arithmetic", "traced", "reference"]
+
+
+# -- sampling (every generating component) -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AnswerSampling:
+    """How a run's answers are sampled, one setting for everything that reads it: the search's rollouts and
+    chunks and the forks are drawn at `temperature` with `top_p` and end after `max_new_tokens`; the update
+    takes its log-probs at the same temperature (TRL's convention: softmax(logits / T), no top-p) and dr_grpo
+    divides by `max_new_tokens` (TRL's max_completion_length)."""
+
+    temperature: Annotated[float, Gt(0)] = 1.0
+    top_p: Annotated[float, Gt(0), Le(1)] = 1.0
+    max_new_tokens: Annotated[int, Ge(1)] = 256
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+# -- the search (azlib.mcts.search) ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Budgets and the selection rule. Defaults follow the original system (60 iterations, depth 12,
+    c = 1.414); `NUM_MCTS_ITERATIONS`, `MAX_TREE_DEPTH`, `MAX_TOKENS` reach these through azlib.config."""
+
+    num_simulations: Annotated[int, Ge(1)] = 60  # leaf evaluations per root; the root's own expansion is the first
+    max_depth: Annotated[int, Ge(1)] = 12  # a node this deep is terminal
+    # How a node picks the child to descend into (azlib.mcts.search.RULES maps each name to its policy): "puct"
+    # (puct_scores, AlphaZero), "uct" (uct_scores, the original system), "gumbel" (GumbelMuZeroPolicy, mctx's
+    # gumbel_muzero_policy: one leaf per tree per step; it reads neither c, q_transform nor temperature, nor
+    # skip_solved at the root).
+    rule: Literal["puct", "uct", "gumbel"] = "puct"
+    c: Annotated[float, Ge(0)] = 1.414  # exploration constant of puct and uct
+    # How puct and uct read Q (azlib.mcts.search.Q_TRANSFORMS maps each name to its function): "raw" (q_raw;
+    # AlphaZero, the original system), "parent_value" (q_by_parent_value), "mctx" (q_by_parent_and_siblings, mctx's
+    # default for MuZero). The last two rescale Q to [0, 1], so that c means the same whatever the reward's scale.
+    q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
+    max_considered_actions: Annotated[int, Ge(1)] = 16  # gumbel: root actions sampled without replacement (m; mctx's default)
+    gumbel_scale: Annotated[float, Ge(0)] = 1.0  # gumbel: scale of the root's Gumbel noise; 0 searches without noise
+    value_scale: Annotated[float, Gt(0)] = 0.1  # gumbel: c_scale in sigma(q) = (c_visit + max_b N(b)) * c_scale * q (mctx's default)
+    maxvisit_init: Annotated[float, Ge(0)] = 50.0  # gumbel: c_visit in that sigma (mctx's default)
+    dirichlet_alpha: Annotated[float, Gt(0)] = 0.3
+    dirichlet_fraction: Annotated[float, Ge(0), Le(1)] = 0.0  # share of root prior replaced by Dirichlet noise (AlphaZero: 0.25); not gumbel
+    temperature: Annotated[float, Ge(0)] = 1.0  # on the root visit counts: 0 = argmax, 1 = proportional
+    leaves_per_step: Annotated[int, Ge(1)] = 1  # leaves collected per tree per step, kept apart by virtual loss
+    virtual_loss: Annotated[float, Ge(0)] = 1.0
+    max_tokens: Annotated[int, Ge(1)] | None = None  # stop once expansions generated this many tokens (all roots)
+    skip_solved: bool = False  # never re-enter a solved subtree (single-agent text: nothing to gain)
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.rule == "gumbel" and (self.leaves_per_step != 1 or self.dirichlet_fraction):
+            raise ValueError("rule 'gumbel' takes one leaf per tree per step (leaves_per_step=1) and explores by "
+                             f"its Gumbel noise (dirichlet_fraction=0), got {self.leaves_per_step}, "
+                             f"{self.dirichlet_fraction}")
+
+
+# -- the search over text (azlib.textsearch.env) ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TextSearchSettings:
+    """How a leaf is expanded. Defaults: 3 student rollouts per leaf; a teacher, when present, adds
+    `teacher_samples` right and as many wrong chunks (the original: 5 each, 10 tokens). How the text is
+    sampled (AnswerSampling) and rewarded (RewardKind) are the env's other arguments: a training run shares
+    them with its update and its forks."""
+
+    expansion: Literal["rollout", "chunk"] = "rollout"
+    student_samples: Annotated[int, Ge(1)] = 3  # rollouts (or chunks) per expanded leaf
+    teacher_samples: Annotated[int, Ge(1)] = 1
+    chunk_tokens: Annotated[int, Ge(1)] = 16  # "chunk" expansion, and teachers' chunks
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+# -- the forking tree (azlib.textsearch.forking) ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ForkSettings:
+    """How a problem's tree grows after its independent answers (the sampling arm's draw of G)."""
+
+    rounds: Annotated[int, Ge(0)] = 1  # forking rounds; 0: the tree is plain sampling
+    points: Annotated[int, Ge(1)] = 2  # fork points per problem per round
+    branches: Annotated[int, Ge(1)] = 2  # continuations written from each point
+    # surprise: before the tokens the student sampled with the lowest probability (EPTree forks at high-
+    #   entropy tokens; a sampled token's surprisal -log p is a one-sample estimate of the entropy there);
+    # line: the same, among the first tokens of lines (step boundaries of a worked answer);
+    # root: fresh answers from the question: the tree's allocation (unsolved problems get more) without
+    #   its shared prefixes, the ablation that tells the two apart;
+    # step: at an answer's first step that fails `check` (azlib.rewards.step_checks): before its result when
+    #   the arithmetic is wrong, before the equation when the numbers are the wrong ones; an answer whose steps
+    #   all pass is no fork point.
+    where: Literal["surprise", "line", "root", "step"] = "surprise"
+    # the step check where = step forks at: arithmetic (the text alone), traced (also operands among the
+    #   problem's numbers and earlier results) or reference (arithmetic, and results in the reference chain)
+    check: StepCheckKind = "reference"
+    # which answers' tokens are fork points: any; wrong ones; or finished ones (ended at their answer line or
+    #   end of text within the cap: a cut answer's prefix tends to run to the cap again, with fewer tokens left)
+    fork_from: Literal["any", "wrong", "finished"] = "any"
+    # Who writes the fork continuations (round 0's answers are always the student's). student: the student
+    # continues its own prefix; hint: the student given the reference solution as a hint continues the same
+    # prefix (the original system's teachers proposing continuations; STaR's rationalization, Zelikman et
+    # al. 2022, and RLT's teacher see the solution too); teachers: the teacher ensemble's "right" and "wrong"
+    # continuations of the same prefix (the original system's proposers; their tokens count as generated).
+    # Every answer is trained under the plain prompt.
+    writer: Literal["student", "hint", "teachers"] = "student"
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+# -- the server's limits (azlib.models.serve) -------------------------------------------------------------------
+
+def _limit(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one client may ask of the server, and how the model's time is shared; each field is a
+    `python -m azlib serve` flag (max_n -> --max-n)."""
+
+    max_n: Annotated[int, Ge(1)] = _limit(16, "samples per request (n)")
+    max_tokens: Annotated[int, Ge(1)] = _limit(
+        2048, "new tokens per sample; prompt + new tokens must also fit the model's context")
+    default_tokens: Annotated[int, Ge(1)] = _limit(
+        256, "new tokens when a request names none (at most max_tokens and what fits the context)")
+    max_body_bytes: Annotated[int, Ge(1)] = _limit(1 << 20, "request body size; larger ones get 413 unread")
+    max_concurrent: Annotated[int, Ge(1)] = _limit(32, "requests generated at once, in turns")
+    max_queue: Annotated[int, Ge(1)] = _limit(
+        128, "admitted requests waiting for a turn; beyond that 503 with Retry-After")
+    request_timeout: Annotated[float, Gt(0)] = _limit(
+        300.0, "seconds from arrival to answer, else 504 and its generation stops")
+    read_timeout: Annotated[float, Gt(0)] = _limit(
+        30.0, "seconds a client may pause while sending its request, else 408")
+    batch_rows: Annotated[int, Ge(1)] = _limit(64, "rows (samples) generated together in one turn")
+    turn_rows: Annotated[int, Ge(1)] = _limit(8, "rows a request is sure of per turn when others are waiting")
+    turn_tokens: Annotated[int, Ge(1)] = _limit(32, "new tokens per row per turn: longer answers take several turns")
+
+    def __post_init__(self):
+        check_fields(self)
+
 
 # -- the update (azlib.grpo) ------------------------------------------------------------------------------------
 
@@ -69,7 +244,7 @@ class LoraSettings:
 # trees (azlib.textsearch.explorers): "tree", the MCTS search over text, or "fork", forking trees (sampling: no forks)
 EXPLORER_OF = {"answers": "tree", "paths": "tree", "siblings": "tree", "visits": "tree",
                "sampling": "fork", "forked": "fork", "treerl": "fork"}
-GroupKind = Literal["answers", "paths", "siblings", "visits", "sampling", "forked", "treerl"]
+GroupKind = Literal[tuple(EXPLORER_OF)]
 GROUP_KINDS = get_args(GroupKind)
 
 

@@ -26,16 +26,14 @@ from tqdm.auto import tqdm
 from azlib.data.rows import Row
 from azlib.grpo import PolicyUpdate
 from azlib.textsearch.signals import SCORABLE_GROUPS, Completion, best_verified, verified, with_rewards
-from azlib.textsearch.env import TextSearchSettings
 from azlib.textsearch.explorers import Exploration, ForkExplorer, TreeExplorer, explorer
-from azlib.textsearch.forking import ForkSettings
-from azlib.mcts.search import SearchSettings
-from azlib.models.generation import AnswerSampling, Resource
+from azlib.models.generation import Resource
 from azlib.models.student import Student
 from azlib.parallel import barrier, gather, local_device, shard, world
 from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_reward_function, reward_name
 from azlib.runs import CHECKPOINT_PREFIX, saved_checkpoints
-from azlib.settings import EXPLORER_OF, TRAINING_SEARCH, GRPOSettings, LoraSettings, TrainSettings
+from azlib.settings import (EXPLORER_OF, TRAINING_SEARCH, AnswerSampling, ForkSettings, GRPOSettings, LoraSettings,
+                            SearchSettings, TextSearchSettings, TrainSettings)
 
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.

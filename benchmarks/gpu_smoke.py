@@ -731,7 +731,7 @@ def update_phase(kind: str, ballast: bool = False):
         engine and the tree_teachers arm's teachers, as the profile sets them), less what this process already
         holds."""
         from azlib.grpo import GRPOSettings, PolicyUpdate
-        from azlib.models.generation import AnswerSampling
+        from azlib.settings import AnswerSampling
         from azlib.plan import GIB, H100_GIB, activations, model_shape, training_logits
         from azlib.prompts import PROMPT_TOKENS
 

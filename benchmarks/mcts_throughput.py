@@ -14,8 +14,9 @@ from dataclasses import replace
 
 from azlib.data import arithmetic_problems
 from azlib.prompts import continuation_prompt
-from azlib.mcts import SearchSettings, search
-from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
+from azlib.mcts import search
+from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
+from azlib.settings import SearchSettings, TextSearchSettings
 from azlib.models import make_backend
 
 

@@ -20,7 +20,8 @@ from dataclasses import replace
 import httpx
 
 from azlib.models import make_backend
-from azlib.models.serve import BatchingServer, ServeLimits
+from azlib.models.serve import BatchingServer
+from azlib.settings import ServeLimits
 
 QUESTION = [{"role": "user", "content": "What is 12 + 7?"}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # the model counts on: the large request uses (nearly) all its tokens

@@ -70,8 +70,8 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
            out: Path) -> None:
     from azlib.data import arithmetic_problems
     from azlib.textsearch.signals import forked_groups, verified
-    from azlib.textsearch.forking import ForkingSearch, ForkSettings
-    from azlib.models.generation import AnswerSampling
+    from azlib.textsearch.forking import ForkingSearch
+    from azlib.settings import AnswerSampling, ForkSettings
     from azlib.models.student import Student
     from azlib.rewards import extract_answer, is_correct
     from azlib.rewards.step_checks import answer_passes, check_steps

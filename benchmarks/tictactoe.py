@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from azlib.mcts import SearchSettings, search
+from azlib.mcts import search
 from azlib.paths import REPO_ROOT
 from azlib.mcts.envs import tictactoe as ttt
+from azlib.settings import SearchSettings
 
 SPEED_SIMULATIONS = 20_000
 

@@ -45,7 +45,7 @@ def main() -> None:
                         help="train only these of the profile's seeds: processes given the same --out and different "
                              "seeds share the work (each writes only its own seed folders); --report reads them all")
     parser.add_argument("--fork", nargs="+", default=[], metavar="FIELD=VALUE",
-                        help="change fields of the profile's fork section (azlib.textsearch.forking.ForkSettings), e.g. "
+                        help="change fields of the profile's fork section (azlib.settings.ForkSettings), e.g. "
                              "fork_from=finished; values read as YAML")
     parser.add_argument("--eval-problems", type=int, default=None,
                         help="problems in each held-out set (default: the profile's 200; the goal is >= 500)")

@@ -13,9 +13,7 @@ from pydantic import TypeAdapter
 
 from azlib import config
 from azlib.config import ParamsError
-from azlib.mcts import SearchSettings
-from azlib.textsearch.env import TextSearchSettings
-from azlib.models.generation import AnswerSampling
+from azlib.settings import AnswerSampling, SearchSettings, TextSearchSettings
 from azlib.training import TrainerSettings, TrainSettings
 
 NB01 = config.NOTEBOOKS_DIR / "01_toy_bandit_grpo.ipynb"
@@ -149,14 +147,14 @@ def test_a_training_run_samples_its_answers_one_way():
     [
         ("search", {"num_simulation": 3}, "search: Value error, unknown field(s) ['num_simulation'] of SearchSettings"),
         ("search", {"num_simulations": "3"}, "search: Value error, num_simulations: Input should be a valid integer"),
-        ("search", {"num_simulations": 0}, "num_simulations must be >= 1, got 0"),
+        ("search", {"num_simulations": 0}, "search: Value error, num_simulations: Input should be greater than or equal to 1 (got 0)"),
         ("search", {"c": float("nan")}, "search: Value error, c: must be finite"),
         ("grpo", {"temperature": 0.5}, "unknown field(s) ['temperature'] of GRPOSettings"),
         ("train", {"groups": "trees"}, "groups: Input should be 'answers', 'paths'"),
-        ("train", {"steps": 0}, "train: Value error, steps must be >= 1, got 0"),
-        ("train", {"group_size": 1}, "group_size must be >= 2, got 1"),
-        ("grpo", {"clip_advantages": -1.0}, "grpo: Value error, clip_advantages must be > 0, got -1.0"),
-        ("lora", {"dropout": 1.0}, "lora: Value error, dropout must be >= 0 and < 1, got 1.0"),
+        ("train", {"steps": 0}, "train: Value error, steps: Input should be greater than or equal to 1 (got 0)"),
+        ("train", {"group_size": 1}, "group_size: Input should be greater than or equal to 2 (got 1)"),
+        ("grpo", {"clip_advantages": -1.0}, "grpo: Value error, clip_advantages: Input should be greater than 0 (got -1.0)"),
+        ("lora", {"dropout": 1.0}, "lora: Value error, dropout: Input should be less than 1 (got 1.0)"),
         ("lora", 16, "expected a dict of LoraSettings fields, got int"),
     ],
 )

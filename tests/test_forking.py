@@ -12,13 +12,12 @@ import torch
 
 from azlib import config
 from azlib.data import arithmetic_problems
-from azlib.settings import ARMS, arm_settings
+from azlib.settings import ARMS, AnswerSampling, ForkSettings, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.textsearch.signals import Completion, forked_groups, verified
 from azlib.mcts import tree_after
-from azlib.textsearch.forking import (Answer, ForkingSearch, ForkSettings, ForkTree, Node, scored_answer,
-                                     tree_advantages)
-from azlib.models.generation import AnswerSampling, TokenIds
+from azlib.textsearch.forking import Answer, ForkingSearch, ForkTree, Node, scored_answer, tree_advantages
+from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.rewards import RewardBreakdown, RewardWeights
 from azlib.models.student import LoraSettings, Student

@@ -87,6 +87,12 @@ def test_azlib_has_no_import_circle():
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
 
 
+def test_the_settings_import_no_azlib_module():
+    """azlib.settings is the layer every component reads its settings type from, models and rewards included, so
+    it imports none of them."""
+    assert import_graph(AZLIB)["azlib.settings"] == set()
+
+
 def test_the_circle_finder_finds_a_planted_circle(tmp_path):
     package = tmp_path / "azlib"
     (package / "sub").mkdir(parents=True)

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from azlib.mcts import Child, Expansion, SearchSettings, Tree, search, selection_terms, tree_after, visit_weights
+from azlib.mcts import Child, Expansion, Tree, search, selection_terms, tree_after, visit_weights
 from azlib.mcts.envs import tictactoe as ttt
 from azlib.mcts.tree import Node
+from azlib.settings import SearchSettings
 from azlib.mcts.search import (Q_TRANSFORMS, RULES, puct_scores, q_by_parent_and_siblings, q_by_parent_value,
                                 q_completed_by_mix_value, q_raw, sequence_of_considered_visits, uct_scores)
 

@@ -34,7 +34,8 @@ def test_trl_generation_stops_at_the_answer_line(embedded):
 
 def test_the_trl_arm_trains_in_the_runs_micro_batches_and_generates_as_the_run_does(tmp_path, embedded):
     """One optimiser step per problems_per_step x group_size answers, generated at once, trained in micro-batches
-    of at most grpo.micro_batch_size rows; generation "vllm" hands TRL its colocated engine with the run's share."""
+    of at most grpo.micro_batch_size rows, train.steps steps at most; generation "vllm" hands TRL its colocated
+    engine with the run's share."""
     from azlib.config import resolve_library
     from azlib.peers import trl_config
 
@@ -44,6 +45,7 @@ def test_the_trl_arm_trains_in_the_runs_micro_batches_and_generates_as_the_run_d
     config = trl_config(params, tmp_path, tokenizer)
     assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (12, 2)
     assert config.generation_batch_size == 24 and config.num_generations == 4 and not config.use_vllm
+    assert config.max_steps == params.train.steps, "train.steps bounds the TRL arm as it bounds azlib's"
     params, _ = resolve_library("05_base_vs_trained", "smoke", tmp_path,
                                 base + ["generation=vllm", "generation_memory=0.3"])
     config = trl_config(params, tmp_path, tokenizer)

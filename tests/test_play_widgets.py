@@ -9,9 +9,10 @@ import random
 import pytest
 import torch
 
-from azlib.mcts import SearchSettings, search
+from azlib.mcts import search
 from azlib.mcts.alphazero import NetPlayer, PolicyValueNet, optimal_moves
 from azlib.mcts.envs import tictactoe as ttt
+from azlib.settings import SearchSettings
 from azlib.viz import BanditSliders, PlayTicTacToe, TreeWidget, describe_board_node
 
 

@@ -130,13 +130,13 @@ def test_the_ablation_referee_must_be_smaller():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"steps": 0}, "the loop: steps must be >= 1, got 0"),
-    ({"learning_rate": 0.0}, "the loop: learning_rate must be > 0"),
+    ({"steps": 0}, "the loop: steps: Input should be greater than or equal to 1 (got 0)"),
+    ({"learning_rate": 0.0}, "the loop: learning_rate: Input should be greater than 0 (got 0.0)"),
     ({"n_embd": 130}, "the main models: n_embd (130) must be a multiple of n_head (4)"),
     ({"referee_n_head": 3}, "the ablation's referee (referee_n_*): n_embd (64) must be a multiple of n_head (3)"),
-    ({"block_size": 4}, "the main models: block_size must be >= 8"),
-    ({"top_k": 65}, "the reward: top_k must be >= 1 and <= 64, got 65"),
-    ({"smoothing": 1.0}, "the reward: smoothing must be > 0 and < 1, got 1.0"),
+    ({"block_size": 4}, "the main models: block_size: Input should be greater than or equal to 8 (got 4)"),
+    ({"top_k": 65}, "the reward: top_k: Input should be less than or equal to 64 (got 65)"),
+    ({"smoothing": 1.0}, "the reward: smoothing: Input should be less than 1 (got 1.0)"),
 ])
 def test_the_notebooks_parameters_are_checked_by_the_referee_settings_they_build(change, message):
     """Bounds live in GPTSettings, RefereeRLSettings and RefereeTrainSettings; the schema builds them, and the
@@ -150,9 +150,9 @@ def test_the_notebooks_parameters_are_checked_by_the_referee_settings_they_build
 def test_the_referee_settings_refuse_bad_values_when_used_without_a_notebook():
     with pytest.raises(ValueError, match="multiple of n_head"):
         GPTSettings(vocab_size=11, n_embd=130)
-    with pytest.raises(ValueError, match="top_k must be >= 1 and <= 64, got 0"):
+    with pytest.raises(ValueError, match=r"top_k: Input should be greater than or equal to 1 \(got 0\)"):
         RefereeRLSettings(top_k=0)
-    with pytest.raises(ValueError, match="grad_clip must be > 0"):
+    with pytest.raises(ValueError, match="grad_clip: Input should be greater than 0"):
         RefereeTrainSettings(grad_clip=0.0)
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from azlib.models.serve import BatchingServer, ServeLimits, serve_named
+from azlib.models.serve import BatchingServer, serve_named
+from azlib.settings import ServeLimits
 
 CHAT = [{"role": "user", "content": "What is 12 + 7?"}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy, the model counts on: a request that uses all its tokens

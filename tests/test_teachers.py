@@ -10,11 +10,12 @@ import pytest
 
 from azlib.teachers import TeacherSpec
 from azlib.data import arithmetic_problems
-from azlib.mcts import SearchSettings, search
-from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, teacher_values
+from azlib.mcts import search
+from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, teacher_values
 from azlib.models import DEFAULT_MODEL, Backend, BackendError, Sample, make_backend
 from azlib.models.openai import OpenAIBackend
 from azlib.models.serve import BatchingServer
+from azlib.settings import SearchSettings, TextSearchSettings
 from azlib.teachers import TeacherEnsemble, TerminalChecker, loopback_teacher, rule_verdict, tier_teachers
 
 CONTEXTS = [("What is 12 + 7?", ""), ("Tom has 3 apples and buys 5 more. How many apples does he have?", "Tom has")]

@@ -7,12 +7,13 @@ from dataclasses import replace
 import pytest
 
 from azlib.data import arithmetic_problems
-from azlib.mcts import SearchSettings, search
+from azlib.mcts import search
 from azlib.textsearch.env import (
     TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, trajectories, word_similarity,
 )
 from azlib.teachers import TeacherSpec
 from azlib.rewards import ANSWER_LINE, complete_answer
+from azlib.settings import SearchSettings
 from azlib.models import DEFAULT_MODEL, make_backend
 from azlib.teachers import TeacherEnsemble
 

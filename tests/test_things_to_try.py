@@ -259,7 +259,7 @@ def ttt_search(board: str, simulations: int, seed: int, **changes):
     import random
 
     from azlib import mcts
-    from azlib.mcts import SearchSettings
+    from azlib.settings import SearchSettings
     from azlib.mcts.envs import tictactoe
 
     settings = SearchSettings(num_simulations=simulations, max_depth=9, temperature=0, **changes)

@@ -18,15 +18,15 @@ from azlib import config
 from azlib.__main__ import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
-from azlib.textsearch.forking import ForkingSearch, ForkSettings
+from azlib.textsearch.forking import ForkingSearch
 from azlib.textsearch.signals import forked_groups, tree_groups
-from azlib.mcts import SearchSettings, search
-from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings
-from azlib.models.generation import AnswerSampling
+from azlib.mcts import search
+from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
 from azlib.models import DEFAULT_MODEL, ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import answer_reward
+from azlib.settings import AnswerSampling, ForkSettings, SearchSettings, TextSearchSettings
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.textsearch.explorers import accuracy_column
 from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params, training_problems
@@ -268,10 +268,13 @@ def test_the_accuracy_column_is_the_one_each_kind_of_run_logs(student, tmp_path)
 
 
 def test_every_training_signal_has_an_explorer():
-    """EXPLORER_OF names an explorer for each train.groups the settings accept, and only for those."""
-    from azlib.settings import EXPLORER_OF, GROUP_KINDS
+    """The train.groups the settings accept are EXPLORER_OF's, each grown by one of the two explorers."""
+    from azlib.settings import EXPLORER_OF, GROUP_KINDS, TrainSettings
 
-    assert sorted(EXPLORER_OF) == sorted(GROUP_KINDS) and set(EXPLORER_OF.values()) == {"tree", "fork"}
+    assert GROUP_KINDS == tuple(EXPLORER_OF) and set(EXPLORER_OF.values()) == {"tree", "fork"}
+    assert [TrainSettings(groups=kind).groups for kind in GROUP_KINDS] == list(GROUP_KINDS)
+    with pytest.raises(ValueError, match="groups"):
+        TrainSettings(groups="sample")
 
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):

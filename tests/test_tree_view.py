@@ -9,8 +9,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from azlib.mcts import SearchSettings, Tree, search
+from azlib.mcts import Tree, search
 from azlib.mcts.envs import tictactoe
+from azlib.settings import SearchSettings
 from azlib.viz import (TEXT_KINDS, TreeWidget, describe_board_node, describe_text_node, save_tree, shown_nodes,
                        tree_svg)
 

@@ -21,8 +21,9 @@ import papermill
 import pytest
 
 from azlib import config
-from azlib.mcts import SearchSettings, search
+from azlib.mcts import search
 from azlib.mcts.envs import tictactoe
+from azlib.settings import SearchSettings
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,8 @@ import torch
 from azlib.countdown.policy import Line, Policy
 from azlib.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable, step, written_result
 from azlib.countdown.settings import CountdownSearchSettings
-from azlib.mcts.search import Child, Expansion, SearchSettings, search, visit_weights
+from azlib.mcts.search import Child, Expansion, search, visit_weights
+from azlib.settings import SearchSettings
 
 
 @dataclass

@@ -9,8 +9,7 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt
 
-from azlib.fields import check_fields
-from azlib.settings import GPTSettings
+from azlib.settings import GPTSettings, check_fields
 
 ARMS = ("rft", "grpo", "alphazero", "alphazero_oracle")  # the training arms, in the order they are shown
 

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.mcts.search import Child, Expansion, SearchSettings, SearchResult, search, visit_weights
+from azlib.mcts.search import Child, Expansion, SearchResult, search, visit_weights
+from azlib.settings import SearchSettings
 
 
 class PolicyValueNet(nn.Module):

@@ -14,48 +14,10 @@ import random
 import sys
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from typing import Annotated, Any, Callable, Literal, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
-from annotated_types import Ge, Gt, Le
-
-from azlib.fields import check_fields
 from azlib.mcts.tree import Backup, Node, Tree
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """Budgets and the selection rule. Defaults follow the original system (60 iterations, depth 12,
-    c = 1.414); `NUM_MCTS_ITERATIONS`, `MAX_TREE_DEPTH`, `MAX_TOKENS` reach these through azlib.config."""
-
-    num_simulations: Annotated[int, Ge(1)] = 60  # leaf evaluations per root; the root's own expansion is the first
-    max_depth: Annotated[int, Ge(1)] = 12  # a node this deep is terminal
-    # How a node picks the child to descend into (RULES maps each name to its policy below): "puct" (puct_scores,
-    # AlphaZero), "uct" (uct_scores, the original system), "gumbel" (GumbelMuZeroPolicy, mctx's gumbel_muzero_policy:
-    # one leaf per tree per step; it reads neither c, q_transform nor temperature, nor skip_solved at the root).
-    rule: Literal["puct", "uct", "gumbel"] = "puct"
-    c: Annotated[float, Ge(0)] = 1.414  # exploration constant of puct and uct
-    # How puct and uct read Q (Q_TRANSFORMS maps each name to its function below): "raw" (q_raw; AlphaZero, the
-    # original system), "parent_value" (q_by_parent_value), "mctx" (q_by_parent_and_siblings, mctx's default for
-    # MuZero). The last two rescale Q to [0, 1], so that c means the same whatever the reward's scale.
-    q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
-    max_considered_actions: Annotated[int, Ge(1)] = 16  # gumbel: root actions sampled without replacement (m; mctx's default)
-    gumbel_scale: Annotated[float, Ge(0)] = 1.0  # gumbel: scale of the root's Gumbel noise; 0 searches without noise
-    value_scale: Annotated[float, Gt(0)] = 0.1  # gumbel: c_scale in sigma(q) = (c_visit + max_b N(b)) * c_scale * q (mctx's default)
-    maxvisit_init: Annotated[float, Ge(0)] = 50.0  # gumbel: c_visit in that sigma (mctx's default)
-    dirichlet_alpha: Annotated[float, Gt(0)] = 0.3
-    dirichlet_fraction: Annotated[float, Ge(0), Le(1)] = 0.0  # share of root prior replaced by Dirichlet noise (AlphaZero: 0.25); not gumbel
-    temperature: Annotated[float, Ge(0)] = 1.0  # on the root visit counts: 0 = argmax, 1 = proportional
-    leaves_per_step: Annotated[int, Ge(1)] = 1  # leaves collected per tree per step, kept apart by virtual loss
-    virtual_loss: Annotated[float, Ge(0)] = 1.0
-    max_tokens: Annotated[int, Ge(1)] | None = None  # stop once expansions generated this many tokens (all roots)
-    skip_solved: bool = False  # never re-enter a solved subtree (single-agent text: nothing to gain)
-
-    def __post_init__(self):
-        check_fields(self)
-        if self.rule == "gumbel" and (self.leaves_per_step != 1 or self.dirichlet_fraction):
-            raise ValueError("rule 'gumbel' takes one leaf per tree per step (leaves_per_step=1) and explores by "
-                             f"its Gumbel noise (dirichlet_fraction=0), got {self.leaves_per_step}, "
-                             f"{self.dirichlet_fraction}")
+from azlib.settings import SearchSettings
 
 
 class Child(NamedTuple):

@@ -65,23 +65,6 @@ class Sampling:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
 
 
-@dataclass(frozen=True)
-class AnswerSampling:
-    """How a run's answers are sampled, one setting for everything that reads it: the search's rollouts and
-    chunks and the forks are drawn at `temperature` with `top_p` and end after `max_new_tokens`; the update
-    takes its log-probs at the same temperature (TRL's convention: softmax(logits / T), no top-p) and dr_grpo
-    divides by `max_new_tokens` (TRL's max_completion_length)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 256
-
-    def __post_init__(self):
-        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
-            raise ValueError(f"need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1, got {self.temperature}, "
-                             f"{self.top_p}, {self.max_new_tokens}")
-
-
 class Resource:
     """Something holding an engine, processes, connections or memory until `close()` (idempotent);
     `with thing:` closes it at the end of the block, however the block ends."""

@@ -9,42 +9,15 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from azlib.models.fair_batches import BadPrompt, Expired, FairBatcher, Job
 from azlib.models.generation import Backend, Sample
 from azlib.models.openai_requests import ApiError, parse_request
+from azlib.settings import ServeLimits
 
 CLIENT_CHECK_SECONDS = 0.25  # how often a waiting handler looks whether its client has gone
-
-
-def _limit(default, help: str):
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """What one client may ask of the server, and how the model's time is shared; each field is a
-    `python -m azlib serve` flag (max_n -> --max-n)."""
-
-    max_n: int = _limit(16, "samples per request (n)")
-    max_tokens: int = _limit(2048, "new tokens per sample; prompt + new tokens must also fit the model's context")
-    default_tokens: int = _limit(256, "new tokens when a request names none (at most max_tokens and what fits the "
-                                          "context)")
-    max_body_bytes: int = _limit(1 << 20, "request body size; larger ones get 413 unread")
-    max_concurrent: int = _limit(32, "requests generated at once, in turns")
-    max_queue: int = _limit(128, "admitted requests waiting for a turn; beyond that 503 with Retry-After")
-    request_timeout: float = _limit(300.0, "seconds from arrival to answer, else 504 and its generation stops")
-    read_timeout: float = _limit(30.0, "seconds a client may pause while sending its request, else 408")
-    batch_rows: int = _limit(64, "rows (samples) generated together in one turn")
-    turn_rows: int = _limit(8, "rows a request is sure of per turn when others are waiting")
-    turn_tokens: int = _limit(32, "new tokens per row per turn: longer answers take several turns")
-
-    def __post_init__(self):
-        if bad := [f.name for f in fields(self) if not getattr(self, f.name) > 0]:
-            raise ValueError(f"serve limits must be positive: {', '.join(bad)}")
 
 
 class BatchingServer:

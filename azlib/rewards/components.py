@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence, get_args
 
 from azlib.rewards.answers import extract_answer, is_correct
+from azlib.settings import RewardKind
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,7 @@ def combined_reward(
     return RewardBreakdown(hre, acc, penalty, bonus, total)
 
 
-REWARD_KINDS = ("correctness", "original")
-RewardKind = Literal["correctness", "original"]
+REWARD_KINDS = get_args(RewardKind)
 
 
 def answer_reward(completion: str, gold: str, *, finished: bool, step_pres: Sequence[float] = (), path_code: str = "",

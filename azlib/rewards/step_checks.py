@@ -19,8 +19,8 @@ from fractions import Fraction
 from typing import Literal, get_args
 
 from azlib.rewards.answers import extract_answer, normalize_number
+from azlib.settings import StepCheckKind
 
-StepCheckKind = Literal["arithmetic", "traced", "reference"]
 STEP_CHECKS = get_args(StepCheckKind)
 # the symbols an operator is written with (the letter x, standing alone between numbers, is a times sign too)
 OPERATORS = {"+": "+", "-": "-", "*": "*", "\u00d7": "*", "\u00b7": "*", "\u22c5": "*", "/": "/", "\u00f7": "/"}

@@ -49,9 +49,10 @@ def _strip_eos(ids: Sequence[int], eos: set[int]) -> list[int]:
     return ids
 
 
-def explain(teacher: Backend, rows: Sequence[Row], *, n: int = 1, max_new_tokens: int = 64, temperature: float = 0.7,
+def explain(teacher: Backend, rows: Sequence[Row], *, n: int = 1,
+            max_new_tokens: int = RLTSettings.max_explanation_tokens, temperature: float = RLTSettings.temperature,
             seed: int | None = None) -> list[list[Explanation]]:
-    """n explanations per row, from the teacher given (q, s)."""
+    """n explanations per row, from the teacher given (q, s); by default as long and as hot as RLTSettings'."""
     samples = teacher.generate([teacher_prompt(r["prompt"], r["info"]["solution"]) for r in rows], n=n,
                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     return [[Explanation(r, _strip_eos(s.token_ids, teacher.eos_ids), s.text.strip(), s.finish_reason == "stop") for s in group]

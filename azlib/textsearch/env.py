@@ -14,42 +14,25 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple, Sequence
-
-from annotated_types import Ge
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from azlib.data.rows import Row
-from azlib.fields import check_fields
 from azlib.prompts import continuation_prompt
 from azlib.textsearch.forking import Answer, scored_answer
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.mcts.tree import Node
-from azlib.models.generation import AnswerSampling, Backend, Sample
-from azlib.rewards import RewardKind, RewardWeights, perplexity_reward
+from azlib.models.generation import Backend, Sample
+from azlib.rewards import RewardWeights, perplexity_reward
+from azlib.settings import AnswerSampling, RewardKind, TextSearchSettings
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
 
 
 
-@dataclass(frozen=True)
-class TextSearchSettings:
-    """How a leaf is expanded. Defaults: 3 student rollouts per leaf; a teacher, when present, adds
-    `teacher_samples` right and as many wrong chunks (the original: 5 each, 10 tokens). How the text is
-    sampled (AnswerSampling) and rewarded (RewardKind) are the env's other arguments: a training run shares
-    them with its update and its forks."""
-
-    expansion: Literal["rollout", "chunk"] = "rollout"
-    student_samples: Annotated[int, Ge(1)] = 3  # rollouts (or chunks) per expanded leaf
-    teacher_samples: Annotated[int, Ge(1)] = 1
-    chunk_tokens: Annotated[int, Ge(1)] = 16  # "chunk" expansion, and teachers' chunks
-
-    def __post_init__(self):
-        check_fields(self)
-
-
-# TextEnv's sampling when none is given: a partial answer of max_new_tokens is terminal, rollouts stop there.
-TEXT_SEARCH_SAMPLING = AnswerSampling(temperature=0.8, top_p=0.95, max_new_tokens=256)
+# TextEnv's sampling when none is given (AnswerSampling's length): a partial answer of max_new_tokens is terminal,
+# rollouts stop there.
+TEXT_SEARCH_SAMPLING = AnswerSampling(temperature=0.8, top_p=0.95)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from azlib.data.rows import Row
-from azlib.mcts.search import SearchSettings, search
+from azlib.mcts.search import search
 from azlib.models.generation import Backend
 from azlib.rewards import RewardWeights
-from azlib.settings import EXPLORER_OF, GROUP_KINDS, GroupKind
+from azlib.settings import EXPLORER_OF, GROUP_KINDS, GroupKind, SearchSettings
 from azlib.textsearch.env import TextEnv, search_answer, teacher_values
 from azlib.textsearch.forking import ForkingSearch
 from azlib.textsearch.signals import Completion, forked_groups, tree_groups

@@ -16,57 +16,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import TYPE_CHECKING, Annotated, Callable, Literal, Sequence
-
-from annotated_types import Ge
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from azlib.data.rows import Row
-from azlib.fields import check_fields
 from azlib.mcts.tree import Backup, Tree
-from azlib.models.generation import AnswerSampling, Backend, Prompt, Sample, TokenIds
+from azlib.models.generation import Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
-from azlib.rewards import (RewardBreakdown, RewardKind, RewardWeights, answer_reward, complete_answer,
-                           perplexity_reward)
-from azlib.rewards.step_checks import StepCheckKind, check_steps, first_failure
+from azlib.rewards import RewardBreakdown, RewardWeights, answer_reward, complete_answer, perplexity_reward
+from azlib.rewards.step_checks import check_steps, first_failure
+from azlib.settings import AnswerSampling, ForkSettings, RewardKind
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble
 
 BUCKET = 16  # forks whose answers have about as many tokens left share one generate call (to the nearest 16 below)
-
-
-@dataclass(frozen=True)
-class ForkSettings:
-    """How a problem's tree grows after its independent answers (the sampling arm's draw of G)."""
-
-    rounds: Annotated[int, Ge(0)] = 1  # forking rounds; 0: the tree is plain sampling
-    points: Annotated[int, Ge(1)] = 2  # fork points per problem per round
-    branches: Annotated[int, Ge(1)] = 2  # continuations written from each point
-    # surprise: before the tokens the student sampled with the lowest probability (EPTree forks at high-
-    #   entropy tokens; a sampled token's surprisal -log p is a one-sample estimate of the entropy there);
-    # line: the same, among the first tokens of lines (step boundaries of a worked answer);
-    # root: fresh answers from the question: the tree's allocation (unsolved problems get more) without
-    #   its shared prefixes, the ablation that tells the two apart;
-    # step: at an answer's first step that fails `check` (azlib.rewards.step_checks): before its result when
-    #   the arithmetic is wrong, before the equation when the numbers are the wrong ones; an answer whose steps
-    #   all pass is no fork point.
-    where: Literal["surprise", "line", "root", "step"] = "surprise"
-    # the step check where = step forks at: arithmetic (the text alone), traced (also operands among the
-    #   problem's numbers and earlier results) or reference (arithmetic, and results in the reference chain)
-    check: StepCheckKind = "reference"
-    # which answers' tokens are fork points: any; wrong ones; or finished ones (ended at their answer line or
-    #   end of text within the cap: a cut answer's prefix tends to run to the cap again, with fewer tokens left)
-    fork_from: Literal["any", "wrong", "finished"] = "any"
-    # Who writes the fork continuations (round 0's answers are always the student's). student: the student
-    # continues its own prefix; hint: the student given the reference solution as a hint continues the same
-    # prefix (the original system's teachers proposing continuations; STaR's rationalization, Zelikman et
-    # al. 2022, and RLT's teacher see the solution too); teachers: the teacher ensemble's "right" and "wrong"
-    # continuations of the same prefix (the original system's proposers; their tokens count as generated).
-    # Every answer is trained under the plain prompt.
-    writer: Literal["student", "hint", "teachers"] = "student"
-
-    def __post_init__(self):
-        check_fields(self)
 
 
 @dataclass(frozen=True)
