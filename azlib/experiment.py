@@ -315,13 +315,13 @@ class Experiment:
             if arm == "trl" or not run.log:
                 continue
             tokens, verified = sum(r["tokens"] for r in run.log), sum(r["verified"] for r in run.log)
-            taught = "verified_by_teacher" in run.log[0]
+            taught = "search/verified_by_teacher" in run.log[0]
             out.append({"arm": arm, "seed": seed, "tokens": tokens,
                         "verified_per_1k": 1000 * verified / max(tokens, 1),
                         "solved_per_1k": 1000 * sum(r["solved"] for r in run.log) / max(tokens, 1),
                         "prefill_per_generated": sum(r.get("prefill_tokens") or 0 for r in run.log) / max(tokens, 1),
                         "truncated": _mean(r["truncated"] for r in run.log),
-                        "teacher_share": sum(r["verified_by_teacher"] for r in run.log) / max(verified, 1)
+                        "teacher_share": sum(r["search/verified_by_teacher"] for r in run.log) / max(verified, 1)
                         if taught else None})
         return out
 

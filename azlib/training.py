@@ -16,7 +16,7 @@ import pickle
 import resource
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -66,6 +66,58 @@ class TrainerSettings:
         chunked = self.text.expansion == "chunk" and EXPLORER_OF[t.groups] == "tree"
         length = self.text.chunk_tokens * self.search.max_depth if chunked else t.max_new_tokens
         return AnswerSampling(temperature=t.temperature, top_p=1.0, max_new_tokens=length)
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """One line of the training log, from its parts: the step's own fields as they are (step, tokens, verified,
+    reward_mean, the explorer's accuracy, ...), the update's statistics as update/<key> (update/loss, update/kl,
+    update/grad_norm; update/reward_mean is GRPO's, over the answers it trained on), the explorer's own fields as
+    search/<key>, the reward's parts as reward/<part>. `line` refuses a key two parts both write."""
+
+    own: dict
+    update: dict = field(default_factory=dict)
+    search: dict = field(default_factory=dict)
+    reward: dict = field(default_factory=dict)
+
+    NAMESPACES = ("update", "search", "reward")
+
+    def line(self) -> dict:
+        line = dict(self.own)
+        for space in self.NAMESPACES:
+            for key, value in getattr(self, space).items():
+                name = f"{space}/{key}"
+                if name in line:
+                    raise KeyError(f"the step log's {name!r} is written twice: by the step's own fields and by "
+                                   f"its {space} part")
+                line[name] = value
+        return line
+
+
+# a line written with every part's keys beside the step's own (no namespaces): the update's and the explorer's
+UNSPACED_UPDATE = {"reward_std", "zero_std_groups", "sequences", "dropped_sequences", "loss", "kl", "entropy",
+                   "clip_fraction", "clip_low", "clip_high", "grad_norm", "completion_tokens", "advantage_abs_mean"}
+UNSPACED_SEARCH = {"answers", "verified_by_teacher", "verified_by_writer"}
+
+
+def namespaced(line: dict) -> dict:
+    """A step log line whose parts' keys stand beside the step's own (loss, answers, reward_hre) under StepLog's
+    names (update/loss, search/answers, reward/hre); a namespaced line comes back as it is. In such a line a GRPO
+    step's reward_mean is GRPO's (it wrote over the step's own), so it becomes update/reward_mean."""
+    if any("/" in key for key in line):
+        return line
+    grpo = "reward_std" in line
+    out = {}
+    for key, value in line.items():
+        if key in UNSPACED_UPDATE or (key == "reward_mean" and grpo):
+            out[f"update/{key}"] = value
+        elif key in UNSPACED_SEARCH:
+            out[f"search/{key}"] = value
+        elif key.startswith("reward_") and key != "reward_mean":
+            out[f"reward/{key.removeprefix('reward_')}"] = value
+        else:
+            out[key] = value
+    return out
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -168,26 +220,27 @@ class Trainer(Resource):
 
     def _record(self, found: Exploration, completions: list[Completion], good: list[Completion], stats: dict,
                 seconds: float) -> dict:
-        """The step's line of the log: what it explored and verified, its truncated answers and the explorer's
-        accuracy, what it cost, the update's statistics, and the explorer's own fields."""
+        """The step's line of the log (`StepLog`): what it explored and verified, its truncated answers and the
+        explorer's accuracy, what it cost; the update's statistics under update/, the explorer's own fields under
+        search/, the reward's parts under reward/."""
         n = max(len(completions), 1)
         whole = found.completions if self.explorer.whole_answers else []
-        record = {"step": self.step, "position": self.position, "completions": len(completions),
-                  "completion_correct": sum(c.correct for c in completions) / n,
-                  "reward_mean": sum(c.reward for c in completions) / n,
-                  "verified": len(good), "solved": len({c.problem for c in good}),
-                  "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
-                  self.explorer.accuracy: sum(found.correct) / max(len(found.correct), 1),
-                  "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,
-                  "seconds": seconds,
-                  "updates": self.policy_update.updates,  # optimiser steps so far (imitation skips a step with none verified)
-                  "ram_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # Linux reports KiB
-                  **_mean_parts(completions), **stats, **self.explorer.step_log(found, good)}
+        own = {"step": self.step, "position": self.position, "completions": len(completions),
+               "completion_correct": sum(c.correct for c in completions) / n,
+               "reward_mean": sum(c.reward for c in completions) / n,  # every answer's, empty ones included
+               "verified": len(good), "solved": len({c.problem for c in good}),
+               "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
+               self.explorer.accuracy: sum(found.correct) / max(len(found.correct), 1),
+               "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,
+               "seconds": seconds,
+               "updates": self.policy_update.updates,  # optimiser steps so far (imitation skips a step with none verified)
+               "ram_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # Linux reports KiB
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
-            record["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
-            record["vram_used_mb"] = (total - free) / 2**20  # the whole GPU now: vLLM engines included
-        return record
+            own["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
+            own["vram_used_mb"] = (total - free) / 2**20  # the whole GPU now: vLLM engines included
+        return StepLog(own, update=stats, search=self.explorer.step_log(found, good),
+                       reward=_mean_parts(completions)).line()
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, resume: bool = False, progress: bool = True) -> list[dict]:
@@ -370,9 +423,9 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, 
 
 
 def _mean_parts(completions) -> dict[str, float]:
-    """Mean of each reward component over the step's completions (reward_<part>)."""
+    """Mean of each reward component over the step's completions (the log's reward/<part>)."""
     parts: dict[str, list[float]] = {}
     for c in completions:
         for k, v in c.parts.items():
             parts.setdefault(k, []).append(v)
-    return {f"reward_{k}": sum(v) / len(v) for k, v in parts.items()}
+    return {k: sum(v) / len(v) for k, v in parts.items()}

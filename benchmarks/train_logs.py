@@ -1,7 +1,9 @@
 """Whether a change keeps training's behaviour: the step logs of short `azlib train` runs (smoke profile, answers of
 up to 48 tokens) for every `train.groups`, both updates, the teachers, chunked expansion and hint and teacher forks,
 with the fields that measure the machine (seconds, memory) dropped. Written as JSON; `--against` compares with a file
-another checkout wrote and names the first difference.
+another checkout wrote and names the first difference. A file whose lines have no namespaces (update/, search/,
+reward/) is read under them (azlib.training.namespaced); its GRPO lines hold GRPO's reward_mean only, so the step's own
+reward_mean is compared where the older line has one.
 
     .venv/bin/python benchmarks/train_logs.py --out logs.json [--against other.json] [--runs answers-grpo ...]
 """
@@ -14,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from azlib.training import namespaced
 
 RUNS = {
     "answers-sft": ["train.groups=answers", "train.update=sft"],
@@ -66,8 +70,11 @@ def main() -> None:
         print(f"{run}: {len(logs[run])} steps", flush=True)
     args.out.write_text(json.dumps(logs, indent=1, sort_keys=True))
     if args.against:
-        other = {k: v for k, v in json.loads(args.against.read_text()).items() if k in logs}
-        difference = first_difference(other, logs)
+        other = {k: [namespaced(line) for line in v] for k, v in json.loads(args.against.read_text()).items()
+                 if k in logs}
+        ours = {run: [{k: v for k, v in line.items() if k != "reward_mean" or i >= len(other.get(run, [])) or
+                       "reward_mean" in other[run][i]} for i, line in enumerate(lines)] for run, lines in logs.items()}
+        difference = first_difference(other, ours)
         print(f"against {args.against}: " + (f"DIFFERENT ({difference})" if difference else
                                              f"the same, {len(logs)} runs"))
 

@@ -117,7 +117,7 @@ def test_the_trainer_adds_the_function_to_what_grpo_and_imitation_train_on(tmp_p
     advantages = group_advantages(torch.tensor([e.reward for e in after]), torch.tensor([e.group for e in after]))
     assert advantages[1] > 0 > advantages[0], "within problem 0 the brief correct answer is now preferred"
     assert bonus.calls[0]["answer"] == ["5", "5", "8", "8"]
-    assert "reward_brief_bonus" not in plain and record["reward_brief_bonus"] == pytest.approx(0.375)
+    assert "reward/brief_bonus" not in plain and record["reward/brief_bonus"] == pytest.approx(0.375)
     assert record["reward_mean"] == pytest.approx(1.125)
     assert trainer._flat_settings()["train.reward_functions"] == ["brief_bonus"]
 

@@ -382,7 +382,7 @@ def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question
     for tree, node in forked:
         assert node.parent == 0 and node.start == 0 and node.answer.writer == "hint", "a whole answer from the root"
         assert node.answer.token_ids == tuple(node.token_ids[: len(node.answer.token_ids)])
-    assert record["verified_by_teacher"] == sum(c.writer == "hint" for c in trainer.replay) <= record["verified"]
+    assert record["search/verified_by_teacher"] == sum(c.writer == "hint" for c in trainer.replay) <= record["verified"]
 
 
 STEP_ROW = {"prompt": "Ava has 3 boxes with 4 coins in each box. She finds 5 more coins. How many coins?",

@@ -123,8 +123,8 @@ def test_azlib_train_under_torchrun_splits_each_step_and_resumes_after_a_rank_is
     params, _ = config.resolve_library("04_gsm8k_run", "smoke", whole, tiny[1:])
     train = params.train
     assert [r["step"] for r in reference] == list(range(1, train.steps + 1)), "each step logged once"
-    assert all(r["answers"] == train.problems_per_step for r in reference), "both ranks' searches reached the log"
-    assert all(r["grad_norm"] > 0 for r in reference), "every step changes the weights"
+    assert all(r["search/answers"] == train.problems_per_step for r in reference), "both ranks' searches reached the log"
+    assert all(r["update/grad_norm"] > 0 for r in reference), "every step changes the weights"
 
     killed = tmp_path / "killed"
     agent = subprocess.Popen(torchrun_train(killed, *tiny), cwd=config.REPO_ROOT, env=env, stdout=subprocess.DEVNULL,

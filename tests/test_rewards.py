@@ -94,7 +94,7 @@ def test_combined_reward_uses_the_reference_defaults():
     not_terminal = combined_reward("#### 19", "19", steps, "110", terminal=False)
     assert not_terminal.hre == 0.0 and not_terminal.total == pytest.approx(r.total - 0.4)
     assert [f.name for f in fields(r)] == ["hre", "accumulated_pre", "length_penalty", "direction_bonus", "total"], \
-        "the step log's reward_<part> keys"
+        "the step log's reward/<part> keys"
 
 
 def test_under_the_default_reward_every_correct_finished_answer_outranks_the_rest():

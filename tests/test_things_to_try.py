@@ -553,7 +553,7 @@ def run_05_original(folder: Path, metrics: dict) -> None:
     arm = folder / "05-experiment" / "seed-0" / "mcts" / "train"
     assert checkpoint_settings(arm)["train.groups"] == "paths"
     log = [json.loads(line) for line in (arm / "train_log.jsonl").read_text().splitlines()]
-    assert any("reward_hre" in step for step in log), "paths log their reward's parts"
+    assert any("reward/hre" in step for step in log), "paths log their reward's parts"
     assert "mcts against base on" in metrics["verdict"] and "mcts is" in metrics["verdict"]
 
 

@@ -56,7 +56,7 @@ def test_kill_minus_9_and_resume_ends_like_an_uninterrupted_run(tmp_path, tiny_m
                    capture_output=True, timeout=900)
     reference = read_log(whole)
     assert [r["step"] for r in reference] == list(range(1, steps + 1))
-    assert all(r["grad_norm"] > 0 for r in reference), "every step changes the weights"
+    assert all(r["update/grad_norm"] > 0 for r in reference), "every step changes the weights"
 
     killed = tmp_path / "killed"
     proc = subprocess.Popen(train_cli(killed, *tiny_grpo(tiny_model_dir, steps)), cwd=config.REPO_ROOT,
@@ -275,6 +275,21 @@ def test_every_training_signal_has_an_explorer():
     assert [TrainSettings(groups=kind).groups for kind in GROUP_KINDS] == list(GROUP_KINDS)
     with pytest.raises(ValueError, match="groups"):
         TrainSettings(groups="sample")
+
+
+def test_a_steps_log_line_keeps_every_part_under_its_namespace(student, tmp_path):
+    """A GRPO step on the embedded student: the step's own fields bare, the update's statistics under update/,
+    the search's under search/, the reward's parts under reward/; the step's reward_mean (every answer's) stays
+    beside GRPO's (the answers it trained on)."""
+    trainer = small_trainer(student, tmp_path, steps=1, groups="paths")
+    line = trainer.train_step()
+    spaced = {key.split("/")[0] for key in line if "/" in key}
+    assert spaced == {"update", "search", "reward"}
+    assert {"update/loss", "update/kl", "update/clip_low", "update/clip_high", "update/grad_norm",
+            "update/zero_std_groups", "update/reward_mean", "search/answers", "reward/hre"} <= line.keys()
+    assert {"step", "position", "tokens", "seconds", "verified", "solved", "completions", "completion_correct",
+            "reward_mean", "truncated", "answer_accuracy", "ram_peak_mb"} <= line.keys()
+    assert not {"loss", "kl", "grad_norm", "answers", "reward_hre"} & line.keys(), "no part's key stands bare"
 
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):

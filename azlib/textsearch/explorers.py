@@ -68,7 +68,7 @@ class TreeExplorer:
                            [search_answer(r).correct for r in results], credits)
 
     def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
-        """The step log's own field of a search: how many search answers its accuracy counts."""
+        """The step log's own field of a search (search/answers): how many search answers its accuracy counts."""
         return {"answers": len(found.correct)}
 
 
@@ -89,7 +89,7 @@ class ForkExplorer:
                            sum(t.prefill for t in trees), [a.correct for t in trees for a in t.independent_answers()])
 
     def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
-        """The step log's own fields of forking trees: who wrote the verified answers."""
+        """The step log's own fields of forking trees (search/<key>): who wrote the verified answers."""
         return {"verified_by_teacher": sum(c.writer != "student" for c in good),
                 "verified_by_writer": dict(Counter(c.writer for c in good))}
 

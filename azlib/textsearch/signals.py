@@ -107,7 +107,7 @@ def answer_completion(backend, group: int, problem: int, prompt: Prompt, prompt_
     ids = backend.with_eos(answer.token_ids, answer.eos)
     eos = len(ids) > len(answer.token_ids)
     per_token = tuple(advantages) + tuple(advantages[-1:]) * eos if advantages else ()
-    # the step log's reward_<part> keys
+    # the step log's reward/<part> keys
     parts = {k: v for k, v in asdict(answer.breakdown).items() if k != "total"} if with_parts else {}
     return Completion(prompt_ids, ids, answer.reward, group, problem, prompt, answer.text, answer.correct,
                       answer.finished, answer.eos, parts, answer.writer,
@@ -140,7 +140,7 @@ def verified(completions: Sequence[Completion]) -> list[Completion]:
 def with_rewards(completions: Sequence[Completion], problems: Sequence[Row],
                  functions: Sequence[RewardFunction]) -> list[Completion]:
     """Each completion with every function's value added to its reward, and kept in its `parts` under the
-    function's name (the log's reward_<name>). The functions are called once for the whole batch with TRL's
+    function's name (the log's reward/<name>). The functions are called once for the whole batch with TRL's
     signature: prompts (each completion's question, as its row holds it), completions (the answer texts),
     completion_ids, and every other column of the rows (answer, info), one entry per completion
     (azlib.rewards.call_reward checks what comes back). TRL sums its reward functions the same way."""
