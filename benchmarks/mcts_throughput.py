@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 
 from azlib.data import arithmetic_problems
-from azlib.prompts import continuation_prompt
+from azlib.prompts import chat_prompt
 from azlib.mcts import search
 from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
 from azlib.settings import SearchSettings, TextSearchSettings
@@ -65,7 +65,7 @@ def main() -> None:
     search_rate = tokens / wall
 
     # The same shape of work without a tree: one batched call per step, as many calls and samples.
-    prompts = [continuation_prompt(r["prompt"], "") for r in rows] * args.leaves_per_step
+    prompts = [chat_prompt(r["prompt"]) for r in rows] * args.leaves_per_step
     start, raw_tokens = time.perf_counter(), 0
     for _ in range(env.calls):
         out = backend.generate(prompts, n=settings.student_samples, max_new_tokens=settings.chunk_tokens,

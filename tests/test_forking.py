@@ -16,7 +16,8 @@ from azlib.settings import ARMS, AnswerSampling, ForkSettings, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.textsearch.signals import Completion, forked_groups, verified
 from azlib.mcts import tree_after
-from azlib.textsearch.forking import Answer, ForkingSearch, ForkTree, Node, scored_answer, tree_advantages
+from azlib.textsearch.answer import Answer, ids_writing, scored_answer
+from azlib.textsearch.forking import ForkingSearch, ForkTree, Node, tree_advantages
 from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.rewards import RewardBreakdown, RewardWeights
@@ -76,32 +77,19 @@ def test_a_fork_splits_a_node_and_leaves_keep_their_ids():
     assert tree.branch_point(1, 1) != head and tree.prefix(tree.branch_point(1, 1)) == [1]
 
 
-def test_ids_are_cut_where_the_text_is_cut_at_its_answer_line():
-    """A tokenizer whose decoded ids are longer than the text they were sampled as (here: a leading space, as
-    SentencePiece's word marks can give): ids are cut only when the text was, and then at the first newline id
-    whose prefix holds the cut text."""
-    words = ["2 + 3 = 5\n", "x", "#### 5\n", "more"]
-    backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: " " + "".join(
-        words[i] for i in ids)), newlines=lambda token: words[token].count("\n"))
+def test_an_answers_text_is_its_ids_decoded_and_its_ids_end_at_the_answer_line():
+    """Ids in, decoded once: without an answer line every id is kept; with one, the text ends at the answer line and
+    the ids at the id that writes its last character (here one writing two newlines), whatever the ids after it."""
+    words = ["2 + 3 = 5\n", "x", "#### 5", "\n\n", "more\n", "#### 6\n"]
+    backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: "".join(
+        words[i] for i in ids)))
     score = dict(kind="correctness", weights=RewardWeights())
-    open_ = scored_answer(backend, 0, "5", "2 + 3 = 5\nx", (0, 1), (-1.0, -1.0), False, **score)
-    assert open_.token_ids == (0, 1) and not open_.finished, "no answer line: every id kept"
-    done = scored_answer(backend, 0, "5", "2 + 3 = 5\n#### 5\nmore", (0, 2, 3), (-1.0,) * 3, False, **score)
-    assert (done.token_ids, done.text, done.finished, done.reward) == ((0, 2), "2 + 3 = 5\n#### 5\n", True, 1.0)
-
-
-def test_ids_end_at_the_answer_line_however_far_decoding_drifts_from_the_text():
-    """A text joined from chunks decoded one by one, where decoding the ids together writes a word mark's space at
-    every chunk: the decoded prefixes run ahead of the text by more than its answer line, and the ids still end at
-    the answer line's own newline."""
-    words = ["2+3=5\n", "so", "we", "have", "that", "it", "is", "ok\n", "####5\n", "more"]
-    backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: " ".join(
-        words[i] for i in ids)), newlines=lambda token: words[token].count("\n"))
-    ids = tuple(range(len(words)))
-    done = scored_answer(backend, 0, "5", "".join(words), ids, (-1.0,) * len(ids), False, kind="correctness",
-                         weights=RewardWeights())
-    assert len(" ".join(words[:8])) > len(done.text), "the drift reaches past the answer line"
-    assert done.token_ids == ids[:9] and done.text.endswith("####5\n") and done.finished and done.reward == 1.0
+    open_ = scored_answer(backend, 0, "5", (0, 1), (-1.0, -1.0), False, **score)
+    assert (open_.token_ids, open_.text, open_.finished) == ((0, 1), "2 + 3 = 5\nx", False), "no answer line"
+    done = scored_answer(backend, 0, "5", (0, 2, 3, 4, 5), (-1.0,) * 5, False, **score)
+    assert (done.token_ids, done.text, done.finished, done.reward) == ((0, 2, 3), "2 + 3 = 5\n#### 5\n\n", True, 1.0)
+    assert done.logprobs == (-1.0,) * 3 and done.eos
+    assert [ids_writing(backend, (0, 2, 3), n) for n in (0, 1, 10, 11, 16, 17, 18, 19)] == [0, 1, 1, 2, 2, 3, 3, 3]
 
 
 def test_verified_answers_are_deduplicated_by_their_normalised_solution():

@@ -204,10 +204,57 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
             assert len(ids) in ends, "made of sampled ids"
 
 
+def test_every_mcts_rollout_is_trained_on_the_ids_it_was_sampled_with(student, tmp_path, monkeypatch):
+    """Under a chat template that trims each message's content, a partial answer written back into the template loses
+    its trailing newline. The search continues from ids, so in every MCTS signal each sequence the update receives
+    (prompt and completion ids) is a generate call's prompt ids followed by ids that call returned, and every generate
+    call's prompt is the question's chat prompt or such a sequence: nothing was decoded and re-encoded."""
+    import copy
+
+    backend, eos = student.backend, student.tokenizer.eos_token_id
+    trimming = copy.deepcopy(backend.tokenizer)
+    trimming.chat_template = trimming.chat_template.replace("message['content']", "message['content'] | trim")
+    assert "| trim" in trimming.chat_template
+    monkeypatch.setattr(backend, "tokenizer", trimming)
+    prompts, sampled = [], set()
+    generate = backend.generate
+
+    def recording(batch, **kwargs):
+        out = generate(batch, **kwargs)
+        for prompt, group in zip(batch, out):
+            prompts.append(tuple(backend.encode_prompt(prompt)))
+            sampled.update((prompts[-1], tuple(s.token_ids)) for s in group)
+        return out
+
+    def as_sampled(ids: tuple) -> bool:
+        """A generate call's prompt ids, then ids that call returned."""
+        return any(ids[:len(p)] == p and len(ids) > len(p) and ids[len(p):] == s[:len(ids) - len(p)]
+                   for p, s in sampled)
+
+    monkeypatch.setattr(backend, "generate", recording)
+    rows = arithmetic_problems(2, seed=4, steps=(1,))
+    chat = {tuple(backend.encode_prompt(chat_prompt(r["prompt"]))) for r in rows}
+    for kind in ("answers", "paths", "siblings", "visits"):
+        trainer = Trainer(student, rows, tmp_path / kind, settings=TrainerSettings(
+            train=TrainSettings(groups=kind, update="grpo", problems_per_step=2, max_new_tokens=32),
+            search=SearchSettings(num_simulations=3, max_depth=3, leaves_per_step=2, skip_solved=True),
+            text=TextSearchSettings(student_samples=3)))
+        received = []
+        monkeypatch.setattr(trainer.policy_update, "step", lambda completions: received.extend(completions) or {})
+        trainer.train_step()
+        assert received and (kind in ("answers", "paths") or len({c.group for c in received}) < len(received))
+        for c in received:
+            ids = tuple(c.prompt_ids) + tuple(c.completion_ids)
+            assert as_sampled(ids) or (c.eos and ids[-1] == eos and as_sampled(ids[:-1])), (kind, c.text)
+    assert all(p in chat or as_sampled(p) for p in prompts), "each partial answer continued as it was sampled"
+    assert any(p not in chat and backend.writes_newline(p[-1]) for p in prompts), \
+        "a partial answer ending in a newline (what the trimming template drops) was continued"
+
+
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """Each state and each rollout is scored when it is made; the search values them, tree_answers collects them,
     search_answer grades the recommended one without scoring anything again."""
-    import azlib.textsearch.forking as forking
+    import azlib.textsearch.answer as answer_module
     from azlib.textsearch.env import search_answer
 
     computed = []
@@ -216,7 +263,7 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
         computed.append((args, tuple(sorted(kwargs.items()))))
         return answer_reward(*args, **kwargs)
 
-    monkeypatch.setattr(forking, "answer_reward", counted)
+    monkeypatch.setattr(answer_module, "answer_reward", counted)
     rows = arithmetic_problems(2, seed=4, steps=(1,))
     env = TextEnv(student.backend, rows, TextSearchSettings(student_samples=3),
                   replace(TEXT_SEARCH_SAMPLING, temperature=0.7, max_new_tokens=48))

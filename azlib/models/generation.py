@@ -123,11 +123,7 @@ class Backend(Resource, ABC):
 
     def writes_newline(self, token: int) -> bool:
         """Whether `token` writes a newline (where a line, and so an answer line, can end)."""
-        return self.newlines(token) > 0
-
-    def newlines(self, token: int) -> int:
-        """How many newlines `token` writes (a token can write two)."""
-        return newlines(self._known_tokenizer(), token)
+        return writes_newline(self._known_tokenizer(), token)
 
     def with_eos(self, ids: Sequence[int], finished: bool) -> list[int]:
         """Ids as trained: an EOS id after a finished answer not ending in one (so the student learns to stop)."""
@@ -135,21 +131,17 @@ class Backend(Resource, ABC):
         return ids + [self.tokenizer.eos_token_id] if finished and not (ids and ids[-1] in self.eos_ids) else ids
 
 
-_NEWLINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {token id: newlines it writes}
-
-
-def newlines(tokenizer, token: int) -> int:
-    """How many newlines `token` writes, its text decoded once per tokenizer. A model's vocabulary can be wider
-    than its tokenizer's (Qwen2.5 pads 151,665 to 151,936): ids past the tokenizer's write nothing."""
-    known = _NEWLINES.setdefault(tokenizer, {})
-    if token not in known:
-        known[token] = tokenizer.decode([token]).count("\n") if token < len(tokenizer) else 0
-    return known[token]
+_NEWLINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {token id: writes a newline}
 
 
 def writes_newline(tokenizer, token: int) -> bool:
-    """Whether `token` writes a newline (where a line, and so an answer line, can end)."""
-    return newlines(tokenizer, token) > 0
+    """Whether `token` writes a newline (where a line, and so an answer line, can end), its text decoded once per
+    tokenizer. A model's vocabulary can be wider than its tokenizer's (Qwen2.5 pads 151,665 to 151,936): ids past
+    the tokenizer's write nothing."""
+    known = _NEWLINES.setdefault(tokenizer, {})
+    if token not in known:
+        known[token] = token < len(tokenizer) and "\n" in tokenizer.decode([token])
+    return known[token]
 
 
 def one_call_at_a_time(method):

@@ -7,6 +7,9 @@ sees correctness before any node is terminal and every generated token ends in a
 "chunk" (the original system): children are `chunk_tokens`-long chunks and the leaf is valued by the reward of
 its partial text. One `expand` call serves every leaf of every problem: one batched student generate,
 one batched call per asked teacher, one batched student score of the teachers' chunks.
+A state is token ids: the student continues a leaf from its problem's prompt ids and the leaf's own ids (`context`),
+as the forking tree continues a prefix, never from its text re-encoded; a teacher writes text, so its chunk is
+encoded once and those ids are the step the student scores and trains on. A state's text is decoded from its ids.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from azlib.data.rows import Row
-from azlib.prompts import continuation_prompt
-from azlib.textsearch.forking import Answer, scored_answer
+from azlib.prompts import chat_prompt
+from azlib.textsearch.answer import Answer, scored_answer
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.mcts.tree import Node
-from azlib.models.generation import Backend, Sample
+from azlib.models.generation import Backend, Sample, TokenIds
 from azlib.rewards import RewardWeights, perplexity_reward
 from azlib.settings import AnswerSampling, RewardKind, TextSearchSettings
 
@@ -37,10 +40,10 @@ TEXT_SEARCH_SAMPLING = AnswerSampling(temperature=0.8, top_p=0.95)
 
 @dataclass(frozen=True)
 class TextState:
-    """A partial answer: its text so far as an Answer (which names its problem), scored as if it ended here (its ids
-    in the student's vocabulary: as sampled; a teacher's chunk as the student encodes it, with the student's
-    log-probs), and the search's bookkeeping: the path code ('1' right, '0' wrong, 's' student chunk without a
-    teacher to judge it), each step's PRE, and the tokens generated."""
+    """A partial answer: its ids so far as an Answer (which names its problem and holds their text), scored as if it
+    ended here (ids in the student's vocabulary: as sampled; a teacher's chunk as the student encodes it, with the
+    student's log-probs), and the search's bookkeeping: the path code ('1' right, '0' wrong, 's' student chunk
+    without a teacher to judge it), each step's PRE, and the tokens generated."""
 
     answer: Answer
     code: str = ""
@@ -78,9 +81,21 @@ class TextEnv:
         self.problems, self.settings, self.sampling, self.weights = list(problems), settings, sampling, weights
         self.reward = reward
         self.calls = 0
+        self._prompt_ids: dict[int, list[int]] = {}
 
     def root(self, problem: int) -> TextState:
-        return TextState(self._answer(problem, "", (), (), False, terminal=True))
+        return TextState(self._answer(problem, (), (), False, terminal=True))
+
+    def prompt_ids(self, problem: int) -> list[int]:
+        """A problem's chat prompt in the student's ids, encoded once: what its answers are trained under."""
+        if problem not in self._prompt_ids:
+            self._prompt_ids[problem] = self.student.encode_prompt(chat_prompt(self.problems[problem]["prompt"]))
+        return self._prompt_ids[problem]
+
+    def context(self, state: TextState) -> TokenIds:
+        """What the student continues a state from, and a step after it is scored and trained under: its problem's
+        prompt ids and the state's ids as they were sampled."""
+        return TokenIds(self.prompt_ids(state.answer.problem) + list(state.answer.token_ids))
 
     def is_terminal(self, state: TextState) -> bool:
         return state.answer.finished or state.tokens >= self.sampling.max_new_tokens
@@ -94,12 +109,11 @@ class TextEnv:
         a = state.answer
         if self.reward != "original" or a.finished:
             return a
-        # its text is cut already: scored again as it is, not terminal
-        return self._answer(a.problem, a.text, a.token_ids, a.logprobs, False, pres=state.step_pres, code=state.code)
+        # its ids are cut already: scored again as they are, not terminal
+        return self._answer(a.problem, a.token_ids, a.logprobs, False, pres=state.step_pres, code=state.code)
 
-    def _answer(self, problem: int, text: str, ids: Sequence[int], logprobs: Sequence[float], ended: bool,
-                **scoring) -> Answer:
-        return scored_answer(self.student, problem, self.problems[problem]["answer"], text, ids, logprobs, ended,
+    def _answer(self, problem: int, ids: Sequence[int], logprobs: Sequence[float], ended: bool, **scoring) -> Answer:
+        return scored_answer(self.student, problem, self.problems[problem]["answer"], ids, logprobs, ended,
                              kind=self.reward, weights=self.weights, **scoring)
 
     def expand(self, states: Sequence[TextState], rng: random.Random) -> list[Expansion]:
@@ -107,7 +121,7 @@ class TextEnv:
         self.calls += 1
         questions = [self.problems[st.answer.problem]["prompt"] for st in states]
         seed = rng.randrange(2**31)
-        prompts = [continuation_prompt(q, st.answer.text) for q, st in zip(questions, states)]
+        prompts = [self.context(st) for st in states]
         if s.expansion == "rollout":  # each leaf gets K complete answers; one call for all leaves
             left = max(sampling.max_new_tokens - min(st.tokens for st in states), 1)
             student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=left,
@@ -122,9 +136,10 @@ class TextEnv:
         if self.teachers is not None:
             asked = self.teachers.propose([(q, st.answer.text) for q, st in zip(questions, states)],
                                           n=s.teacher_samples, max_new_tokens=s.chunk_tokens, seed=seed + 1)
+            # A teacher writes text: its chunk in the student's ids, encoded once, is the step (scored and trained on);
+            # the student's log-probs of those ids are its prior and its PRE.
             flat = [(i, p, tuple(self.student.encode_continuation(p.sample.text))) for i, group in enumerate(asked)
                     for p in group]
-            # The student's own ids and log-probs of the teachers' chunks: their prior and their PRE.
             scores = self.student.score([prompts[i] for i, _, _ in flat], [ids for *_, ids in flat]) if flat else []
             for (i, p, ids), logprobs in zip(flat, scores):
                 proposals[i].append(ProposedStep(p.teacher, p.label, replace(p.sample, token_ids=ids,
@@ -158,10 +173,10 @@ class TextEnv:
         return self._continued(state, rollout, "s", perplexity_reward(rollout.logprobs)).answer
 
     def _continued(self, state: TextState, step: Sample, label: str, pre: float, terminal: bool = False) -> TextState:
-        """The state continued by a sampled step: its answer cut at its answer line and scored, the step's label and
-        PRE on its path."""
+        """The state continued by a step's ids: its answer cut at its answer line and scored, the step's label and PRE
+        on its path."""
         a, code, pres = state.answer, state.code + label, (*state.step_pres, pre)
-        answer = self._answer(a.problem, a.text + step.text, a.token_ids + step.token_ids, a.logprobs + step.logprobs,
+        answer = self._answer(a.problem, a.token_ids + step.token_ids, a.logprobs + step.logprobs,
                               step.finish_reason == "stop", pres=pres, code=code, terminal=terminal)
         return TextState(answer, code, pres, state.tokens + step.completion_tokens)
 
@@ -207,7 +222,7 @@ class TextEnv:
             child = expansion.children[k]
             if done:  # complete without its answer line: finished, with no end-of-sequence token to train
                 a = child.state.answer
-                finished = self._answer(a.problem, a.text, a.token_ids, a.logprobs, True,
+                finished = self._answer(a.problem, a.token_ids, a.logprobs, True,
                                         pres=child.state.step_pres, code=child.state.code, terminal=True)
                 child = child._replace(state=replace(child.state, answer=replace(finished, eos=False)))
             expansion.children[k] = child._replace(info={**child.info, "checker": done})

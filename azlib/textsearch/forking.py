@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from itertools import accumulate
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from azlib.data.rows import Row
 from azlib.mcts.tree import Backup, Tree
+from azlib.textsearch.answer import Answer, ids_writing, scored_answer
 from azlib.models.generation import Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
-from azlib.rewards import RewardBreakdown, RewardWeights, answer_reward, complete_answer, perplexity_reward
+from azlib.rewards import RewardWeights
 from azlib.rewards.step_checks import check_steps, first_failure
 from azlib.settings import AnswerSampling, ForkSettings, RewardKind
 
@@ -33,54 +33,6 @@ BUCKET = 16  # forks whose answers have about as many tokens left share one gene
 
 
 @dataclass(frozen=True)
-class Answer:
-    """A whole answer as sampled, scored once (scored_answer). `token_ids` are the sampled ids up to its answer
-    line (what training reads); `logprobs` the raw log-probs of those ids, as their writer sampled them (after a
-    hint fork: the hint teacher's, under its prompt; after a teacher's chunk or fork: the student's own, scored
-    under its plain prompt, since the teacher's tokenizer need not be the student's); `eos`: an end-of-sequence id
-    follows it in training (finished by its writer, not by a terminal checker's verdict)."""
-
-    problem: int
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    text: str
-    finished: bool
-    eos: bool
-    reward: float
-    correct: bool
-    breakdown: RewardBreakdown  # the reward's parts (its total is `reward`)
-    # who wrote the tokens after its fork point: "student", "hint", or "<teacher>:<label>" (ForkSettings.writer)
-    writer: str = "student"
-
-
-def scored_answer(backend: Backend, problem: int, gold: str, text: str | None, ids: Sequence[int],
-                  logprobs: Sequence[float], ended: bool, *, kind: RewardKind, weights: RewardWeights,
-                  pres: Sequence[float] | None = None, code: str = "", writer: str = "student",
-                  terminal: bool = False) -> Answer:
-    """Sampled ids as a whole answer and its reward: `text` (None: the text of the ids; or the text of the head
-    they continue and of the continuation) cut at its answer line, the ids cut with it, scored. The whole ids are
-    decoded only when no text is given; a cut text's ids end at the id that writes the cut text's last newline,
-    counted from each id's own newlines (Backend.newlines), no prefix decoded (a prefix's decoding can run ahead of
-    a text joined from chunks decoded one by one: a SentencePiece word mark's space at every chunk).
-    `ended`: the writer stopped (EOS or the answer line); `pres`: the PRE of each step (a search path's), default
-    one step, the answer's own tokens; `terminal`: the original reward counts HRE at any terminal (a depth or token
-    cap too), the correctness reward only for a finished answer."""
-    whole = backend.tokenizer.decode(ids, skip_special_tokens=True) if text is None else text
-    text, finished = complete_answer(whole, ended)
-    lines = text.count("\n")
-    kept = len(ids) if text == whole else next(
-        (k for k, written in enumerate(accumulate(backend.newlines(token) for token in ids), 1) if written >= lines),
-        len(ids))
-    ids, logprobs = tuple(ids[:kept]), tuple(logprobs[:kept])
-    r = answer_reward(text, gold, finished=finished or (terminal and kind == "original"), kind=kind, weights=weights,
-                      step_pres=[perplexity_reward(logprobs)] if pres is None else pres, path_code=code)
-    return Answer(problem, ids, logprobs, text, finished, finished, r.total, finished and r.hre == 1.0, r, writer)
-
-
-def ids_holding(backend: Backend, ids: Sequence[int], holds: Callable[[str], bool]) -> int:
-    """The fewest of `ids` whose decoded text `holds` (all of them when none does)."""
-    return next((k for k in range(1, len(ids) + 1)
-                 if holds(backend.tokenizer.decode(ids[:k], skip_special_tokens=True))), len(ids))
 
 
 @dataclass
@@ -294,8 +246,8 @@ class ForkingSearch:
         tree.nodes.append(Node(parent, len(prefix_ids), list(sample.token_ids), list(sample.logprobs), round=round_))
         tree.nodes[parent].children.append(len(tree.nodes) - 1)
         tree.tokens += sample.completion_tokens
-        tree.nodes[-1].answer = scored_answer(self.backend, tree.problem, self.problems[tree.problem]["answer"], None,
-                                              ids, logprobs, sample.finish_reason == "stop", kind=self.reward,
+        tree.nodes[-1].answer = scored_answer(self.backend, tree.problem, self.problems[tree.problem]["answer"], ids,
+                                              logprobs, sample.finish_reason == "stop", kind=self.reward,
                                               weights=self.weights, writer=writer)
 
     def fork_points(self, tree: ForkTree) -> list[tuple[int | None, int]]:
@@ -354,8 +306,7 @@ class ForkingSearch:
         failed = first_failure(steps, self.settings.check)
         if failed is None:
             return []
-        char = failed[0]
-        return [ids_holding(self.backend, answer.token_ids, lambda t: len(t) > char) - 1]  # the id writing it
+        return [ids_writing(self.backend, answer.token_ids, failed[0] + 1) - 1]  # the id writing that character
 
 
 def tree_advantages(tree: ForkTree) -> dict[int, list[float]]:

@@ -8,7 +8,8 @@ it carries its token ids and its group from creation, so GRPO trains on it as it
 - "paths" (the original system): the root-to-leaf paths of the tree, finished or not, each scored with the
   reward of its text (the original system's weighted sum: HRE at terminals, discounted PRE, penalties).
 - "siblings" (TreeRPO-style): the children of each expanded node form a group, scored by their
-  backed-up value Q; the prompt is the question plus the node's partial answer.
+  backed-up value Q; the prompt is the question's ids plus the node's partial answer's ids, as the search sampled
+  the children after them (TextEnv.context).
 - "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.
 - "sampling": G plain samples per problem, no tree: the GRPO baseline.
 - "forked": the G samples, then continuations forked from them (azlib.textsearch.forking, TreeRL's EPTree):
@@ -29,10 +30,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal, Sequence
 
 from azlib.data.rows import Row
-from azlib.prompts import chat_prompt, continuation_prompt
+from azlib.prompts import chat_prompt
 from azlib.grpo import Example
 from azlib.textsearch.env import TextEnv, trajectories, tree_answers
-from azlib.textsearch.forking import Answer, ForkTree, tree_advantages
+from azlib.textsearch.answer import Answer
+from azlib.textsearch.forking import ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
 from azlib.models.generation import Prompt
 from azlib.rewards import RewardFunction, call_reward, reward_name
@@ -75,8 +77,7 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     for g, result in enumerate(results):
         problem = result.tree.root.state.answer.problem
         if kind in ("answers", "paths"):  # paths log their reward's parts (the original system's sum)
-            prompt = chat_prompt(env.problems[problem]["prompt"])
-            prompt_ids = backend.encode_prompt(prompt)
+            prompt, prompt_ids = chat_prompt(env.problems[problem]["prompt"]), env.prompt_ids(problem)
             answers = tree_answers(result) if kind == "answers" else [a for _, a in trajectories(result, env) if a.text]
             out += [answer_completion(backend, g, problem, prompt, prompt_ids, a, with_parts=kind == "paths")
                     for a in answers]
@@ -86,13 +87,11 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
             children = [tree.nodes[c] for c in node.children if tree.nodes[c].visits]
             if len(children) < 2:
                 continue
-            question = env.problems[problem]["prompt"]
             total = sum(c.visits for c in children)
-            prompt = continuation_prompt(question, node.state.answer.text)
-            prompt_ids = backend.encode_prompt(prompt)
+            context = env.context(node.state)  # the step's prompt: the ids the search sampled the children after
             for child in children:
                 reward = child.q if kind == "siblings" else child.visits / total
-                out.append(completion(backend, sibling_groups, problem, prompt, prompt_ids, child.action, reward,
+                out.append(completion(backend, sibling_groups, problem, context, list(context), child.action, reward,
                                       ids=child.state.answer.token_ids[len(node.state.answer.token_ids):]))
             sibling_groups += 1
     return out
