@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 BUCKET = 16  # forks whose answers have about as many tokens left share one generate call (to the nearest 16 below)
 
 
-@dataclass(frozen=True)
-
-
 @dataclass
 class Node:
     """A segment of tokens shared by every answer below it; a leaf ends an answer."""
