@@ -167,13 +167,14 @@ def test_an_arm_stops_at_train_steps_when_its_budget_is_not_reached(tmp_path, ti
     """train.steps bounds every arm: with a token budget that two steps do not reach, an arm of train.steps = 2
     (a tiny random student) trains two steps and stops, its tokens short of the budget."""
     from azlib.config import resolve_library
-    from azlib.experiment import task_sets
+    from azlib.experiment import Engines, task_sets
 
     budget = 10**6
     params, _ = resolve_library("05_base_vs_trained", "smoke", tmp_path, [
         f"model={tiny_model_dir}", "arms=[rft]", "seeds=[0]", "train.steps=2", f"train.token_budget={budget}"])
     problems, sets, _ = task_sets(params)
-    Experiment(params, problems, {"heldout": sets["heldout"]}, tmp_path)._train("rft", 0)
+    with Engines(params) as engines:
+        Experiment(params, problems, {"heldout": sets["heldout"]}, tmp_path)._train("rft", 0, engines)
     trained = json.loads((tmp_path / "seed-0" / "rft" / "trained.json").read_text())
     assert [record["step"] for record in trained["log"]] == [1, 2]
     assert 0 < trained["tokens"] < budget
