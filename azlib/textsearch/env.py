@@ -86,16 +86,13 @@ class TextEnv:
     def root(self, problem: int) -> TextState:
         return TextState(self._answer(problem, (), (), False, terminal=True))
 
-    def prompt_ids(self, problem: int) -> list[int]:
-        """A problem's chat prompt in the student's ids, encoded once: what its answers are trained under."""
+    def context(self, problem: int, ids: Sequence[int] = ()) -> TokenIds:
+        """A problem's chat prompt in the student's ids (encoded once; what its answers are trained under), then a
+        partial answer's ids as they were sampled: what the student continues a state from, and a step after it is
+        scored and trained under."""
         if problem not in self._prompt_ids:
             self._prompt_ids[problem] = self.student.encode_prompt(chat_prompt(self.problems[problem]["prompt"]))
-        return self._prompt_ids[problem]
-
-    def context(self, state: TextState) -> TokenIds:
-        """What the student continues a state from, and a step after it is scored and trained under: its problem's
-        prompt ids and the state's ids as they were sampled."""
-        return TokenIds(self.prompt_ids(state.answer.problem) + list(state.answer.token_ids))
+        return TokenIds(self._prompt_ids[problem] + list(ids))
 
     def is_terminal(self, state: TextState) -> bool:
         return state.answer.finished or state.tokens >= self.sampling.max_new_tokens
@@ -121,7 +118,7 @@ class TextEnv:
         self.calls += 1
         questions = [self.problems[st.answer.problem]["prompt"] for st in states]
         seed = rng.randrange(2**31)
-        prompts = [self.context(st) for st in states]
+        prompts = [self.context(st.answer.problem, st.answer.token_ids) for st in states]
         if s.expansion == "rollout":  # each leaf gets K complete answers; one call for all leaves
             left = max(sampling.max_new_tokens - min(st.tokens for st in states), 1)
             student = self.student.generate(prompts, n=s.student_samples, max_new_tokens=left,

@@ -77,7 +77,7 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
     for g, result in enumerate(results):
         problem = result.tree.root.state.answer.problem
         if kind in ("answers", "paths"):  # paths log their reward's parts (the original system's sum)
-            prompt, prompt_ids = chat_prompt(env.problems[problem]["prompt"]), env.prompt_ids(problem)
+            prompt, prompt_ids = chat_prompt(env.problems[problem]["prompt"]), list(env.context(problem))
             answers = tree_answers(result) if kind == "answers" else [a for _, a in trajectories(result, env) if a.text]
             out += [answer_completion(backend, g, problem, prompt, prompt_ids, a, with_parts=kind == "paths")
                     for a in answers]
@@ -88,7 +88,7 @@ def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind =
             if len(children) < 2:
                 continue
             total = sum(c.visits for c in children)
-            context = env.context(node.state)  # the step's prompt: the ids the search sampled the children after
+            context = env.context(problem, node.state.answer.token_ids)  # the ids the children were sampled after
             for child in children:
                 reward = child.q if kind == "siblings" else child.visits / total
                 out.append(completion(backend, sibling_groups, problem, context, list(context), child.action, reward,
