@@ -383,8 +383,7 @@ class Engines(Resource):
     def __init__(self, params):
         self.params = params
         self._instrument: Backend | None = None
-        self._teachers: dict[str, Backend] | None = None
-        self._teacher_backends = None
+        self._teachers = None  # a TeacherBackends, opened when first asked for
 
     def instrument(self) -> Backend:
         if self._instrument is None:
@@ -400,18 +399,17 @@ class Engines(Resource):
         """The run's local teachers' engines, keyed as azlib.teachers.TeacherEnsemble's `shared` reads them."""
         if self._teachers is None:
             from azlib.teachers import chosen_teachers
-            from azlib.teachers.backends import TeacherBackends, engine_key
+            from azlib.teachers.backends import TeacherBackends
 
             specs = [s for s in chosen_teachers(self.params.teachers, self.params.teacher_tier)
                      if s.backend != "openai"]  # a remote teacher is a client each ensemble opens
-            self._teacher_backends = TeacherBackends(specs)
-            self._teachers = {engine_key(s): self._teacher_backends.by_name[s.name] for s in specs}
-        return self._teachers
+            self._teachers = TeacherBackends(specs)
+        return self._teachers.engines
 
     def close_teachers(self) -> None:
-        if self._teacher_backends is not None:
-            self._teacher_backends.close()
-        self._teachers = self._teacher_backends = None
+        if self._teachers is not None:
+            self._teachers.close()
+        self._teachers = None
 
     def close(self) -> None:
         self.close_teachers()

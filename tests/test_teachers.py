@@ -240,6 +240,7 @@ def test_local_teachers_share_an_engine_unless_their_options_make_another(tiny_m
         a, b, c, d = (backends.by_name[name] for name in "abcd")
         assert a is b and c is d and a is not c
         assert c.batch_size == 2 != a.batch_size
+        assert list(backends.engines.values()) == [a, c], "one engine per engine_key, what Engines hands on"
         with TeacherBackends([spec("e"), spec("f", batch_size=2)], shared={tiny_model_dir: a}) as given:
             assert given.by_name["e"] is a, "a teacher without options asks the backend it is given (the student's)"
             assert given.by_name["f"] is not a

@@ -15,7 +15,7 @@ from azlib.teachers.spec import TeacherSpec
 class TeacherBackends(Resource):
     def __init__(self, specs: Sequence[TeacherSpec], shared: dict[str, Backend] | None = None):
         self._owned: list[Backend] = []
-        self._shared = dict(shared or {})
+        self.engines = dict(shared or {})  # the local teachers' engines by engine_key, the shared ones among them
         try:
             self.by_name = {spec.name: self._open(spec) for spec in specs}
         except Exception:  # e.g. a vLLM engine that finds no memory: the engines already started go too
@@ -29,10 +29,10 @@ class TeacherBackends(Resource):
             self._owned.append(backend)
             return backend
         key = engine_key(spec)
-        if key not in self._shared:
-            self._shared[key] = make_backend(spec.backend, spec.model, **spec.options)
-            self._owned.append(self._shared[key])
-        return self._shared[key]
+        if key not in self.engines:
+            self.engines[key] = make_backend(spec.backend, spec.model, **spec.options)
+            self._owned.append(self.engines[key])
+        return self.engines[key]
 
     def close(self) -> None:
         while self._owned:
