@@ -100,7 +100,7 @@ class TeacherEnsemble(Resource):
         return [t for t in self.teachers if t.stats.benched_until <= now]
 
     def weights(self) -> dict[str, float]:
-        """Sampling probability of each teacher now (0 while benched)."""
+        """The probability each teacher is drawn with now (0 while benched)."""
         return self.rule.probabilities([t.name for t in self.available()])
 
     def reseed(self, seed: int) -> None:

@@ -69,8 +69,8 @@ def word_similarity(a: str, b: str) -> float:
 
 
 class TextEnv:
-    """States are TextStates: each child's text is cut at its answer line and scored once, when it is made (under the
-    original reward `partial` also scores a state that is not finished, as a partial answer)."""
+    """States are TextStates: each child's text is cut at its answer line and scored once, when it is made (under reward
+    "original", the original system's sum, `partial` also scores a state that is not finished, as a partial answer)."""
 
     two_player = False
 
@@ -102,8 +102,9 @@ class TextEnv:
         return state.answer.reward
 
     def partial(self, state: TextState) -> Answer:
-        """A state's answer scored as a partial one: the original reward counts HRE only at a terminal (a state's
-        answer is scored as one), the correctness reward only for a finished answer (no other score)."""
+        """A state's answer scored as a partial one: reward "original" (the original system's sum) counts HRE
+        only at a terminal (a state's answer is scored as one), the correctness reward only for a finished answer
+        (no other score)."""
         a = state.answer
         if self.reward != "original" or a.finished:
             return a
