@@ -111,7 +111,7 @@ class SearchSettings:
 @dataclass(frozen=True)
 class TextSearchSettings:
     """How a leaf is expanded. Defaults: 3 student rollouts per leaf; a teacher, when present, adds
-    `teacher_samples` right and as many wrong chunks (the original: 5 each, 10 tokens). How the text is
+    `teacher_samples` right and as many wrong chunks (the original system: 5 each, 10 tokens). How the text is
     sampled (AnswerSampling) and rewarded (RewardKind) are the env's other arguments: a training run shares
     them with its update and its forks."""
 

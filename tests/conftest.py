@@ -78,8 +78,8 @@ def save_tiny_llama(seed: int = 0) -> str:
 
 def tiny_grpo(model_dir: str, steps: int) -> list[str]:
     """`azlib train --set` for a smoke training on a tiny random student that changes its weights every step: GRPO
-    on the original reward (perplexity-based: no two answers score the same), where correctness would be 0 for
-    every answer of a random model and imitation would find nothing to imitate."""
+    on reward "original" (the original system's sum; perplexity-based: no two answers score the same), where
+    correctness would be 0 for every answer of a random model and imitation would find nothing to imitate."""
     return ["--set", f"model={model_dir}", "train.update=grpo", "train.reward=original", f"train.steps={steps}"]
 
 

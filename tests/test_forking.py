@@ -17,7 +17,7 @@ from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.textsearch.signals import Completion, forked_groups, verified
 from azlib.mcts import tree_after
 from azlib.textsearch.answer import Answer, ids_writing, scored_answer
-from azlib.textsearch.forking import ForkingSearch, ForkTree, Node, tree_advantages
+from azlib.textsearch.forking import ForkingSearch, ForkTree, Segment, tree_advantages
 from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.rewards import RewardBreakdown, RewardWeights
@@ -41,10 +41,10 @@ def hand_tree() -> ForkTree:
     """root -> A [1, 2] -> A1 [3] (reward 1), A2 [4, 5] (reward 0);  root -> B [6] (reward 0)."""
     tree = ForkTree(0, "q", [0])
     tree.nodes[0].children = [1, 4]
-    tree.nodes += [Node(0, 0, [1, 2], [-1.0, -1.0], [2, 3]),
-                   Node(1, 2, [3], [-1.0], answer=answer(1.0, (1, 2, 3))),
-                   Node(1, 2, [4, 5], [-1.0, -1.0], answer=answer(0.0, (1, 2, 4, 5))),
-                   Node(0, 0, [6], [-1.0], answer=answer(0.0, (6,)))]
+    tree.nodes += [Segment(0, 0, [1, 2], [-1.0, -1.0], [2, 3]),
+                   Segment(1, 2, [3], [-1.0], answer=answer(1.0, (1, 2, 3))),
+                   Segment(1, 2, [4, 5], [-1.0, -1.0], answer=answer(0.0, (1, 2, 4, 5))),
+                   Segment(0, 0, [6], [-1.0], answer=answer(0.0, (6,)))]
     return tree
 
 
@@ -69,7 +69,7 @@ def test_treerl_advantages_on_a_hand_built_tree():
 def test_a_fork_splits_a_node_and_leaves_keep_their_ids():
     tree = ForkTree(0, "q", [0])
     tree.nodes[0].children = [1]
-    tree.nodes.append(Node(0, 0, [1, 2, 3, 4, 5], [-0.1] * 5, answer=answer(0.0, (1, 2, 3, 4, 5))))
+    tree.nodes.append(Segment(0, 0, [1, 2, 3, 4, 5], [-0.1] * 5, answer=answer(0.0, (1, 2, 3, 4, 5))))
     head = tree.branch_point(1, 3)
     assert tree.prefix(head) == [1, 2, 3] and tree.nodes[1].start == 3 and tree.nodes[1].token_ids == [4, 5]
     assert tree.leaves() == [1] and tree.prefix(1) == [1, 2, 3, 4, 5], "the leaf is still its whole answer"
@@ -271,7 +271,7 @@ def test_fork_from_chooses_whose_tokens_are_fork_points(student):
     done = Answer(0, tuple(ids[:3]), (-2.0,) * 3, "x", True, True, 0.0, False, breakdown(0.0))
     right = Answer(0, tuple(ids[3:6]), (-5.0,) * 3, "x", True, True, 1.0, True, breakdown(1.0))
     tree.nodes[0].children = [1, 2, 3]
-    tree.nodes += [Node(0, 0, list(a.token_ids), list(a.logprobs), answer=a) for a in (cut, done, right)]
+    tree.nodes += [Segment(0, 0, list(a.token_ids), list(a.logprobs), answer=a) for a in (cut, done, right)]
 
     def points(fork_from: str) -> list[tuple[int, int]]:
         settings = ForkSettings(points=2, fork_from=fork_from)
@@ -390,7 +390,7 @@ def test_step_forks_start_where_the_first_step_fails(student):
         a = Answer(0, tuple(ids), (-1.0,) * len(ids), tokenizer.decode(ids), True, True, float(text.endswith("17")),
                    text.endswith("17"), breakdown(float(text.endswith("17"))))
         tree.nodes[0].children.append(len(tree.nodes))
-        tree.nodes.append(Node(0, 0, list(ids), list(a.logprobs), answer=a))
+        tree.nodes.append(Segment(0, 0, list(ids), list(a.logprobs), answer=a))
 
     def before(check: str) -> set[str]:
         search = ForkingSearch(student.backend, [STEP_ROW], ForkSettings(where="step", check=check, points=3),

@@ -144,11 +144,11 @@ class ScriptedBackend(Backend):
     def __init__(self, error: Exception | None = None):
         self.error, self.calls = error, 0
 
-    def _generate(self, prompts, sampling):
+    def _generate(self, prompts, args):
         self.calls += 1
         if self.error is not None:
             raise self.error
-        return [[Sample("#### 4", (), (), "stop", 1, 1)] * sampling.n for _ in prompts]
+        return [[Sample("#### 4", (), (), "stop", 1, 1)] * args.n for _ in prompts]
 
     def score(self, prompts, continuations):
         raise NotImplementedError

@@ -87,7 +87,8 @@ def test_trajectories_carry_the_combined_reward(student):
             assert answer.reward == pytest.approx(0.4 * parts.hre + 0.6 * parts.accumulated_pre
                                                   + parts.length_penalty + parts.direction_bonus)
             assert parts.length_penalty == pytest.approx(-0.01 * len(state.code))
-            assert leaf.terminal or parts.hre == 0.0, "the original reward counts HRE only at a terminal"
+            assert leaf.terminal or parts.hre == 0.0, \
+                "reward 'original' (the original system's sum) counts HRE only at a terminal"
 
 
 def test_seeded_text_search_is_reproducible(student):

@@ -39,10 +39,10 @@ def solution_episode(problem: State, rng: random.Random) -> Episode:
     return episode
 
 
-class Row(NamedTuple):
-    """One text in an update: its characters, which the model wrote (and the legal lines where it wrote them), the
-    weight of its policy term, the unit that term is averaged over, and the value targets it carries
-    ((character index, outcome) at each state's text end)."""
+class WeightedText(NamedTuple):
+    """One text in an update (a row of its batch): its characters, which the model wrote (and the legal lines where
+    it wrote them), the weight of its policy term, the unit that term is averaged over, and the value targets it
+    carries ((character index, outcome) at each state's text end)."""
 
     text: str
     written: list[bool]
@@ -52,11 +52,11 @@ class Row(NamedTuple):
     values: tuple[tuple[int, float], ...] = ()
 
 
-def episode_rows(policy: Policy, episodes: Sequence[Episode], weights: Sequence[float]) -> list[Row]:
+def episode_rows(policy: Policy, episodes: Sequence[Episode], weights: Sequence[float]) -> list[WeightedText]:
     """An episode per row, its value targets the outcome at every state it reached before it ended."""
     spans = legal_spans(policy, episodes) or [None] * len(episodes)
-    return [Row(e.text, e.written, span, w, i, tuple((end, float(e.solved)) for end, state in
-                                                     zip(e.state_ends, e.states) if not state.finished))
+    return [WeightedText(e.text, e.written, span, w, i, tuple((end, float(e.solved)) for end, state in
+                                                              zip(e.state_ends, e.states) if not state.finished))
             for i, (e, span, w) in enumerate(zip(episodes, spans, weights))]
 
 
@@ -86,7 +86,8 @@ class Learner:
         self.optimizer = torch.optim.AdamW(policy.net.parameters(), lr=learning_rate or settings.learning_rate,
                                            weight_decay=0.0)
 
-    def update(self, rows: Sequence[Row], average: str, rng: random.Random, epochs: int = 1) -> dict[str, float]:
+    def update(self, rows: Sequence[WeightedText], average: str, rng: random.Random, epochs: int = 1
+               ) -> dict[str, float]:
         """-sum_rows weight x sum of the row's written log-probs, averaged per batch over `average`: "characters"
         (the written characters of the rows with weight), "sequence" (each row's mean over its characters, then over
         the rows: GRPO's grpo aggregation), or "unit" (over the distinct units: AlphaZero's moves); plus the value."""
@@ -151,7 +152,7 @@ class Learner:
             for k, (line, share) in enumerate(candidates or [("", 0.0)]):
                 text = move.text + (line + MOVE_END if line else "")
                 written = [False] * len(move.text) + [True] * (len(text) - len(move.text))
-                rows.append(Row(text, written, spans, share, m, value if k == 0 else ()))
+                rows.append(WeightedText(text, written, spans, share, m, value if k == 0 else ()))
         return self.update(rows, "unit", rng, self.settings.epochs)
 
 

@@ -31,8 +31,8 @@ class Expired(RuntimeError):
 
 
 @dataclass
-class Row:
-    """One of a request's n samples, as generated so far."""
+class PartialSample:
+    """One of a request's n samples, as generated so far: a row of the turns' batches."""
 
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -55,7 +55,7 @@ class Job:
     future: Future = field(default_factory=Future)
     cancelled: bool = False  # set by the server: the client went away or the deadline passed
     prompt_ids: list[int] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
+    rows: list[PartialSample] = field(default_factory=list)
     turns: int = 0
 
     def cancel(self) -> None:
@@ -132,7 +132,7 @@ class FairBatcher:
             raise BadPrompt(f"the prompt has {len(job.prompt_ids)} tokens and {wanted} new tokens were asked for: "
                             f"more than the model's context of {self.context_tokens} tokens", "context_length_exceeded")
         job.max_new_tokens = wanted
-        job.rows = [Row() for _ in range(job.n)]
+        job.rows = [PartialSample() for _ in range(job.n)]
 
     def _drop(self, job: Job, *, started: bool) -> None:
         self.stats["dropped_running" if started else "dropped_unstarted"] += 1
@@ -149,7 +149,7 @@ class FairBatcher:
         if not self.running:
             return
         share = max(self.turn_rows, self.batch_rows // len(self.running))
-        groups: dict[tuple, list[tuple[Job, Row]]] = {}
+        groups: dict[tuple, list[tuple[Job, PartialSample]]] = {}
         budget = self.batch_rows
         for job in self.running:
             rows = [r for r in job.rows if not r.done][: min(share, budget)]
@@ -173,7 +173,7 @@ class FairBatcher:
                 job.future.set_result([self._sample(job, row) for row in job.rows])
                 self.stats["answered"] += 1
 
-    def _run(self, key: tuple, members: list[tuple[Job, Row]]) -> None:
+    def _run(self, key: tuple, members: list[tuple[Job, PartialSample]]) -> None:
         members = [(job, row) for job, row in members if not job.cancelled]
         if not members:
             return
@@ -196,11 +196,11 @@ class FairBatcher:
             row.finished = sample.finish_reason == "stop" or bool(stop and cut_at_stop(self._text(row), stop)[1])
             row.done = row.finished or len(row.tokens) >= job.max_new_tokens
 
-    def _text(self, row: Row) -> str:
+    def _text(self, row: PartialSample) -> str:
         with self._lock:
             return self.backend.tokenizer.decode(row.tokens, skip_special_tokens=True)
 
-    def _sample(self, job: Job, row: Row) -> Sample:
+    def _sample(self, job: Job, row: PartialSample) -> Sample:
         with self._lock:
             text = self.backend.sample_text(row.tokens, job.stop)
         return Sample(text, tuple(row.tokens), tuple(row.logprobs), "stop" if row.finished else "length",

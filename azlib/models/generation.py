@@ -44,8 +44,9 @@ class Sample:
 
 
 @dataclass(frozen=True)
-class Sampling:
-    """How to sample: temperature 0 is greedy; stop strings end a sample and are cut from its text."""
+class GenerateArgs:
+    """One generate call's arguments, checked: n samples per prompt, how to sample them (temperature 0 is greedy), and
+    when each ends (stop strings end a sample and are cut from its text)."""
 
     n: int = 1
     max_new_tokens: int = 256
@@ -100,12 +101,12 @@ class Backend(Resource, ABC):
         seed: int | None = None,
         stop_at_answer: bool = False,
     ) -> list[list[Sample]]:
-        return self._generate(list(prompts), Sampling(n, max_new_tokens, temperature, top_p, tuple(stop or ()), seed,
-                                                      stop_at_answer))
+        return self._generate(list(prompts), GenerateArgs(n, max_new_tokens, temperature, top_p, tuple(stop or ()),
+                                                          seed, stop_at_answer))
 
     @abstractmethod
-    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
-        """The backend's batched generation; `sampling` is already validated."""
+    def _generate(self, prompts: list[Prompt], args: GenerateArgs) -> list[list[Sample]]:
+        """The backend's batched generation; `args` are already validated."""
 
     @abstractmethod
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[str | Sequence[int]]) -> list[list[float]]:

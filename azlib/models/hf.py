@@ -12,7 +12,7 @@ import torch
 
 from azlib.models.decoding import decode
 from azlib.models.generation import (
-    Backend, Prompt, Sample, Sampling, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
+    Backend, GenerateArgs, Prompt, Sample, TokenizerPrompts, cut_at_stop, one_call_at_a_time,
 )
 from azlib.models.loading import free_memory, load_model
 from azlib.models.shared_prompts import SCORING_MEMORY, completion_logprobs
@@ -113,35 +113,35 @@ class HFBackend(TokenizerPrompts, Backend):
         for start in range(0, len(order), self.batch_size):
             yield order[start : start + self.batch_size]
 
-    def _stop_check(self, sampling: Sampling):
+    def _stop_check(self, args: GenerateArgs):
         """`is_done(new_tokens)` for the decode loop: a stop string in the newest text, or an answer line
         ended by the newest token (checked only when that token writes a newline)."""
-        window = max((len(s) for s in sampling.stop), default=0)  # every token writes at least one character
+        window = max((len(s) for s in args.stop), default=0)  # every token writes at least one character
 
         def is_done(tokens: list[int]) -> bool:
-            if window and cut_at_stop(self.tokenizer.decode(tokens[-window:], skip_special_tokens=True), sampling.stop)[1]:
+            if window and cut_at_stop(self.tokenizer.decode(tokens[-window:], skip_special_tokens=True), args.stop)[1]:
                 return True
-            return (sampling.stop_at_answer and self.writes_newline(tokens[-1])
+            return (args.stop_at_answer and self.writes_newline(tokens[-1])
                     and bool(ANSWER_LINE.search(self.tokenizer.decode(tokens, skip_special_tokens=True))))
 
-        return is_done if window or sampling.stop_at_answer else None
+        return is_done if window or args.stop_at_answer else None
 
     @torch.no_grad()
     @one_call_at_a_time
-    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
+    def _generate(self, prompts: list[Prompt], args: GenerateArgs) -> list[list[Sample]]:
         """Samples depend on the seed and on how prompts fall into batches (one generator per call)."""
         generator = torch.Generator(self.model.device)
-        generator.manual_seed(sampling.seed if sampling.seed is not None else int(torch.randint(2**62, ())))
-        n = sampling.n
+        generator.manual_seed(args.seed if args.seed is not None else int(torch.randint(2**62, ())))
+        n = args.n
         rows = [ids for ids in (self.encode_prompt(p) for p in prompts) for _ in range(n)]
         samples: list[Sample | None] = [None] * len(rows)
         for batch in self._batches(rows):
-            decoded = decode(self.model, [rows[i] for i in batch], max_new_tokens=sampling.max_new_tokens,
+            decoded = decode(self.model, [rows[i] for i in batch], max_new_tokens=args.max_new_tokens,
                              eos_ids=self.eos_ids, pad_id=self.tokenizer.pad_token_id,
-                             temperature=sampling.temperature, top_p=sampling.top_p,
-                             is_done=self._stop_check(sampling), generator=generator)
+                             temperature=args.temperature, top_p=args.top_p,
+                             is_done=self._stop_check(args), generator=generator)
             for i, d in zip(batch, decoded):
-                samples[i] = Sample(self.sample_text(d.tokens, sampling.stop), tuple(d.tokens), tuple(d.logprobs),
+                samples[i] = Sample(self.sample_text(d.tokens, args.stop), tuple(d.tokens), tuple(d.logprobs),
                                     "stop" if d.finished else "length", len(rows[i]), len(d.tokens))
         return [samples[p * n : (p + 1) * n] for p in range(len(prompts))]
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import openai
 
-from azlib.models.generation import Backend, BackendError, Prompt, Sample, Sampling
+from azlib.models.generation import Backend, BackendError, GenerateArgs, Prompt, Sample
 
 RETRIED_STATUS = {408, 409, 429} | set(range(500, 600))  # what the SDK retries (besides connection errors)
 
@@ -78,20 +78,20 @@ class OpenAIBackend(Backend):
                 time.sleep(self.backoff * 2**attempt)
         raise BackendError(f"{url} failed after {attempts} attempts; last error: {problem}")
 
-    def _sampling_body(self, sampling: Sampling) -> dict[str, Any]:
+    def _request_body(self, args: GenerateArgs) -> dict[str, Any]:
         """The request fields every prompt of one generate call shares."""
-        return {"model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
-                "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(sampling.stop) or None,
-                "seed": sampling.seed}
+        return {"model": self.model, "n": args.n, "max_tokens": args.max_new_tokens,
+                "temperature": args.temperature, "top_p": args.top_p, "stop": list(args.stop) or None,
+                "seed": args.seed}
 
     def _each(self, one, prompts: list[Prompt]) -> list[list[Sample]]:
         """`one(prompt)` for every prompt, up to max_concurrency requests in flight (servers batch them)."""
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             return list(pool.map(one, prompts))
 
-    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
+    def _generate(self, prompts: list[Prompt], args: GenerateArgs) -> list[list[Sample]]:
         """One request per prompt."""
-        common = self._sampling_body(sampling)
+        common = self._request_body(args)
 
         def one(prompt: Prompt) -> list[Sample]:
             if isinstance(prompt, str):

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from azlib.extras import require
 from azlib.models.generation import (
-    Backend, BackendError, Prompt, Sample, Sampling, TokenizerPrompts, one_call_at_a_time,
+    Backend, BackendError, GenerateArgs, Prompt, Sample, TokenizerPrompts, one_call_at_a_time,
 )
 from azlib.models.loading import free_memory, resolve_model_path
 
@@ -104,19 +104,19 @@ class VLLMBackend(TokenizerPrompts, Backend):
             raise BackendError(f"the vLLM engine failed: {type(err).__name__}: {err}") from err
 
     @one_call_at_a_time
-    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
+    def _generate(self, prompts: list[Prompt], args: GenerateArgs) -> list[list[Sample]]:
         from vllm import SamplingParams
 
         # logprobs=0: only the chosen token's log-prob; vLLM's default logprobs mode is the raw model's.
         # vLLM detokenizes only to find stop strings: the samples' text is written from their ids.
-        params = SamplingParams(n=sampling.n, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                                top_p=sampling.top_p, stop=list(sampling.stop) or None, seed=sampling.seed, logprobs=0,
-                                detokenize=bool(sampling.stop))
+        params = SamplingParams(n=args.n, max_tokens=args.max_new_tokens, temperature=args.temperature,
+                                top_p=args.top_p, stop=list(args.stop) or None, seed=args.seed, logprobs=0,
+                                detokenize=bool(args.stop))
         results = []
         for out in self._run([self.encode_prompt(p) for p in prompts], params):
             results.append([
                 Sample(
-                    text=self.sample_text(c.token_ids, sampling.stop),
+                    text=self.sample_text(c.token_ids, args.stop),
                     token_ids=tuple(c.token_ids),
                     logprobs=tuple(step[t].logprob for step, t in zip(c.logprobs, c.token_ids)),
                     finish_reason="length" if c.finish_reason == "length" else "stop",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import openai
 
-from azlib.models.generation import BackendError, Prompt, Sample, Sampling, TokenizerPrompts
+from azlib.models.generation import BackendError, GenerateArgs, Prompt, Sample, TokenizerPrompts
 from azlib.models.openai import OpenAIBackend
 from azlib.parallel import barrier, gather, world
 
@@ -74,9 +74,9 @@ class VLLMServerBackend(TokenizerPrompts, OpenAIBackend):
             raise BackendError(f"{self.base_url}{route} failed: {type(err.__cause__ or err).__name__}: "
                                f"{err.__cause__ or err}") from None
 
-    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Sample]]:
+    def _generate(self, prompts: list[Prompt], args: GenerateArgs) -> list[list[Sample]]:
         """One /v1/completions request per prompt, its token ids as the prompt."""
-        common = {**self._sampling_body(sampling), "logprobs": 0, "return_token_ids": True}
+        common = {**self._request_body(args), "logprobs": 0, "return_token_ids": True}
 
         def one(prompt: Prompt) -> list[Sample]:
             ids = self.encode_prompt(prompt)

@@ -31,7 +31,7 @@ def check_messages(question: str, text: str) -> list[dict[str, str]]:
 
 @dataclass
 class TerminalChecker:
-    """check() uses the rule first and one batched model call for the rest (original: temperature 0,
+    """check() uses the rule first and one batched model call for the rest (the original system's: temperature 0,
     max_tokens 50; a yes/no needs far fewer)."""
 
     backend: Backend

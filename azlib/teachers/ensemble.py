@@ -41,6 +41,10 @@ def teacher_messages(persona: str, label: str, question: str, partial: str) -> l
 
 
 class Proposal(NamedTuple):
+    """What a teacher wrote for one partial answer: the teacher's name, the label it was asked for, and its sample in
+    the teacher's own tokens and log-probs. A student reads only its text (azlib.textsearch re-encodes and scores it
+    in the student's ids)."""
+
     teacher: str
     label: str  # "1" right, "0" wrong
     sample: Sample
@@ -96,7 +100,7 @@ class TeacherEnsemble(Resource):
         return [t for t in self.teachers if t.stats.benched_until <= now]
 
     def weights(self) -> dict[str, float]:
-        """Sampling probability of each teacher now (0 while benched)."""
+        """The probability each teacher is drawn with now (0 while benched)."""
         return self.rule.probabilities([t.name for t in self.available()])
 
     def reseed(self, seed: int) -> None:

@@ -32,7 +32,7 @@ class TeacherWeights:
             self.value_sums.setdefault(name, 0.0)
 
     def probabilities(self, ready: Sequence[str] | None = None) -> dict[str, float]:
-        """Sampling probability of each teacher (0 for those not in `ready`; all are ready by default)."""
+        """The probability each teacher is drawn with (0 for those not in `ready`; all are ready by default)."""
         ready = list(self.names if ready is None else ready)
         known = [self.scores[n] for n in ready if self.scores[n] is not None]
         fill = sum(known) / len(known) if known else 0.0

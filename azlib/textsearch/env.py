@@ -52,10 +52,11 @@ class TextState:
 
 
 class ProposedStep(NamedTuple):
-    """A child's step as proposed: who wrote it ("student" or a teacher), the teacher's label ("1" right, "0" wrong;
-    None for the student), the step, and the whole rollout it was cut from (None: a chunk)."""
+    """A child's step as proposed, in the student's ids: who wrote it ("student" or a teacher), the teacher's label
+    ("1" right, "0" wrong; None for the student), the step (a teacher's Proposal as the student encodes and scores
+    its text), and the whole rollout it was cut from (None: a chunk)."""
 
-    who: str
+    writer: str
     label: str | None
     step: Sample
     rollout: Sample | None = None
@@ -68,8 +69,8 @@ def word_similarity(a: str, b: str) -> float:
 
 
 class TextEnv:
-    """States are TextStates: each child's text is cut at its answer line and scored once, when it is made (under the
-    original reward `partial` also scores a state that is not finished, as a partial answer)."""
+    """States are TextStates: each child's text is cut at its answer line and scored once, when it is made (under reward
+    "original", the original system's sum, `partial` also scores a state that is not finished, as a partial answer)."""
 
     two_player = False
 
@@ -101,8 +102,9 @@ class TextEnv:
         return state.answer.reward
 
     def partial(self, state: TextState) -> Answer:
-        """A state's answer scored as a partial one: the original reward counts HRE only at a terminal (a state's
-        answer is scored as one), the correctness reward only for a finished answer (no other score)."""
+        """A state's answer scored as a partial one: reward "original" (the original system's sum) counts HRE
+        only at a terminal (a state's answer is scored as one), the correctness reward only for a finished answer
+        (no other score)."""
         a = state.answer
         if self.reward != "original" or a.finished:
             return a
@@ -199,8 +201,8 @@ class TextEnv:
             # finished: EOS, or an answer line (a rollout that was stopped there, or a chunk that wrote one)
             child = self._continued(state, step, label, pre, terminal=True)
             weights.append(math.exp(pre))  # prior: normalised exp(mean token log-prob) under the student
-            info = {"chunk": chunk, "proposers": [p.who if p.label is None else f"{p.who}:{p.label}" for p in same],
-                    "pre": pre, "student_similarity": similarity.get("1")}
+            proposers = [p.writer if p.label is None else f"{p.writer}:{p.label}" for p in same]
+            info = {"chunk": chunk, "proposers": proposers, "pre": pre, "student_similarity": similarity.get("1")}
             if rollouts:
                 info["rollouts"] = rollouts
             children.append(Child(chunk, child, 0.0, info, tuple(r.reward for r in rollouts)))

@@ -33,8 +33,8 @@ BUCKET = 16  # forks whose answers have about as many tokens left share one gene
 
 
 @dataclass
-class Node:
-    """A segment of tokens shared by every answer below it; a leaf ends an answer."""
+class Segment:
+    """A node of the forking tree: a segment of tokens shared by every answer below it; a leaf ends an answer."""
 
     parent: int  # -1: the root (the question; no tokens)
     start: int  # position of the first token within the answer
@@ -55,7 +55,7 @@ class ForkTree:
     problem: int
     prompt: Prompt
     prompt_ids: list[int]
-    nodes: list[Node] = field(default_factory=lambda: [Node(-1, 0, [], [])])
+    nodes: list[Segment] = field(default_factory=lambda: [Segment(-1, 0, [], [])])
     tokens: int = 0
     prefill: int = 0
     fork_prompt_ids: list[int] | None = None  # None: prompt_ids
@@ -65,6 +65,8 @@ class ForkTree:
             self.fork_prompt_ids = self.prompt_ids
 
     def leaves(self) -> list[int]:
+        """The ids of the segments that end an answer (an azlib.mcts Tree's leaves() are its evaluated nodes none of
+        whose children were evaluated: another meaning)."""
         return [i for i, n in enumerate(self.nodes) if n.answer is not None]
 
     def answers(self) -> list[Answer]:
@@ -104,7 +106,7 @@ class ForkTree:
         """Cut node i before its token `offset`: a new node takes the head and node i keeps the tail (so a
         leaf stays a leaf under its id). Returns the head's id."""
         node = self.nodes[i]
-        head = Node(node.parent, node.start, node.token_ids[:offset], node.logprobs[:offset], [i], None, node.round)
+        head = Segment(node.parent, node.start, node.token_ids[:offset], node.logprobs[:offset], [i], None, node.round)
         self.nodes.append(head)
         siblings = self.nodes[node.parent].children
         siblings[siblings.index(i)] = len(self.nodes) - 1
@@ -240,7 +242,7 @@ class ForkingSearch:
         prefix_ids = tree.prefix(parent)
         ids = prefix_ids + list(sample.token_ids)
         logprobs = [lp for j in tree.path(parent) for lp in tree.nodes[j].logprobs] + list(sample.logprobs)
-        tree.nodes.append(Node(parent, len(prefix_ids), list(sample.token_ids), list(sample.logprobs), round=round_))
+        tree.nodes.append(Segment(parent, len(prefix_ids), list(sample.token_ids), list(sample.logprobs), round=round_))
         tree.nodes[parent].children.append(len(tree.nodes) - 1)
         tree.tokens += sample.completion_tokens
         tree.nodes[-1].answer = scored_answer(self.backend, tree.problem, self.problems[tree.problem]["answer"], ids,
