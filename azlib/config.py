@@ -28,9 +28,9 @@ from azlib.data.arithmetic import STEP_COUNTS
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, repo_path
 from azlib.runs import checkpoint_step, trainings_in
-from azlib.settings import (ARMS, TRAINING_SEARCH, ForkSettings, GPTSettings, GRPOSettings, LoraSettings,
+from azlib.settings import (ARMS, TRAINING_SEARCH, ForkSettings, GPTShape, GRPOSettings, LoraSettings,
                             RefereeRLSettings, RefereeTrainSettings, RLTSettings, SearchSettings, TextSearchSettings,
-                            TrainSettings, arm_asks_teachers, asks_teachers, settings_from_params)
+                            TrainSettings, arm_asks_teachers, asks_teachers)
 from azlib.teachers.presets import TIERS
 from azlib.teachers.spec import TeacherSpec
 
@@ -121,6 +121,10 @@ Imitation = section(ImitationSettings)
 CountdownArms = section(ArmSettings)
 CountdownSearch = section(CountdownSearchSettings)
 CountdownEval = section(EvalSettings)
+RefereeModel = section(GPTShape)
+SmallReferee = section(GPTShape, fixed=("block_size",))
+RefereeTrain = section(RefereeTrainSettings, fixed=("seed",))
+RefereeReward = section(RefereeRLSettings)
 
 # Step counts of the easy arithmetic task's problems: a non-empty list within 1..4.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
@@ -358,40 +362,24 @@ class BaseVsTrainedParams(TrainingParams):
 
 class RefereeRLParams(GSM8KParams):
     """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee).
-    Flat, nanoGPT's way; each field's default, bounds and meaning are those of the referee package's settings
-    (GPTSettings, RefereeRLSettings, RefereeTrainSettings), which check them when the parameters are read."""
+    The sections are the referee package's settings: `model` and `small_referee` GPTShape (a shape without its
+    vocabulary, which is the corpus's, read at run time: azlib.referee.train.shapes makes the GPTSettings), `train`
+    RefereeTrainSettings (its seed is `seed`), `reward` RefereeRLSettings."""
 
     gsm8k: DataSource = Field("auto", description="corpus: GSM8K train text (auto: the kit's copy; a folder; hub: "
                                                   "downloads); arithmetic text if absent and gsm8k_fallback")
     max_chars: int = Field(0, ge=0, description="training characters kept (0: all); a tenth as many held out, >= 4096")
     device: Literal["cpu", "cuda"] = "cpu"
-    # the main models (the RL arms and the CE baseline that referees them): GPTSettings
-    n_layer: int = GPTSettings.n_layer
-    n_head: int = GPTSettings.n_head
-    n_embd: int = GPTSettings.n_embd
-    block_size: int = GPTSettings.block_size
-    # the small referee of the ablation: GPTSettings of its own, smaller than the main model's
-    referee_n_layer: int = 2
-    referee_n_head: int = 2
-    referee_n_embd: int = 64
-    # the loop, every arm alike: RefereeTrainSettings
-    steps: int = RefereeTrainSettings.steps
-    batch_size: int = RefereeTrainSettings.batch_size
-    learning_rate: float = RefereeTrainSettings.learning_rate
-    warmup_steps: int = RefereeTrainSettings.warmup_steps
-    weight_decay: float = RefereeTrainSettings.weight_decay
-    grad_clip: float = RefereeTrainSettings.grad_clip
-    eval_every: int = RefereeTrainSettings.eval_every
-    eval_batches: int = RefereeTrainSettings.eval_batches
-    eval_batch_size: int = RefereeTrainSettings.eval_batch_size
-    # the referee's reward: RefereeRLSettings
-    top_k: int = RefereeRLSettings.top_k
-    reality_weight: float = RefereeRLSettings.reality_weight
-    referee_weight: float = RefereeRLSettings.referee_weight
-    smoothing: float = RefereeRLSettings.smoothing
-    reward_scale: float = RefereeRLSettings.reward_scale
-    reward_clamp: float = RefereeRLSettings.reward_clamp
-    advantage: Literal["reward", "group"] = RefereeRLSettings.advantage
+    model: RefereeModel = Field(GPTShape(), description="azlib.settings.GPTShape fields: the main models (the RL arms "
+                                                        "and the CE baseline that is their referee)")
+    small_referee: SmallReferee = Field(
+        GPTShape(n_layer=2, n_head=2, n_embd=64),
+        description="GPTShape fields but block_size (model's): the referee of the ablation rl_small_referee, a CE "
+                    "model smaller than model")
+    train: RefereeTrain = Field(RefereeTrainSettings(), description="azlib.settings.RefereeTrainSettings fields: the "
+                                                                    "loop, every arm alike")
+    reward: RefereeReward = Field(RefereeRLSettings(), description="azlib.settings.RefereeRLSettings fields: the "
+                                                                  "referee's reward")
     ablations: list[Literal["rl_gt_only", "rl_small_referee"]] = Field(
         ["rl_gt_only", "rl_small_referee"],
         description="extra arms: referee weight 0, and RL against a referee smaller than the main model")
@@ -399,11 +387,11 @@ class RefereeRLParams(GSM8KParams):
     sample_chars: int = Field(200, ge=1, description="characters sampled after the prompt")
 
     @model_validator(mode="after")
-    def _settings(self) -> RefereeRLParams:
-        # the corpus's vocabulary is read at run time; any size checks the shapes
-        main, small, _, _ = settings_from_params(self, vocab_size=1)
+    def _smaller_referee(self) -> RefereeRLParams:
+        main, small = self.model, self.small_referee
         if small.n_layer * small.n_embd ** 2 >= main.n_layer * main.n_embd ** 2:
-            raise ValueError("the ablation's referee must be smaller than the main model")
+            raise ValueError(f"small_referee must be smaller than model (n_layer x n_embd^2: {small.n_layer} x "
+                             f"{small.n_embd}^2 is not below {main.n_layer} x {main.n_embd}^2)")
         return self
 
 

@@ -466,17 +466,18 @@ def _referee_plan(notebook: str, params) -> NotebookPlan:
     if params.device != "cuda":
         return NotebookPlan(notebook, "on the CPU: no GPU parts")
     arms = 2 + len(params.ablations)  # ce, rl and an RL arm per ablation, all of the main size
-    n = 12 * params.n_layer * params.n_embd ** 2
-    small = 12 * params.referee_n_layer * params.referee_n_embd ** 2 if "rl_small_referee" in params.ablations else 0
-    tokens = params.batch_size * params.block_size
+    shape, referee = params.model, params.small_referee
+    n = 12 * shape.n_layer * shape.n_embd ** 2
+    small = 12 * referee.n_layer * referee.n_embd ** 2 if "rl_small_referee" in params.ablations else 0
+    tokens = params.train.batch_size * shape.block_size
     return NotebookPlan(
         notebook, f"{arms} GPTs of {n / 1e6:.1f}M parameters" + (f" and a referee of {small / 1e6:.1f}M" if small else ""),
         (Part(f"{arms + bool(small)} GPTs: fp32 weights + gradients + AdamW state", (arms * n + small) * 16),
          Part("CUDA context (measured)", CUDA_CONTEXT_GIB * GIB)),
-        phases=(("one arm's step", (Part(f"activations: {tokens} characters x 34 x {params.n_embd} x 4 bytes x "
-                                         f"{params.n_layer} layers (Korthikanti et al. 2022 §4.1, fp32)",
-                                         tokens * 34 * params.n_embd * 4 * params.n_layer),)),),
-        work=(Work("training (all arms)", arms * params.steps * tokens, GPT_CHARS),))
+        phases=(("one arm's step", (Part(f"activations: {tokens} characters x 34 x {shape.n_embd} x 4 bytes x "
+                                         f"{shape.n_layer} layers (Korthikanti et al. 2022 §4.1, fp32)",
+                                         tokens * 34 * shape.n_embd * 4 * shape.n_layer),)),),
+        work=(Work("training (all arms)", arms * params.train.steps * tokens, GPT_CHARS),))
 
 
 def notebook_plan(notebook: str, params) -> NotebookPlan:

@@ -200,7 +200,7 @@ def _package_checks(resolved: dict[str, NotebookParams]) -> list[Check]:
 def _models(p: NotebookParams) -> dict[str, str]:
     """The models this notebook loads or asks: name -> role (a teacher served elsewhere as openai:<its name>)."""
     models = {}
-    if model := getattr(p, "model", None):
+    if isinstance(model := getattr(p, "model", None), str) and model:  # 07's `model` is a GPT's shape
         models[model] = "student"
     if teacher := getattr(p, "teacher_model", None):
         models.setdefault(teacher, "teacher")

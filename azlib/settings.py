@@ -355,20 +355,31 @@ class RLTSettings:
 # -- the referee's models, reward and loop (azlib.referee) --------------------------------------------------------
 
 @dataclass(frozen=True)
-class GPTSettings:
-    """The network's shape, nanoGPT's names."""
+class GPTShape:
+    """A GPT's shape, nanoGPT's names, without its vocabulary: what a notebook sets (07's `model` and
+    `small_referee`) before the corpus that fixes the vocabulary is read. `gpt(vocab_size)` is the network."""
 
-    vocab_size: Annotated[int, Ge(1)]  # tokens (characters here), from the corpus
     block_size: Annotated[int, Ge(8)] = 128  # context length in tokens
     n_layer: Annotated[int, Ge(1)] = 4  # transformer blocks
     n_head: Annotated[int, Ge(1)] = 4  # attention heads of each block
     n_embd: Annotated[int, Ge(8)] = 128  # width, a multiple of n_head
-    dropout: Annotated[float, Ge(0), Lt(1)] = 0.0  # 0 keeps single-process and DDP runs bit-comparable
 
     def __post_init__(self):
         check_fields(self)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+
+    def gpt(self, vocab_size: int) -> GPTSettings:
+        """The network of this shape over `vocab_size` tokens (its own checks)."""
+        return GPTSettings(vocab_size=vocab_size, **{f.name: getattr(self, f.name) for f in fields(GPTShape)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPTSettings(GPTShape):
+    """The network: a shape (its defaults and bounds are GPTShape's) over a vocabulary."""
+
+    vocab_size: Annotated[int, Ge(1)]  # tokens (characters here), from the corpus
+    dropout: Annotated[float, Ge(0), Lt(1)] = 0.0  # 0 keeps single-process and DDP runs bit-comparable
 
 
 @dataclass(frozen=True)
@@ -408,26 +419,3 @@ class RefereeTrainSettings:
 
     def __post_init__(self):
         check_fields(self)
-
-
-def settings_from_params(params, vocab_size: int) -> tuple[GPTSettings, GPTSettings, RefereeRLSettings,
-                                                           RefereeTrainSettings]:
-    """Notebook 07's flat parameters (any object with RefereeRLParams' fields; nothing here imports the schema)
-    as the settings they name, each checking its own bounds: the main models' shape, the small referee's, the
-    reward, the loop."""
-    def built(what: str, settings: type, *values):
-        try:
-            return settings(*values)
-        except ValueError as err:
-            raise ValueError(f"{what}: {err}") from None
-
-    main = built("the main models", GPTSettings, vocab_size, params.block_size, params.n_layer, params.n_head,
-                 params.n_embd)
-    small = built("the ablation's referee (referee_n_*)", GPTSettings, vocab_size, params.block_size,
-                  params.referee_n_layer, params.referee_n_head, params.referee_n_embd)
-    rl = built("the reward", RefereeRLSettings, params.top_k, params.reality_weight, params.referee_weight,
-               params.smoothing, params.reward_scale, params.reward_clamp, params.advantage)
-    cfg = built("the loop", RefereeTrainSettings, params.steps, params.batch_size, params.learning_rate,
-                params.warmup_steps, params.weight_decay, params.grad_clip, params.eval_every, params.eval_batches,
-                params.eval_batch_size, params.seed)
-    return main, small, rl, cfg

@@ -921,8 +921,9 @@ def phase_notebook_06(check: Check, entry: dict) -> None:
 
 # --shape tiny: notebooks 06 and 07 at sizes a CPU test runs in seconds
 RLT_TINY = ["rlt.problems_per_step=2", "rlt.group_size=4", "sft_batch_size=4"]
-REFEREE_TINY = ["n_layer=1", "n_head=2", "n_embd=32", "block_size=32", "referee_n_layer=1", "referee_n_head=2",
-                "referee_n_embd=16", "batch_size=8", "eval_batch_size=8", "eval_batches=2"]
+REFEREE_TINY = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32",
+                "small_referee.n_layer=1", "small_referee.n_head=2", "small_referee.n_embd=16", "train.batch_size=8",
+                "train.eval_batch_size=8", "train.eval_batches=2"]
 
 
 def phase_notebook_07(check: Check, entry: dict) -> None:
@@ -933,12 +934,12 @@ def phase_notebook_07(check: Check, entry: dict) -> None:
 
     steps = 30 if check.args.shape == "student" else 4
     params = check.resolved("07_referee_rl", *check.assignments(
-        f"gsm8k={GSM8K_FIXTURE}", f"steps={steps}", f"eval_every={steps}", "eval_batches=2",
+        f"gsm8k={GSM8K_FIXTURE}", f"train.steps={steps}", f"train.eval_every={steps}", "train.eval_batches=2",
         *(REFEREE_TINY if check.args.shape == "tiny" else []), dtype=False))
     corpus, _ = load_corpus(params.gsm8k, params.max_chars or None, fallback=params.gsm8k_fallback)
     arms = arms_from_params(params, corpus)
     log, evals = arms.train()
-    chars = params.steps * params.batch_size * params.block_size
+    chars = params.train.steps * params.train.batch_size * params.model.block_size
     entry |= {"arms": len(arms.specs), "steps": len(log), "val_bits_end": {k: round(v, 3) for k, v in evals[-1].items()
                                                                             if isinstance(v, float)},
               "chars_per_second_per_arm": {name: round(chars / s, 1) for name, s in arms.seconds.items()},

@@ -39,12 +39,13 @@ def main() -> None:
     log, evals = arms.train()
     total = time.perf_counter() - started
     final, ce = evals[-1], evals[-1]["ce_val_bpc"]
-    print(f"\n{params.steps} steps x {params.batch_size} x {params.block_size} = {final['tokens']:,} characters per arm; "
+    train = params.train
+    print(f"\n{train.steps} steps x {train.batch_size} x {params.model.block_size} = {final['tokens']:,} characters per arm; "
           f"{total / 60:.1f} min for all arms (goal < 15 min)")
     print(f"validation bits/char at step 0: {evals[0]['ce_val_bpc']:.3f}")
     tail = log[-max(1, len(log) // 10):]
     for s in arms.specs:
-        clipped = sum(r[s.name + "_grad_norm"] > params.grad_clip for r in log) / len(log)
+        clipped = sum(r[s.name + "_grad_norm"] > train.grad_clip for r in log) / len(log)
         line = (f"  {s.name:17s} final {final[s.name + '_val_bpc']:.4f} bits/char ({100 * (final[s.name + '_val_bpc'] / ce - 1):+.1f}% vs CE)"
                 f", {final[s.name + '_seconds']:.0f} s incl. referee, grad clipped at {clipped:.0%} of steps")
         if s.kind == "rl":

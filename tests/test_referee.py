@@ -125,26 +125,47 @@ def test_ce_loss_and_gpt_are_causal():
 
 def test_the_ablation_referee_must_be_smaller():
     defaults = config.notebook_defaults(config.NOTEBOOKS_DIR / "07_referee_rl.ipynb")
-    with pytest.raises(config.ParamsError, match="smaller"):
-        config.validate("07_referee_rl", {**defaults, "referee_n_layer": 4, "referee_n_embd": 128, "referee_n_head": 4})
+    with pytest.raises(config.ParamsError, match=r"small_referee must be smaller than model \(n_layer x n_embd\^2: "
+                                                 r"4 x 128\^2 is not below 4 x 128\^2\)"):
+        config.validate("07_referee_rl", {**defaults, "small_referee": {"n_layer": 4, "n_head": 4, "n_embd": 128}})
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"steps": 0}, "the loop: steps: Input should be greater than or equal to 1 (got 0)"),
-    ({"learning_rate": 0.0}, "the loop: learning_rate: Input should be greater than 0 (got 0.0)"),
-    ({"n_embd": 130}, "the main models: n_embd (130) must be a multiple of n_head (4)"),
-    ({"referee_n_head": 3}, "the ablation's referee (referee_n_*): n_embd (64) must be a multiple of n_head (3)"),
-    ({"block_size": 4}, "the main models: block_size: Input should be greater than or equal to 8 (got 4)"),
-    ({"top_k": 65}, "the reward: top_k: Input should be less than or equal to 64 (got 65)"),
-    ({"smoothing": 1.0}, "the reward: smoothing: Input should be less than 1 (got 1.0)"),
+@pytest.mark.parametrize("section, change, message", [
+    ("train", {"steps": 0}, "train: Value error, steps: Input should be greater than or equal to 1 (got 0)"),
+    ("train", {"learning_rate": 0.0}, "train: Value error, learning_rate: Input should be greater than 0 (got 0.0)"),
+    ("train", {"seed": 1}, "train: Value error, unknown field(s) ['seed'] of RefereeTrainSettings"),
+    ("model", {"n_embd": 130}, "model: Value error, n_embd (130) must be a multiple of n_head (4)"),
+    ("small_referee", {"n_head": 3}, "small_referee: Value error, n_embd (64) must be a multiple of n_head (3)"),
+    ("small_referee", {"block_size": 64}, "small_referee: Value error, unknown field(s) ['block_size'] of GPTShape"),
+    ("model", {"block_size": 4}, "model: Value error, block_size: Input should be greater than or equal to 8 (got 4)"),
+    ("reward", {"top_k": 65}, "reward: Value error, top_k: Input should be less than or equal to 64 (got 65)"),
+    ("reward", {"smoothing": 1.0}, "reward: Value error, smoothing: Input should be less than 1 (got 1.0)"),
 ])
-def test_the_notebooks_parameters_are_checked_by_the_referee_settings_they_build(change, message):
-    """Bounds live in GPTSettings, RefereeRLSettings and RefereeTrainSettings; the schema builds them, and the
-    error says which settings and which bound, without the whole parameter set."""
+def test_the_notebooks_parameters_are_checked_by_the_referee_settings_they_build(section, change, message):
+    """Bounds live in GPTShape, RefereeRLSettings and RefereeTrainSettings, the sections' types; the error names
+    the section, the field and its bound, without the other parameters (a fixed field, the seed or the small
+    referee's block_size, is not settable)."""
     defaults = config.notebook_defaults(config.NOTEBOOKS_DIR / "07_referee_rl.ipynb")
     with pytest.raises(config.ParamsError) as err:
-        config.validate("07_referee_rl", {**defaults, **change})
+        config.validate("07_referee_rl", {**defaults, section: {**defaults[section], **change}})
     assert message in str(err.value) and "output_dir" not in str(err.value)
+
+
+def test_the_run_builds_its_networks_from_the_shapes_and_the_corpus():
+    """The vocabulary is the corpus's; the small referee reads the main models' windows; the loop's seed is the
+    notebook's."""
+    from azlib.referee.data import CharCorpus
+    from azlib.referee.train import arms_from_params
+
+    params = config.resolve_library("07_referee_rl", "smoke", "outputs/test", ["seed=3"])[0]
+    chars = [chr(32 + i) for i in range(57)]
+    corpus = CharCorpus("arithmetic", chars, torch.arange(400) % 57, torch.arange(100) % 57)
+    arms = arms_from_params(params, corpus)
+    main, small = arms.models["ce"].config, arms.models["referee_small"].config
+    assert (main.vocab_size, main.block_size, main.n_layer, main.n_head, main.n_embd) == (57, 32, 2, 2, 32)
+    assert (small.vocab_size, small.block_size, small.n_layer, small.n_head, small.n_embd) == (57, 32, 1, 2, 16)
+    assert (arms.cfg.seed, arms.cfg.steps, arms.cfg.batch_size) == (3, 30, 8)
+    assert [s.rl for s in arms.specs if s.name == "rl"] == [params.reward]
 
 
 def test_the_referee_settings_refuse_bad_values_when_used_without_a_notebook():

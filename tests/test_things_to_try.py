@@ -105,10 +105,12 @@ TRIES = [
     Try("06", "`rlt.group_size` larger and `rlt.temperature` higher", ("rlt.group_size=4", "rlt.temperature=1.0"),
         question="how varied the explanations become and what the extra signal buys is the run's answer"),
     Try("06", '`task = "gsm8k"`', ("task=gsm8k",), effect="test_06_the_shipped_run_beside_says_when_its_task_differs"),
-    Try("07", "`referee_weight = 0.6`", ("referee_weight=0.6",), effect="test_07_the_referee_settings_move_the_reward"),
-    Try("07", "`smoothing = 0.3`", ("smoothing=0.3",), effect="test_07_the_referee_settings_move_the_reward"),
-    Try("07", '`advantage = "group"`', ("advantage=group",), effect="test_07_group_advantages_keep_the_gradient"),
-    Try("07", "`top_k = 4`", ("top_k=4",), effect="test_07_the_referee_settings_move_the_reward"),
+    Try("07", "`reward.referee_weight = 0.6`", ("reward.referee_weight=0.6",),
+        effect="test_07_the_referee_settings_move_the_reward"),
+    Try("07", "`reward.smoothing = 0.3`", ("reward.smoothing=0.3",), effect="test_07_the_referee_settings_move_the_reward"),
+    Try("07", '`reward.advantage = "group"`', ("reward.advantage=group",),
+        effect="test_07_group_advantages_keep_the_gradient"),
+    Try("07", "`reward.top_k = 4`", ("reward.top_k=4",), effect="test_07_the_referee_settings_move_the_reward"),
     Try("07", "`ablations = []`", ("ablations=[]",), effect="test_07_without_ablations_two_arms_train"),
     Try("08", "`search.candidates = 16`", ("search.candidates=16",),
         effect="test_08_more_candidates_show_the_root_more_first_moves"),
@@ -490,20 +492,18 @@ def referee_diagnostics(*sets: str) -> dict[str, float]:
     import torch
 
     from azlib.referee.objective import referee_rl_loss
-    from azlib.settings import settings_from_params
 
     generator = torch.Generator().manual_seed(0)
     student, referee = (2 * torch.randn(512, 64, generator=generator) for _ in range(2))
     targets = torch.randint(64, (512,), generator=generator)
-    _, _, rl, _ = settings_from_params(resolved("07", *sets), 64)
-    return referee_rl_loss(student, referee, targets, rl)[1]
+    return referee_rl_loss(student, referee, targets, resolved("07", *sets).reward)[1]
 
 
 def test_07_the_referee_settings_move_the_reward():
     base = referee_diagnostics()
-    assert referee_diagnostics("referee_weight=0.6")["gt_reward_share"] < base["gt_reward_share"] - 0.1
-    assert referee_diagnostics("smoothing=0.3")["only_gt_rewarded"] < base["only_gt_rewarded"] - 0.1
-    small = referee_diagnostics("top_k=4")["action_set_size"]
+    assert referee_diagnostics("reward.referee_weight=0.6")["gt_reward_share"] < base["gt_reward_share"] - 0.1
+    assert referee_diagnostics("reward.smoothing=0.3")["only_gt_rewarded"] < base["only_gt_rewarded"] - 0.1
+    small = referee_diagnostics("reward.top_k=4")["action_set_size"]
     assert small <= 9 < base["action_set_size"]
 
 
@@ -513,13 +513,12 @@ def test_07_group_advantages_keep_the_gradient():
     import torch
 
     from azlib.referee.objective import referee_rl_loss
-    from azlib.settings import settings_from_params
 
     generator = torch.Generator().manual_seed(0)
     referee, targets = torch.randn(256, 64, generator=generator), torch.randint(64, (256,), generator=generator)
     shrink = {}
-    for sets in ((), ("advantage=group",)):
-        _, _, rl, _ = settings_from_params(resolved("07", *sets), 64)
+    for sets in ((), ("reward.advantage=group",)):
+        rl = resolved("07", *sets).reward
         norms = []
         for sure in (0.0, 10.0):
             student = (sure * torch.nn.functional.one_hot(targets, 64).float()).requires_grad_()
@@ -530,14 +529,12 @@ def test_07_group_advantages_keep_the_gradient():
 
 
 def test_07_without_ablations_two_arms_train():
-    from azlib.referee.train import arm_specs
-    from azlib.settings import settings_from_params
+    from azlib.referee.train import arm_specs, shapes
 
     names = {}
     for sets in ((), ("ablations=[]",)):
         p = resolved("07", *sets)
-        main, small, rl, _ = settings_from_params(p, 64)
-        names[sets] = [spec.name for spec in arm_specs(main, small, rl, list(p.ablations), p.seed)]
+        names[sets] = [spec.name for spec in arm_specs(*shapes(p, 64), p.reward, list(p.ablations), p.seed)]
     assert names[("ablations=[]",)] == ["ce", "rl"] and len(names[()]) > 2
 
 

@@ -14,7 +14,7 @@ from azlib.parallel import local_device, world
 from azlib.referee.data import CharCorpus
 from azlib.referee.gpt import GPT
 from azlib.referee.objective import ce_loss, referee_rl_loss
-from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings, settings_from_params
+from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings
 
 
 @dataclass(frozen=True)
@@ -160,10 +160,19 @@ def arm_specs(main: GPTSettings, small: GPTSettings, rl: RefereeRLSettings, abla
     return specs
 
 
+def shapes(params, vocab_size: int) -> tuple[GPTSettings, GPTSettings]:
+    """Notebook 07's networks over the corpus's vocabulary: the main models' (`params.model`) and the small
+    referee's (`params.small_referee`, reading the main models' windows: their block_size)."""
+    small = replace(params.small_referee, block_size=params.model.block_size)
+    return params.model.gpt(vocab_size), small.gpt(vocab_size)
+
+
 def arms_from_params(params, corpus: CharCorpus) -> Arms:
-    """Notebook 07's run from its parameters: the arms, their shapes and the loop settings."""
-    main, small, rl, cfg = settings_from_params(params, corpus.vocab_size)
+    """Notebook 07's run from its parameters (azlib.config.RefereeRLParams): the arms, their shapes and the loop
+    settings, seeded by `params.seed`."""
+    main, small = shapes(params, corpus.vocab_size)
     device = local_device(params.device)
     if device.startswith("cuda"):  # fp32 GPTs from scratch: TF32 matmuls, as nanoGPT trains them (not on the CPU)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    return Arms(arm_specs(main, small, rl, list(params.ablations), params.seed), corpus, cfg, device)
+    specs = arm_specs(main, small, params.reward, list(params.ablations), params.seed)
+    return Arms(specs, corpus, replace(params.train, seed=params.seed), device)
