@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from azlib import config
+from azlib.answer import Answer, ids_writing, scored_answer
 from azlib.data import arithmetic_problems
 from azlib.settings import ARMS, AnswerSampling, ForkSettings, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings
 from azlib.textsearch.signals import Completion, forked_groups, verified
 from azlib.mcts import tree_after
-from azlib.textsearch.answer import Answer, ids_writing, scored_answer
 from azlib.textsearch.forking import ForkingSearch, ForkTree, Node, tree_advantages
 from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt

@@ -254,7 +254,7 @@ def test_every_mcts_rollout_is_trained_on_the_ids_it_was_sampled_with(student, t
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """Each state and each rollout is scored when it is made; the search values them, tree_answers collects them,
     search_answer grades the recommended one without scoring anything again."""
-    import azlib.textsearch.answer as answer_module
+    import azlib.answer as answer_module
     from azlib.textsearch.env import search_answer
 
     computed = []

@@ -29,11 +29,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal, Sequence
 
+from azlib.answer import Answer
 from azlib.data.rows import Row
 from azlib.prompts import chat_prompt
 from azlib.grpo import Example
 from azlib.textsearch.env import TextEnv, trajectories, tree_answers
-from azlib.textsearch.answer import Answer
 from azlib.textsearch.forking import ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
 from azlib.models.generation import Prompt
