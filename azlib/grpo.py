@@ -22,6 +22,7 @@ from typing import NamedTuple, Sequence
 
 import torch
 
+from azlib.answer import Answer
 from azlib.extras import require
 from azlib.parallel import shard, sum_gradients, sum_over_ranks
 from azlib.settings import AnswerSampling, GRPOSettings
@@ -95,15 +96,36 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: GRPOSettings
 
 
 @dataclass(frozen=True)
-class Example:
-    """One completion in a group: token ids, its reward, and the key of its group; `advantages`, one per
-    completion token, when the signal already has them (a tree's; then no group normalisation)."""
+class Rollout:
+    """One sequence the update reads: prompt ids, completion ids (as sampled; an EOS id after a finished answer), its
+    reward and the key of its group. `answer` is the whole answer it trains (azlib.answer.Answer, the explorer's own
+    object: its text, correctness, writer and reward's parts are read there), or None for a sibling step of a search
+    tree, which is not a whole answer and is trained on its ids, reward and group alone. `added`: the value of each
+    reward function added to the answer's reward, by name (azlib.textsearch.signals.with_rewards); `reward` is then
+    the sum. `advantages`, one per completion token, when the signal already has them (a tree's; then no group
+    normalisation)."""
 
+    answer: Answer | None
     prompt_ids: Sequence[int]
     completion_ids: Sequence[int]
     reward: float
     group: int
     advantages: Sequence[float] = field(default=(), kw_only=True)
+    added: dict[str, float] = field(default_factory=dict, kw_only=True)
+
+    # what notebook 04 and the verified answers' filters read of a whole answer
+    @property
+    def text(self) -> str:
+        return self.answer.text
+
+    @property
+    def problem(self) -> int:
+        return self.answer.problem
+
+    @property
+    def correct(self) -> bool:
+        """A whole answer finished with the right answer; a sibling step never is."""
+        return self.answer is not None and self.answer.correct
 
 
 def make_optimizer(params, settings: GRPOSettings) -> torch.optim.Optimizer:
@@ -115,10 +137,10 @@ def make_optimizer(params, settings: GRPOSettings) -> torch.optim.Optimizer:
 
 class PolicyUpdate:
     """A policy's (the student's, or an RLT teacher's) update, by GRPO or by imitation, on its trainable weights.
-    step(examples) -> stats: GRPO's advantages, reference and old log-probs, num_iterations policy
+    step(rollouts) -> stats: GRPO's advantages, reference and old log-probs, num_iterations policy
     updates over micro-batches (accumulated), grad-norm clip, one optimiser step per update.
-    sft_step(examples) -> stats: one optimiser step of imitation (expert iteration).
-    Under torchrun every rank is given the whole step's examples, trains on its share (azlib.parallel.shard)
+    sft_step(rollouts) -> stats: one optimiser step of imitation (expert iteration).
+    Under torchrun every rank is given the whole step's rollouts, trains on its share (azlib.parallel.shard)
     with the whole step's normalisers, and the gradients are summed over the ranks before the clip: the
     one-process update, its work split."""
 
@@ -127,8 +149,8 @@ class PolicyUpdate:
         self.optimizer = make_optimizer(student.trainable_parameters(), settings)
         self.updates = 0  # optimiser steps taken: the warmup position (restored from checkpoints)
 
-    def _logprobs(self, examples, idx, **kwargs):
-        return self.student.token_logprobs([examples[i].prompt_ids for i in idx], [examples[i].completion_ids for i in idx],
+    def _logprobs(self, rollouts, idx, **kwargs):
+        return self.student.token_logprobs([rollouts[i].prompt_ids for i in idx], [rollouts[i].completion_ids for i in idx],
                                            temperature=self.sampling.temperature, **kwargs)
 
     def _optimizer_step(self) -> float:
@@ -143,20 +165,20 @@ class PolicyUpdate:
         self.student.sync_generation()  # a vLLM generator loads the new adapter
         return float(grad_norm)
 
-    def sft_step(self, examples: Sequence[Example]) -> dict[str, float]:
-        """Imitate the given completions: their mean token negative log-likelihood (micro-batches
+    def sft_step(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
+        """Imitate the rollouts' completions: their mean token negative log-likelihood (micro-batches
         accumulated), one optimiser step."""
         s, model = self.settings, self.student.model
-        if not examples:
+        if not rollouts:
             return {"sequences": 0, "loss": 0.0, "grad_norm": 0.0, "completion_tokens": 0}
-        mine = shard(range(len(examples)))
+        mine = shard(range(len(rollouts)))
         batches = [mine[i : i + s.micro_batch_size] for i in range(0, len(mine), s.micro_batch_size)]
-        tokens = sum(len(e.completion_ids) for e in examples)
+        tokens = sum(len(r.completion_ids) for r in rollouts)
         total = 0.0
         model.train()
         try:
             for idx in batches:
-                logp, mask, _ = self._logprobs(examples, idx)
+                logp, mask, _ = self._logprobs(rollouts, idx)
                 loss = -(logp * mask).sum() / tokens
                 loss.backward()
                 total += loss.item()
@@ -164,17 +186,17 @@ class PolicyUpdate:
         finally:
             model.eval()
         (total,) = sum_over_ranks([total])
-        return {"sequences": len(examples), "loss": total, "grad_norm": grad_norm, "completion_tokens": tokens}
+        return {"sequences": len(rollouts), "loss": total, "grad_norm": grad_norm, "completion_tokens": tokens}
 
-    def step(self, examples: Sequence[Example]) -> dict[str, float]:
+    def step(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
         s, model = self.settings, self.student.model
-        rewards = torch.tensor([e.reward for e in examples], dtype=torch.float32)
-        groups = torch.tensor([e.group for e in examples])
-        given = [len(e.advantages) for e in examples]
-        if any(given) and given != [len(e.completion_ids) for e in examples]:
-            raise ValueError("per-token advantages must come with every example, one per completion token")
-        if examples and all(given):  # the signal's own, per token (a tree's): used as they are
-            per_token = [torch.tensor(e.advantages, dtype=torch.float32) for e in examples]
+        rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)
+        groups = torch.tensor([r.group for r in rollouts])
+        given = [len(r.advantages) for r in rollouts]
+        if any(given) and given != [len(r.completion_ids) for r in rollouts]:
+            raise ValueError("per-token advantages must come with every rollout, one per completion token")
+        if rollouts and all(given):  # the signal's own, per token (a tree's): used as they are
+            per_token = [torch.tensor(r.advantages, dtype=torch.float32) for r in rollouts]
             if s.clip_advantages is not None:
                 per_token = [a.clamp(-s.clip_advantages, s.clip_advantages) for a in per_token]
             advantages = torch.stack([a.mean() for a in per_token])  # for the diagnostics
@@ -183,12 +205,12 @@ class PolicyUpdate:
             advantages = group_advantages(rewards, groups, s.scale_rewards, clip=s.clip_advantages)
         equal = equal_reward_groups(rewards, groups)
         device = torch.device(self.student.device)  # rewards are built here; log-probs live with the model
-        keep = list(range(len(examples)))
+        keep = list(range(len(rollouts)))
         if s.drop_equal_groups:
             keep = [i for i in keep if not equal[i]]
         stats = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
                  "zero_std_groups": len(groups[equal].unique()) / max(len(groups.unique()), 1),
-                 "sequences": len(keep), "dropped_sequences": len(examples) - len(keep)}
+                 "sequences": len(keep), "dropped_sequences": len(rollouts) - len(keep)}
         if not keep:
             return stats | {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "clip_low": 0.0,
                             "clip_high": 0.0, "grad_norm": 0.0}
@@ -198,16 +220,16 @@ class PolicyUpdate:
         with torch.no_grad():
             for idx in batches:
                 # one update per batch: the old policy IS the current one (ratio 1, as TRL does), no forward
-                old = self._logprobs(examples, idx)[0] if s.num_iterations > 1 else None
-                ref = self._logprobs(examples, idx, reference=True)[0] if s.beta else None
+                old = self._logprobs(rollouts, idx)[0] if s.num_iterations > 1 else None
+                ref = self._logprobs(rollouts, idx, reference=True)[0] if s.beta else None
                 fixed.append((old, ref))
-        batch_tokens = float(sum(len(examples[i].completion_ids) for i in keep))  # every rank's, not only this one's
+        batch_tokens = float(sum(len(rollouts[i].completion_ids) for i in keep))  # every rank's, not only this one's
         model.train()
         try:
             for _ in range(s.num_iterations):
                 totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_low": 0.0, "clip_high": 0.0}
                 for idx, (old, ref) in zip(batches, fixed):
-                    logp, mask, entropy = self._logprobs(examples, idx, entropy=True)
+                    logp, mask, entropy = self._logprobs(rollouts, idx, entropy=True)
                     a = (advantages[idx] if per_token is None else
                          torch.nn.utils.rnn.pad_sequence([per_token[i] for i in idx], batch_first=True)).to(device)
                     parts = token_losses(logp, logp.detach() if old is None else old, ref, a, s)

@@ -16,7 +16,7 @@ import pickle
 import resource
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -24,8 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
-from azlib.grpo import PolicyUpdate
-from azlib.textsearch.signals import SCORABLE_GROUPS, Completion, best_verified, verified, with_rewards
+from azlib.answer import Answer
+from azlib.grpo import PolicyUpdate, Rollout
+from azlib.textsearch.signals import SCORABLE_GROUPS, best_verified, verified, with_rewards
 from azlib.textsearch.explorers import Exploration, ForkExplorer, TreeExplorer, explorer
 from azlib.models.generation import Resource
 from azlib.models.student import Student
@@ -138,9 +139,9 @@ class Trainer(Resource):
         self.log_path = self.folder / "train_log.jsonl"
         self.policy_update = PolicyUpdate(student, settings.grpo, settings.sampling)
         self.teachers, self.checker, self.weights = teachers, checker, weights
-        self.explorer = self.explorer_for(settings.train.groups)  # the run's: its problems and seed in, completions out
+        self.explorer = self.explorer_for(settings.train.groups)  # the run's: its problems and seed in, rollouts out
         self.step, self.position, self.tokens = 0, 0, 0
-        self.replay: list[Completion] = []  # verified answers found so far (update "sft"), newest last
+        self.replay: list[Rollout] = []  # verified answers found so far (update "sft"), newest last
         self.reward_functions: list[RewardFunction] = []  # added by add_reward: a learner's own, TRL-shaped
 
     def add_reward(self, function: RewardFunction) -> None:
@@ -194,13 +195,13 @@ class Trainer(Resource):
             for values in found.credits:
                 self.teachers.credit(values)
         torch.manual_seed(seed)  # LoRA dropout in the update
-        completions = with_rewards(found.completions, self.problems, self.reward_functions)
-        good = best_verified(completions) if self.reward_functions else verified(completions)
-        stats = self._update(completions, good)
+        rollouts = with_rewards(found.rollouts, self.problems, self.reward_functions)
+        good = best_verified(rollouts) if self.reward_functions else verified(rollouts)
+        stats = self._update(rollouts, good)
         self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + found.tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
             self.student.refresh_reference()
-        return self._record(found, completions, good, stats, time.perf_counter() - start)
+        return self._record(found, rollouts, good, stats, time.perf_counter() - start)
 
     def _explore(self, indices: list[int], seed: int) -> Exploration:
         """The explorer on this rank's share of the problems; under torchrun every rank then holds the whole
@@ -210,26 +211,27 @@ class Trainer(Resource):
         found = self.explorer.explore(shard(indices), seed)
         return Exploration.joined(gather(found)) if world()[1] > 1 else found
 
-    def _update(self, completions: list[Completion], good: list[Completion]) -> dict:
+    def _update(self, rollouts: list[Rollout], good: list[Rollout]) -> dict:
         """GRPO on the step's answers, or imitation of the verified answers (with the replay buffer's)."""
         s = self.settings.train
         if s.update == "grpo":
-            return self.policy_update.step([c for c in completions if c.text])  # an empty answer has nothing to train
+            # an empty answer has nothing to train (a sibling step is never empty: the search makes no empty child)
+            return self.policy_update.step([r for r in rollouts if r.answer is None or r.answer.text])
         self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
         return self.policy_update.sft_step(self.replay)
 
-    def _record(self, found: Exploration, completions: list[Completion], good: list[Completion], stats: dict,
+    def _record(self, found: Exploration, rollouts: list[Rollout], good: list[Rollout], stats: dict,
                 seconds: float) -> dict:
         """The step's line of the log (`StepLog`): what it explored and verified, its truncated answers and the
         explorer's accuracy, what it cost; the update's statistics under update/, the explorer's own fields under
         search/, the reward's parts under reward/."""
-        n = max(len(completions), 1)
-        whole = found.completions if self.explorer.whole_answers else []
-        own = {"step": self.step, "position": self.position, "completions": len(completions),
-               "completion_correct": sum(c.correct for c in completions) / n,
-               "reward_mean": sum(c.reward for c in completions) / n,  # every answer's, empty ones included
-               "verified": len(good), "solved": len({c.problem for c in good}),
-               "truncated": sum(not c.finished for c in whole) / max(len(whole), 1),
+        n = max(len(rollouts), 1)
+        whole = found.rollouts if self.explorer.whole_answers else []
+        own = {"step": self.step, "position": self.position, "completions": len(rollouts),
+               "completion_correct": sum(r.correct for r in rollouts) / n,
+               "reward_mean": sum(r.reward for r in rollouts) / n,  # every answer's, empty ones included
+               "verified": len(good), "solved": len({r.problem for r in good}),
+               "truncated": sum(not r.answer.finished for r in whole) / max(len(whole), 1),
                self.explorer.accuracy: sum(found.correct) / max(len(found.correct), 1),
                "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,
                "seconds": seconds,
@@ -240,7 +242,7 @@ class Trainer(Resource):
             own["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
             own["vram_used_mb"] = (total - free) / 2**20  # the whole GPU now: vLLM engines included
         return StepLog(own, update=stats, search=self.explorer.step_log(found, good),
-                       reward=_mean_parts(completions)).line()
+                       reward=_mean_parts(rollouts, self.explorer.logs_breakdown)).line()
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, resume: bool = False, progress: bool = True) -> list[dict]:
@@ -363,11 +365,11 @@ class Trainer(Resource):
             raise CheckpointError(f"checkpoint {latest} belongs to a run {'with' if saved_teachers else 'without'} "
                                   f"teachers, and this one has {'none' if self.teachers is None else 'teachers'}; "
                                   "resume it as it was, or start a new run")
-        try:
-            replay = [Completion(**c) for c in state["replay"]]
-        except TypeError as err:
-            raise CheckpointError(f"checkpoint {latest} holds a replay buffer without token ids ({err}); start a new "
-                                  "run") from None
+        shape = next((problems for saved in state["replay"] if (problems := _replay_shape(saved))), None)
+        if shape:
+            raise CheckpointError(f"checkpoint {latest} holds a replay buffer of another shape ({'; '.join(shape)}); "
+                                  "start a new run")
+        replay = [_replayed(saved) for saved in state["replay"]]
         self.student.load_adapter(latest / "adapter")
         self.policy_update.optimizer.load_state_dict(optimizer)
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
@@ -422,10 +424,38 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, 
     return Trainer(student, problems, folder, settings, teachers=teachers)
 
 
-def _mean_parts(completions) -> dict[str, float]:
-    """Mean of each reward component over the step's completions (the log's reward/<part>)."""
+def _replay_shape(saved) -> list[str]:
+    """The fields a saved replay entry lacks, or has beside its own, as a Rollout with its Answer and RewardBreakdown
+    that save_checkpoint writes (asdict: every field, nested), named; none for an entry restore_latest reads back."""
+    answer = saved.get("answer") if isinstance(saved, dict) else None
+    breakdown = answer.get("breakdown") if isinstance(answer, dict) else None
+    records = [("a rollout", saved, Rollout), ("its answer", answer, Answer),
+               ("its breakdown", breakdown, RewardBreakdown)]
+    problems = []
+    for name, record, kind in records[: 1 if answer is None else 3]:  # a sibling step's rollout holds no answer
+        names, given = [f.name for f in fields(kind)], record if isinstance(record, dict) else {}
+        missing, other = [k for k in names if k not in given], [k for k in given if k not in names]
+        problems += [f"{name} without {', '.join(missing)}"] * bool(missing)
+        problems += [f"{name} with {', '.join(other)}"] * bool(other)
+    return problems
+
+
+def _replayed(saved: dict) -> Rollout:
+    """A replay entry as save_checkpoint writes it (asdict through JSON: tuples come back as lists) as the Rollout it
+    was: its Answer's ids, log-probs and the rollout's advantages as tuples, the RewardBreakdown rebuilt."""
+    answer = saved["answer"]
+    if answer is not None:
+        answer = Answer(**answer | {"token_ids": tuple(answer["token_ids"]), "logprobs": tuple(answer["logprobs"]),
+                                    "breakdown": RewardBreakdown(**answer["breakdown"])})
+    return Rollout(**saved | {"answer": answer, "advantages": tuple(saved["advantages"])})
+
+
+def _mean_parts(rollouts: Sequence[Rollout], breakdown: bool) -> dict[str, float]:
+    """Mean of each reward part over the step's rollouts (the log's reward/<part>): each answer's RewardBreakdown parts
+    but the total when `breakdown` (the explorer's `logs_breakdown`), then each added reward function's value."""
     parts: dict[str, list[float]] = {}
-    for c in completions:
-        for k, v in c.parts.items():
+    for r in rollouts:
+        logged = {k: v for k, v in asdict(r.answer.breakdown).items() if k != "total"} if breakdown and r.answer else {}
+        for k, v in (logged | r.added).items():
             parts.setdefault(k, []).append(v)
     return {k: sum(v) / len(v) for k, v in parts.items()}

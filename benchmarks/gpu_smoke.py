@@ -517,7 +517,7 @@ def phase_vllm_lora_swap(check: Check, entry: dict) -> None:
     through the engine match the hf student's with that adapter."""
     vllm_settings(check, entry)
     from azlib.data import arithmetic_problems
-    from azlib.grpo import Example, GRPOSettings, PolicyUpdate
+    from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
     from azlib.training import trainer_from_params
 
     cuda, r = check.cuda, check.size["lora_r"]
@@ -535,7 +535,7 @@ def phase_vllm_lora_swap(check: Check, entry: dict) -> None:
             # an imitation step with a large learning rate: its optimiser step syncs the adapter, and it moves
             # the outputs far enough that a sync the engine ignored would show (towards other tokens than the
             # engine's own greedy ones, which imitation would only confirm: each id shifted by `shift`)
-            update.sft_step([Example(p, [(t + shift) % len(student.tokenizer) for t in s[0].token_ids], 1.0, i)
+            update.sft_step([Rollout(None, p, [(t + shift) % len(student.tokenizer) for t in s[0].token_ids], 1.0, i)
                              for i, (p, s) in enumerate(zip(prompts, base))])
             adapters[name] = check.work / f"adapter-{name}"
             student.save_adapter(adapters[name])
@@ -713,15 +713,16 @@ def phase_score_demo(check: Check, entry: dict) -> None:
 def update_examples(check: Check) -> list:
     """Two full micro-batches of random answers in groups of 4 that share one prompt, rewards mixed within each
     group (so no group is dropped and every row is trained on)."""
-    from azlib.grpo import Example
+    from azlib.grpo import Rollout
     from azlib.prompts import PROMPT_TOKENS
 
     vocab = len(check.need_student().tokenizer)
     generator = torch.Generator().manual_seed(1)
     rows = 2 * check.size["micro_batch"]
     prompts = [torch.randint(vocab, (PROMPT_TOKENS,), generator=generator).tolist() for _ in range(rows // 4)]
-    return [Example(prompts[i // 4], torch.randint(vocab, (check.size["answer_tokens"],), generator=generator).tolist(),
-                    float(i % 2), i // 4) for i in range(rows)]
+    return [Rollout(None, prompts[i // 4],
+                    torch.randint(vocab, (check.size["answer_tokens"],), generator=generator).tolist(), float(i % 2),
+                    i // 4) for i in range(rows)]
 
 
 def update_phase(kind: str, ballast: bool = False):

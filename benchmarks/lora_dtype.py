@@ -13,7 +13,7 @@ import argparse
 import torch
 
 from azlib.data import arithmetic_problems
-from azlib.grpo import Example, GRPOSettings, PolicyUpdate
+from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
 from azlib.models import DEFAULT_MODEL
 from azlib.models.student import Student
 from azlib.settings import LoraSettings
@@ -45,7 +45,8 @@ def main() -> None:
         students[kind] = student
     start = {k: adapter(s) for k, s in students.items()}
     tokenizer = next(iter(students.values())).tokenizer
-    examples = [Example(students["fp32 adapter"].backend.encode_prompt([{"role": "user", "content": r["prompt"]}]),
+    backend = students["fp32 adapter"].backend
+    examples = [Rollout(None, backend.encode_prompt([{"role": "user", "content": r["prompt"]}]),
                         tokenizer.encode(r["info"]["solution"], add_special_tokens=False) + [tokenizer.eos_token_id],
                         1.0, i) for i, r in enumerate(rows)]
     updates = {k: PolicyUpdate(s, GRPOSettings(learning_rate=args.lr, warmup_steps=0, micro_batch_size=16))

@@ -10,8 +10,10 @@ import torch
 
 from azlib.textsearch import explorers
 from azlib.grpo import group_advantages
-from azlib.textsearch.signals import Completion, best_verified, with_rewards
-from azlib.rewards import call_reward, correctness_reward
+from azlib.answer import Answer
+from azlib.grpo import Rollout
+from azlib.textsearch.signals import best_verified, with_rewards
+from azlib.rewards import RewardBreakdown, call_reward, correctness_reward
 from azlib.training import Trainer, TrainerSettings, TrainSettings
 
 ROWS = [{"prompt": "What is 2 + 3?", "answer": "5", "info": {"id": "a"}},
@@ -23,9 +25,14 @@ ANSWERS = [(0, "First 2 + 3 = 5, since adding three to two gives five in the end
            (1, "4 * 2 = 8\n#### 8", True)]
 
 
-def answers() -> list[Completion]:
-    return [Completion([1, 2], [10 + i, 11 + i, 12 + i], float(ok), problem, problem, [], text, ok, True, True)
-            for i, (problem, text, ok) in enumerate(ANSWERS)]
+def answers() -> list[Rollout]:
+    """The answers as rollouts, each scored by correctness (finished, with an EOS id)."""
+    out = []
+    for i, (problem, text, ok) in enumerate(ANSWERS):
+        ids, reward = (10 + i, 11 + i, 12 + i), float(ok)
+        answer = Answer(problem, ids, (-1.0,) * 3, text, True, True, reward, ok, RewardBreakdown(reward, 0, 0, 0, reward))
+        out.append(Rollout(answer, [1, 2], list(ids), reward, problem))
+    return out
 
 
 class Recorder:
@@ -50,7 +57,8 @@ def test_a_trl_shaped_function_is_called_as_trl_calls_it_and_its_values_are_adde
     assert call["answer"] == ["5", "5", "8", "8"] and call["info"] == [{"id": "a"}] * 2 + [{"id": "b"}] * 2
     assert call["completion_ids"] == [[10, 11, 12], [11, 12, 13], [12, 13, 14], [13, 14, 15]]
     assert [c.reward for c in scored] == [1.0, 1.5, 0.5, 1.5]
-    assert [c.parts["brief_bonus"] for c in scored] == [0.0, 0.5, 0.5, 0.5]
+    assert [r.added for r in scored] == [{"brief_bonus": v} for v in (0.0, 0.5, 0.5, 0.5)]
+    assert [r.answer for r in scored] == [r.answer for r in answers()], "the answers' own rewards stay as scored"
     # the kit's own TRL-shaped reward plugs in the same way
     assert [c.reward for c in with_rewards(answers(), ROWS, [correctness_reward])] == [2.0, 2.0, 0.0, 2.0]
     assert with_rewards(answers(), ROWS, []) == answers()
@@ -90,8 +98,8 @@ class FakeUpdate:
     def __init__(self):
         self.handed, self.updates = [], 0
 
-    def step(self, examples):
-        self.handed.append(list(examples))
+    def step(self, rollouts):
+        self.handed.append(list(rollouts))
         return {"loss": 0.0}
 
     sft_step = step

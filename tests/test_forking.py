@@ -5,18 +5,18 @@ the teacher ensemble."""
 
 import json
 from types import SimpleNamespace
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 
 from azlib import config
+from azlib.answer import Answer, ids_writing, scored_answer
 from azlib.data import arithmetic_problems
 from azlib.settings import ARMS, AnswerSampling, ForkSettings, arm_settings
-from azlib.grpo import PolicyUpdate, GRPOSettings
-from azlib.textsearch.signals import Completion, forked_groups, verified
+from azlib.grpo import PolicyUpdate, GRPOSettings, Rollout
+from azlib.textsearch.signals import answer_rollout, forked_groups, verified
 from azlib.mcts import tree_after
-from azlib.textsearch.answer import Answer, ids_writing, scored_answer
 from azlib.textsearch.forking import ForkingSearch, ForkTree, Segment, tree_advantages
 from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
@@ -25,7 +25,7 @@ from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.textsearch.explorers import accuracy_column
-from azlib.training import Trainer, TrainerSettings, TrainSettings
+from azlib.training import Trainer, TrainerSettings, TrainSettings, _replay_shape, _replayed
 
 
 def breakdown(reward: float) -> RewardBreakdown:
@@ -94,7 +94,7 @@ def test_an_answers_text_is_its_ids_decoded_and_its_ids_end_at_the_answer_line()
 
 def test_verified_answers_are_deduplicated_by_their_normalised_solution():
     def c(text, correct=True, problem=0):
-        return Completion([1], [2], 1.0, 0, problem, "q", text, correct, True)
+        return Rollout(replace(answer(float(correct)), text=text, problem=problem), [1], [2], 1.0, 0)
 
     kept = verified([c("2 + 3 = 5\n#### 5\n"), c("2 + 3  =  5\n####  5"), c("2+3 = 5\n#### 5"), c("x", False),
                      c("2 + 3 = 5\n#### 5\n", problem=1)])
@@ -123,11 +123,28 @@ def test_the_hint_writer_is_a_fork_setting_and_the_arms_that_use_it():
                                                            {"groups": "forked", "update": "sft"})
 
 
-def test_a_completion_keeps_its_writer_through_a_checkpoint():
-    c = Completion([1], [2, 3], 1.0, 0, 4, "q", "x", True, True, True, {"hre": 1.0}, "hint", advantages=(0.5, 0.5))
-    assert Completion(**asdict(c)) == c and Completion([1], [2], 1.0, 0, 4, "q", "x", True).writer == "student"
-    restored = Completion(**json.loads(json.dumps(asdict(c))))  # how Trainer.restore_latest reads the replay
-    assert restored.writer == "hint" and list(restored.advantages) == [0.5, 0.5]
+def test_a_rollout_holds_its_answer_and_comes_back_from_a_checkpoint_equal():
+    backend = SimpleNamespace(with_eos=lambda ids, finished: list(ids) + [9] * finished)
+    hinted = replace(answer(1.0, (2, 3)), text="2 + 3 = 5\n#### 5", writer="hint")
+    r = answer_rollout(backend, 0, [1], hinted, advantages=(0.5, 0.5))
+    assert r.answer is hinted and (r.text, r.correct, r.problem, r.reward) == (hinted.text, True, 0, 1.0), "not a copy"
+    assert r.completion_ids == [2, 3, 9] and r.advantages == (0.5, 0.5, 0.5), "the EOS id, and its advantage"
+    added = replace(r, reward=1.25, added={"brief_bonus": 0.25})
+    step = Rollout(None, [1, 2], [3], 0.5, 1)  # a sibling step: no whole answer
+    assert not step.correct
+    for rollout in (r, added, step):  # as Trainer.save_checkpoint writes the replay and restore_latest reads it
+        saved = json.loads(json.dumps(asdict(rollout)))
+        assert _replay_shape(saved) == [] and _replayed(saved) == rollout
+    restored = _replayed(json.loads(json.dumps(asdict(added))))
+    assert restored.answer.writer == "hint" and isinstance(restored.answer.breakdown, RewardBreakdown)
+    # a replay saved in another shape is named, field by field
+    old = {"prompt_ids": [1], "completion_ids": [2], "reward": 1.0, "group": 0, "advantages": [], "problem": 0,
+           "prompt": "q", "text": "x", "correct": True, "finished": True, "eos": True, "parts": {}, "writer": "hint"}
+    assert _replay_shape(old) == ["a rollout without answer, added",
+                                  "a rollout with problem, prompt, text, correct, finished, eos, parts, writer"]
+    broken = asdict(r)
+    del broken["answer"]["breakdown"]["hre"]
+    assert _replay_shape(broken) == ["its breakdown without hre"]
 
 
 class Counting:
@@ -204,9 +221,11 @@ def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student)
                                            if other != tree.prefix(leaf)), "a fork continues another answer's ids"
             assert list(node.answer.token_ids) == (prefix + node.token_ids)[: len(node.answer.token_ids)]
             assert len(prefix) + len(node.token_ids) <= 40, "a forked answer is capped as a sampled one"
-    completions = forked_groups(trees, student.backend, "treerl")
-    assert all(len(c.advantages) == len(c.completion_ids) for c in completions)
-    assert {c.group for c in completions} == {0, 1, 2}
+    rollouts = forked_groups(trees, student.backend, "treerl")
+    assert all(len(r.advantages) == len(r.completion_ids) for r in rollouts)
+    assert {r.group for r in rollouts} == {0, 1, 2}
+    leaves = [tree.nodes[leaf].answer for tree in trees for leaf in tree.leaves()]
+    assert all(r.answer is a for r, a in zip(rollouts, leaves, strict=True)), "each rollout holds its leaf's Answer"
 
 
 @pytest.mark.model
@@ -214,16 +233,15 @@ def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(stud
     rows = arithmetic_problems(2, seed=7, steps=(1,))
     trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0),
                           sampling=AnswerSampling(temperature=1.0, max_new_tokens=12)).grow([0, 1], 3, seed=0)
-    completions = forked_groups(trees, student.backend)
-    completions = [Completion(c.prompt_ids, c.completion_ids, float(i % 2), c.group, c.problem, c.prompt, c.text,
-                              c.correct) for i, c in enumerate(completions)]  # mixed rewards in each group
+    rollouts = [replace(r, reward=float(i % 2))  # mixed rewards in each group
+                for i, r in enumerate(forked_groups(trees, student.backend))]
     settings = GRPOSettings(beta=0.0, scale_rewards="none", clip_advantages=None, learning_rate=1e-3, warmup_steps=0)
 
-    def update(examples):
+    def update(rollouts):
         """The step's parameter change, flattened (the student is put back after)."""
         torch.manual_seed(0)
         start = [p.detach().clone() for p in student.trainable_parameters()]
-        PolicyUpdate(student, settings).step(examples)
+        PolicyUpdate(student, settings).step(rollouts)
         delta = torch.cat([(p.detach() - s).flatten() for p, s in zip(student.trainable_parameters(), start)])
         with torch.no_grad():
             for p, s in zip(student.trainable_parameters(), start):
@@ -233,12 +251,11 @@ def test_grpo_on_per_token_advantages_equal_to_the_groups_is_the_group_step(stud
     def cosine(a, b):
         return float(a @ b / (a.norm() * b.norm()))
 
-    by_group = update(completions)
-    means = {g: sum(c.reward for c in completions if c.group == g) / 3 for g in (0, 1)}
+    by_group = update(rollouts)
+    means = {g: sum(r.reward for r in rollouts if r.group == g) / 3 for g in (0, 1)}
 
     def with_advantages(sign):
-        return [Completion(c.prompt_ids, c.completion_ids, c.reward, c.group, c.problem, c.prompt, c.text, c.correct,
-                           advantages=[sign * (c.reward - means[c.group])] * len(c.completion_ids)) for c in completions]
+        return [replace(r, advantages=[sign * (r.reward - means[r.group])] * len(r.completion_ids)) for r in rollouts]
 
     # Adam's first step is about lr x sign(gradient), so the directions are compared, not the last digits
     assert by_group.norm() > 0 and cosine(by_group, update(with_advantages(+1))) > 0.999
@@ -307,10 +324,10 @@ def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_w
         assert list(prompt[: len(hint)]) == hint and prefix, "the hint, then a partial answer"
         assert any(a.token_ids[: len(prefix)] == prefix for a in trees[k].answers() if a.writer == "student"), \
             "it continues the student's answer as the student wrote it"
-    completions = forked_groups(trees, student.backend)
-    assert [c.writer for c in completions] == [a.writer for t in trees for a in t.answers()]
-    for c in completions:
-        assert c.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[c.problem]["prompt"])), "no hint"
+    rollouts = forked_groups(trees, student.backend)
+    assert [r.answer.writer for r in rollouts] == [a.writer for t in trees for a in t.answers()]
+    for r in rollouts:
+        assert r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.problem]["prompt"])), "no hint"
 
 
 @pytest.mark.model
@@ -336,8 +353,8 @@ def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(
                 assert answer.token_ids[: len(prefix)] == tuple(prefix) and len(answer.token_ids) > len(prefix)
                 [scored] = student.backend.score([TokenIds(tree.prompt_ids + prefix)], [list(node.token_ids)])
                 assert node.logprobs == pytest.approx(scored, abs=1e-4), "the student's log-probs of the teacher's text"
-    completions = forked_groups(trees, student.backend)
-    assert all(c.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[c.problem]["prompt"])) for c in completions)
+    rollouts = forked_groups(trees, student.backend)
+    assert all(r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.problem]["prompt"])) for r in rollouts)
 
 
 def test_the_teacher_arm_needs_a_teacher_tier_or_teachers():
@@ -370,7 +387,7 @@ def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question
     for tree, node in forked:
         assert node.parent == 0 and node.start == 0 and node.answer.writer == "hint", "a whole answer from the root"
         assert node.answer.token_ids == tuple(node.token_ids[: len(node.answer.token_ids)])
-    assert record["search/verified_by_teacher"] == sum(c.writer == "hint" for c in trainer.replay) <= record["verified"]
+    assert record["search/verified_by_teacher"] == sum(r.answer.writer == "hint" for r in trainer.replay) <= record["verified"]
 
 
 STEP_ROW = {"prompt": "Ava has 3 boxes with 4 coins in each box. She finds 5 more coins. How many coins?",

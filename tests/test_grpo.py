@@ -6,7 +6,7 @@ import tempfile
 import pytest
 import torch
 
-from azlib.grpo import (Example, GRPOSettings, PolicyUpdate, aggregate, equal_reward_groups, group_advantages, grpo_loss,
+from azlib.grpo import (GRPOSettings, PolicyUpdate, Rollout, aggregate, equal_reward_groups, group_advantages, grpo_loss,
                          token_losses)
 
 B, T = 6, 7
@@ -139,7 +139,7 @@ def test_grpo_steps_move_probability_toward_the_rewarded_answer(student):
     before = measure()
     trainer = PolicyUpdate(student, GRPOSettings(learning_rate=2e-4, beta=0.04))
     for _ in range(3):
-        stats = trainer.step([Example(prompt, good, 1.0, 0), Example(prompt, bad, 0.0, 0)])
+        stats = trainer.step([Rollout(None, prompt, good, 1.0, 0), Rollout(None, prompt, bad, 0.0, 0)])
     after = measure()
     assert after[0] - after[1] > before[0] - before[1] + 1.0, "the margin of the rewarded answer grows"
     assert stats["kl"] > 0 and stats["grad_norm"] > 0 and stats["sequences"] == 2
@@ -152,7 +152,8 @@ def test_grpo_steps_move_probability_toward_the_rewarded_answer(student):
 def test_all_equal_groups_can_be_dropped(student):
     prompt = student.backend.encode_prompt(CHAT)
     answer = student.backend.encode_continuation("5")
-    stats = PolicyUpdate(student, GRPOSettings(drop_equal_groups=True)).step([Example(prompt, answer, 1.0, 0)] * 2)
+    same = [Rollout(None, prompt, answer, 1.0, 0)] * 2
+    stats = PolicyUpdate(student, GRPOSettings(drop_equal_groups=True)).step(same)
     assert stats["sequences"] == 0 and stats["dropped_sequences"] == 2 and stats["loss"] == 0.0
 
 
@@ -190,7 +191,7 @@ class _MetaStudent:
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "original"])
 def test_every_tensor_of_a_step_lives_on_the_students_device(loss_type):
-    examples = [Example([1, 2], [3] * (1 + i % 3), float(i % 2), i // 2) for i in range(6)]
+    examples = [Rollout(None, [1, 2], [3] * (1 + i % 3), float(i % 2), i // 2) for i in range(6)]
     settings = GRPOSettings(loss_type=loss_type, beta=0.1, num_iterations=2, micro_batch_size=4)
     with _MetaScalars():
         stats = PolicyUpdate(_MetaStudent(), settings).step(examples)  # raises "... on the same device" if one is not
@@ -198,12 +199,12 @@ def test_every_tensor_of_a_step_lives_on_the_students_device(loss_type):
     assert stats["sequences"] == 6 and sft["sequences"] == 6
 
 
-def test_per_token_advantages_come_with_every_example_or_none():
+def test_per_token_advantages_come_with_every_rollout_or_none():
     from types import SimpleNamespace
 
     student = SimpleNamespace(trainable_parameters=lambda: [torch.nn.Parameter(torch.zeros(1))], device="cpu", model=None)
-    with_advantages = Example([1], [2, 3], 1.0, 0, advantages=[0.5, 0.5])
-    plain = Example([1], [2], 0.0, 0)
-    for bad in ([with_advantages, plain], [Example([1], [2, 3], 1.0, 0, advantages=[0.5])]):
+    with_advantages = Rollout(None, [1], [2, 3], 1.0, 0, advantages=[0.5, 0.5])
+    plain = Rollout(None, [1], [2], 0.0, 0)
+    for bad in ([with_advantages, plain], [Rollout(None, [1], [2, 3], 1.0, 0, advantages=[0.5])]):
         with pytest.raises(ValueError, match="one per completion token"):
             PolicyUpdate(student).step(bad)  # never a silent fall back to group advantages

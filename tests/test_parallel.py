@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 
 from azlib import config
-from azlib.grpo import PolicyUpdate, Example, GRPOSettings
+from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
 from azlib.models.student import LoraSettings, Student
 from conftest import tiny_grpo
 
@@ -26,11 +26,11 @@ pytestmark = pytest.mark.model  # every test loads a model
 LORA = LoraSettings(r=4, dropout=0.0)  # no dropout: its masks depend on how sequences are batched
 
 
-def examples(vocab: int) -> list[Example]:
+def examples(vocab: int) -> list[Rollout]:
     """Seven completions of uneven lengths in three groups: 7 does not split evenly over 2 ranks, and a group's
     members land on different ranks."""
     rng = random.Random(0)
-    return [Example([rng.randrange(vocab) for _ in range(rng.randint(3, 9))],
+    return [Rollout(None, [rng.randrange(vocab) for _ in range(rng.randint(3, 9))],
                     [rng.randrange(vocab) for _ in range(rng.randint(2, 12))], float(rng.random() < 0.5), i % 3)
             for i in range(7)]
 

@@ -25,7 +25,7 @@ from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
 from azlib.models import DEFAULT_MODEL, ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
-from azlib.rewards import answer_reward
+from azlib.rewards import RewardWeights, answer_reward
 from azlib.settings import AnswerSampling, ForkSettings, SearchSettings, TextSearchSettings
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.textsearch.explorers import accuracy_column
@@ -100,27 +100,28 @@ def test_groups_from_trees_and_from_samples(student):
     results = search(env, [env.root(i) for i in range(2)], SearchSettings(num_simulations=4, max_depth=3),
                      random.Random(0))
     paths = tree_groups(results, env, "paths")
-    assert {c.group for c in paths} == {0, 1} and {c.problem for c in paths} == {0, 1}, "one group per problem"
-    assert all(c.prompt[-1]["role"] == "user" and c.parts for c in paths)
+    assert {r.group for r in paths} == {0, 1} and {r.problem for r in paths} == {0, 1}, "one group per problem"
+    assert all(r.prompt_ids == list(env.context(r.problem)) and r.reward == r.answer.breakdown.total for r in paths)
     for kind in ("siblings", "visits"):
         siblings = tree_groups(results, env, kind)
         assert siblings, "an expanded root with visited children makes a group"
-        for g in {c.group for c in siblings}:
-            members = [c for c in siblings if c.group == g]
-            assert len(members) >= 2 and len({str(c.prompt) for c in members}) == 1
+        for g in {r.group for r in siblings}:
+            members = [r for r in siblings if r.group == g]
+            assert len(members) >= 2 and len({tuple(r.prompt_ids) for r in members}) == 1
+            assert all(r.answer is None for r in members), "a sibling step is not a whole answer"
             if kind == "visits":
-                assert sum(c.reward for c in members) == pytest.approx(1.0)
+                assert sum(r.reward for r in members) == pytest.approx(1.0)
     trees = ForkingSearch(student.backend, rows, ForkSettings(rounds=0),
                           sampling=AnswerSampling(temperature=1.0, max_new_tokens=12)).grow([0, 1], 3, seed=0)
     sampled, tokens = forked_groups(trees, student.backend), sum(t.tokens for t in trees)
-    assert len(sampled) == 6 and [c.group for c in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
-    assert all(len(c.completion_ids) <= 12 + c.eos and c.prompt_ids for c in sampled), "token ids from creation"
+    assert len(sampled) == 6 and [r.group for r in sampled] == [0, 0, 0, 1, 1, 1] and 0 < tokens <= 72
+    assert all(len(r.completion_ids) <= 12 + r.answer.eos and r.prompt_ids for r in sampled), "token ids from creation"
     direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=3, max_new_tokens=12,
                                       temperature=1.0, seed=0, stop_at_answer=True)
     eos = student.backend.eos_ids
-    assert [c.completion_ids for c in sampled] == [
-        list(s.token_ids) + [student.tokenizer.eos_token_id] * (c.finished and not (s.token_ids and s.token_ids[-1] in eos))
-        for c, s in zip(sampled, [s for group in direct for s in group])], \
+    assert [r.completion_ids for r in sampled] == [
+        list(s.token_ids) + [student.tokenizer.eos_token_id] * (r.answer.finished and not (s.token_ids and s.token_ids[-1] in eos))
+        for r, s in zip(sampled, [s for group in direct for s in group])], \
         "the ids trained are the ids sampled (no decode and re-encode), EOS after a finished answer"
 
 
@@ -139,8 +140,9 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
     finished_leaves = [n for r in results for i in r.tree.leaves() if (n := r.tree.nodes[i]).state.answer.finished]
     assert finished_leaves, "a finished child (a terminal beside open siblings) is entered once: a visited leaf"
     paths = tree_groups(results, env, "paths")
-    assert any(c.finished for c in paths), "finished answers are among the paths trained on"
-    assert all(c.completion_ids[-1] == student.tokenizer.eos_token_id for c in paths if c.eos), "an EOS-ended answer keeps EOS"
+    assert any(r.answer.finished for r in paths), "finished answers are among the paths trained on"
+    assert all(r.completion_ids[-1] == student.tokenizer.eos_token_id for r in paths if r.answer.eos), \
+        "an EOS-ended answer keeps EOS"
 
 
 def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
@@ -150,8 +152,8 @@ def test_rollout_search_writes_whole_answers_valued_by_their_reward(student):
     settings = SearchSettings(num_simulations=3, max_depth=6, skip_solved=True, q_transform="parent_value")
     results = search(env, [env.root(i) for i in range(2)], settings, random.Random(0))
     answers = tree_groups(results, env, "answers")
-    assert len(answers) >= 6 and {c.group for c in answers} == {0, 1}
-    assert all(c.reward == float(c.correct) for c in answers), "correctness: 1 for a finished correct answer, else 0"
+    assert len(answers) >= 6 and {r.group for r in answers} == {0, 1}
+    assert all(r.reward == float(r.correct) for r in answers), "correctness: 1 for a finished correct answer, else 0"
     for r in results:
         root = r.tree.root
         assert root.visits == sum(r.tree.nodes[c].visits for c in root.children), "each rollout is one visit"
@@ -191,11 +193,11 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
     monkeypatch.setattr(student.backend, "encode_continuation", no_re_encoding)
     eos = student.tokenizer.eos_token_id
     for kind in ("answers", "paths"):
-        completions = tree_groups(results, env, kind)
-        assert completions
-        for c in completions:
-            ids = tuple(c.completion_ids[:-1] if c.eos and c.completion_ids[-1] == eos else c.completion_ids)
-            assert student.tokenizer.decode(list(ids), skip_special_tokens=True) == c.text
+        rollouts = tree_groups(results, env, kind)
+        assert rollouts
+        for r in rollouts:
+            ids = tuple(r.completion_ids[:-1] if r.answer.eos and r.completion_ids[-1] == eos else r.completion_ids)
+            assert student.tokenizer.decode(list(ids), skip_special_tokens=True) == r.text
             # sampled pieces end to end: a first line, then the rollout (or chunk) sampled after it, cut at the answer line
             ends = {0}
             for position in range(len(ids)):
@@ -240,12 +242,13 @@ def test_every_mcts_rollout_is_trained_on_the_ids_it_was_sampled_with(student, t
             search=SearchSettings(num_simulations=3, max_depth=3, leaves_per_step=2, skip_solved=True),
             text=TextSearchSettings(student_samples=3)))
         received = []
-        monkeypatch.setattr(trainer.policy_update, "step", lambda completions: received.extend(completions) or {})
+        monkeypatch.setattr(trainer.policy_update, "step", lambda rollouts: received.extend(rollouts) or {})
         trainer.train_step()
-        assert received and (kind in ("answers", "paths") or len({c.group for c in received}) < len(received))
-        for c in received:
-            ids = tuple(c.prompt_ids) + tuple(c.completion_ids)
-            assert as_sampled(ids) or (c.eos and ids[-1] == eos and as_sampled(ids[:-1])), (kind, c.text)
+        assert received and (kind in ("answers", "paths") or len({r.group for r in received}) < len(received))
+        for r in received:
+            ids = tuple(r.prompt_ids) + tuple(r.completion_ids)
+            eos_added = r.answer is not None and r.answer.eos and ids[-1] == eos
+            assert as_sampled(ids) or (eos_added and as_sampled(ids[:-1])), (kind, r.answer)
     assert all(p in chat or as_sampled(p) for p in prompts), "each partial answer continued as it was sampled"
     assert any(p not in chat and backend.writes_newline(p[-1]) for p in prompts), \
         "a partial answer ending in a newline (what the trimming template drops) was continued"
@@ -254,7 +257,7 @@ def test_every_mcts_rollout_is_trained_on_the_ids_it_was_sampled_with(student, t
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """Each state and each rollout is scored when it is made; the search values them, tree_answers collects them,
     search_answer grades the recommended one without scoring anything again."""
-    import azlib.textsearch.answer as answer_module
+    import azlib.answer as answer_module
     from azlib.textsearch.env import search_answer
 
     computed = []
@@ -278,16 +281,21 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
 
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
     from azlib.grpo import PolicyUpdate
-    from azlib.textsearch.signals import completion, verified
+    from azlib.answer import scored_answer
+    from azlib.textsearch.signals import answer_rollout, verified
 
     rows = arithmetic_problems(1, seed=5, steps=(1,))
-    prompt = [{"role": "user", "content": rows[0]["prompt"]}]
-    ids = student.backend.encode_prompt(prompt)
-    solution = rows[0]["info"]["solution"]
-    good = completion(student.backend, 0, 0, prompt, ids, solution, 1.0, ids=student.backend.encode_continuation(solution),
-                      correct=True, finished=True, eos=True)
-    bad = completion(student.backend, 0, 0, prompt, ids, "#### 0", 0.0, ids=student.backend.encode_continuation("#### 0"),
-                     finished=True, eos=True)
+    backend = student.backend
+    ids = backend.encode_prompt([{"role": "user", "content": rows[0]["prompt"]}])
+
+    def rollout(text):
+        written = backend.encode_continuation(text)
+        answer = scored_answer(backend, 0, rows[0]["answer"], written, [0.0] * len(written), True, kind="correctness",
+                               weights=RewardWeights())
+        return answer_rollout(backend, 0, ids, answer)
+
+    good, bad = rollout(rows[0]["info"]["solution"]), rollout("#### 0")
+    assert good.answer.finished and bad.answer.finished and good.completion_ids[-1] == student.tokenizer.eos_token_id
     assert verified([good, bad, good]) == [good], "finished, correct, once each"
     examples = [good]
     before = student.token_logprobs([examples[0].prompt_ids], [examples[0].completion_ids])[0].sum().item()
@@ -361,12 +369,31 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
                                                                                                  progress=False)
     state = json.loads((latest / "state.json").read_text())
     (latest / "state.json").write_text(json.dumps(state | {"replay": [{"problem": 0, "group": 0, "text": "#### 1"}]}))
-    with pytest.raises(CheckpointError, match="replay buffer without token ids"):
+    with pytest.raises(CheckpointError, match=r"replay buffer of another shape \(a rollout without answer, prompt_ids, "
+                                              r"completion_ids, reward, advantages, added; a rollout with problem, text\)"):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
     trainer.save_checkpoint()
     (latest / "adapter" / "adapter_model.safetensors").write_bytes(b"garbage")
     with pytest.raises(ModelLoadError, match="the checkpoint is damaged"):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
+
+
+def test_the_replay_comes_back_from_a_checkpoint_equal_answers_and_all(student, tmp_path):
+    """The imitation replay is saved with each rollout's Answer (its RewardBreakdown inside) and the values reward
+    functions added, and a resumed trainer reads back the same rollouts; each holds its tree's Answer, not a copy."""
+    trainer = small_trainer(student, tmp_path, update="sft")
+    trees = ForkingSearch(student.backend, trainer.problems, ForkSettings(rounds=0),
+                          sampling=AnswerSampling(temperature=1.0, max_new_tokens=12)).grow([0, 1], 2, seed=0)
+    rollouts = forked_groups(trees, student.backend, "treerl")
+    assert all(r.answer is t.nodes[leaf].answer for r, (t, leaf) in
+               zip(rollouts, [(t, leaf) for t in trees for leaf in t.leaves()], strict=True)), "shared, not copied"
+    bonus = replace(rollouts[0], reward=rollouts[0].reward + 0.5, added={"brief_bonus": 0.5})
+    trainer.replay = [*rollouts, bonus]
+    trainer.save_checkpoint()
+    resumed = small_trainer(student, tmp_path, update="sft")
+    resumed.restore_latest()
+    assert resumed.replay == trainer.replay and resumed.replay[-1].added == {"brief_bonus": 0.5}
+    assert resumed.replay[0].answer.breakdown == rollouts[0].answer.breakdown
 
 
 def test_resume_takes_the_newest_run_folder_that_holds_a_checkpoint(tmp_path, monkeypatch, tiny_model_dir, capsys):

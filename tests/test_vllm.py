@@ -118,7 +118,7 @@ def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vll
     log-probs are the trained model's."""
     import torch
 
-    from azlib.grpo import PolicyUpdate, Example, GRPOSettings
+    from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
     from azlib.models.hf import HFBackend
     from azlib.models.student import LoraSettings, Student
 
@@ -131,7 +131,7 @@ def test_a_student_generating_through_vllm_serve_follows_each_optimiser_step(vll
         as_trained = HFBackend.wrapping(student.model, student.tokenizer)
         for step in (1, 2):
             group = server.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0, seed=step)[0]
-            grpo.step([Example(server.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
+            grpo.step([Rollout(None, server.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
                        for i, s in enumerate(group)])
             assert server.adapters_loaded == step + 1 and server.model.endswith(f"adapter-{step + 1}")
             after = server.generate(CHATS, max_new_tokens=16)
@@ -189,7 +189,7 @@ def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_d
 
     import azlib.training
     from azlib.experiment import instrument
-    from azlib.grpo import Example, GRPOSettings, PolicyUpdate
+    from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
     from azlib.models.student import LoraSettings, Student
 
     adapters = []
@@ -197,8 +197,9 @@ def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_d
         with Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16)) as student:
             greedy = student.backend.generate(CHATS, max_new_tokens=8)
             PolicyUpdate(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0)).sft_step(
-                [Example(student.backend.encode_prompt(c), [(t + shift) % len(student.tokenizer) for t in s[0].token_ids],
-                         1.0, i) for i, (c, s) in enumerate(zip(CHATS, greedy))])
+                [Rollout(None, student.backend.encode_prompt(c),
+                         [(t + shift) % len(student.tokenizer) for t in s[0].token_ids], 1.0, i)
+                 for i, (c, s) in enumerate(zip(CHATS, greedy))])
             student.save_adapter(tmp_path / f"arm-{shift}")
         adapters.append(tmp_path / f"arm-{shift}")
     params = SimpleNamespace(model=DEFAULT_MODEL, dtype="float32", device="cpu", generation_memory=0.2,

@@ -18,7 +18,7 @@ def test_students_on_vllm_engines_follow_each_optimiser_step_and_give_their_engi
     import psutil
     import torch
 
-    from azlib.grpo import PolicyUpdate, Example, GRPOSettings
+    from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
     from azlib.models.hf import HFBackend
     from azlib.models.student import LoraSettings, Student
 
@@ -34,7 +34,7 @@ def test_students_on_vllm_engines_follow_each_optimiser_step_and_give_their_engi
         base = student.backend.generate(CHATS, max_new_tokens=16)
         assert [s[0].token_ids for s in base] == [s[0].token_ids for s in hf.generate(CHATS, max_new_tokens=16)]
         # a GRPO step changes the adapter; the engine must generate with the new weights right after it
-        examples = [Example(student.backend.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
+        examples = [Rollout(None, student.backend.encode_prompt(CHATS[0]), s.token_ids, float(i % 2), 0)
                     for i, s in enumerate(student.backend.generate(CHATS[:1], n=4, max_new_tokens=12, temperature=1.0,
                                                                    seed=0)[0])]
         PolicyUpdate(student, GRPOSettings(learning_rate=5e-2, warmup_steps=0, beta=0.0)).step(examples)

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from azlib.data.rows import Row
 from azlib.evaluation import mean_difference
 from azlib.prompts import chat_prompt
-from azlib.grpo import PolicyUpdate, Example
+from azlib.grpo import PolicyUpdate, Rollout
 from azlib.models.generation import Backend
 from azlib.rlt.rewards import ExplanationScores, score_explanations
 from azlib.settings import RLTSettings
@@ -100,7 +100,7 @@ class TeacherTrainer:
         flat = [e for group in groups for e in group]
         scores = score(self.teacher.scorer, self.student, flat, s)  # r_KL under the log-probs the update uses
         prompts = [backend.encode_prompt(teacher_prompt(r["prompt"], r["info"]["solution"])) for r in rows]
-        examples = [Example(prompts[i // s.group_size], backend.with_eos(e.ids, e.finished), float(r),
+        examples = [Rollout(None, prompts[i // s.group_size], backend.with_eos(e.ids, e.finished), float(r),
                             group=i // s.group_size)
                     for i, (e, r) in enumerate(zip(flat, scores.reward.tolist()))]
         stats = self.grpo.step(examples)
@@ -132,7 +132,7 @@ def reward_rise(rewards_per_step: Sequence[Sequence[float]]) -> dict:
 
 
 # -- distillation: fine-tuning students on what the teacher wrote ---------------------------------------
-def sft_examples(backend: Backend, rows: Sequence[Row], explanations: Sequence[Explanation] | None = None) -> list[Example]:
+def sft_examples(backend: Backend, rows: Sequence[Row], explanations: Sequence[Explanation] | None = None) -> list[Rollout]:
     """(chat(q), "t\\n s" + EOS) per row, or (chat(q), s + EOS) when explanations is None."""
     eos = [backend.tokenizer.eos_token_id]
     out = []
@@ -143,11 +143,11 @@ def sft_examples(backend: Backend, rows: Sequence[Row], explanations: Sequence[E
             if explanations[i].row is not row and explanations[i].row["prompt"] != row["prompt"]:
                 raise ValueError(f"explanation {i} belongs to another row")
             completion = explanations[i].ids + solution_ids(backend, row)
-        out.append(Example(backend.encode_prompt(chat_prompt(row["prompt"])), completion + eos, 0.0, i))
+        out.append(Rollout(None, backend.encode_prompt(chat_prompt(row["prompt"])), completion + eos, 0.0, i))
     return out
 
 
-def sft_to_budget(grpo: PolicyUpdate, examples: Sequence[Example], token_budget: int, batch_size: int) -> list[dict]:
+def sft_to_budget(grpo: PolicyUpdate, examples: Sequence[Rollout], token_budget: int, batch_size: int) -> list[dict]:
     """Imitation steps (PolicyUpdate.sft_step) over the examples in order, cycled, until `token_budget`
     completion tokens have been trained on: arms with shorter completions see more of them. The last
     batch is cut so no arm trains on more than the budget."""
@@ -160,8 +160,8 @@ def sft_to_budget(grpo: PolicyUpdate, examples: Sequence[Example], token_budget:
         overshoot = spent + sum(len(e.completion_ids) for e in batch) - token_budget
         if overshoot > 0:  # trim the last completion to the budget
             last = batch[-1]
-            batch[-1] = Example(last.prompt_ids, list(last.completion_ids)[: len(last.completion_ids) - overshoot],
-                                last.reward, last.group)
+            kept = list(last.completion_ids)[: len(last.completion_ids) - overshoot]
+            batch[-1] = Rollout(None, last.prompt_ids, kept, last.reward, last.group)
         stats = grpo.sft_step(batch)
         spent += stats["completion_tokens"]
         log.append({"step": len(log) + 1, "loss": stats["loss"], "tokens": spent, "grad_norm": stats["grad_norm"]})

@@ -19,9 +19,9 @@ import random
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
+from azlib.answer import Answer, scored_answer
 from azlib.data.rows import Row
 from azlib.prompts import chat_prompt
-from azlib.textsearch.answer import Answer, scored_answer
 from azlib.mcts.search import Child, Expansion, SearchResult
 from azlib.mcts.tree import Node
 from azlib.models.generation import Backend, Sample, TokenIds

@@ -1,4 +1,4 @@
-"""The explorer a training run uses: `explore(indices, seed)` turns problems into an Exploration, the completions
+"""The explorer a training run uses: `explore(indices, seed)` turns problems into an Exploration, the rollouts
 one update trains on and what the step's log counts. Not the update (azlib.grpo), not the loop (azlib.training).
 
 TreeExplorer runs the MCTS search over text (train.groups "answers", "paths", "siblings", "visits"); ForkExplorer
@@ -14,13 +14,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from azlib.data.rows import Row
+from azlib.grpo import Rollout
 from azlib.mcts.search import search
 from azlib.models.generation import Backend
 from azlib.rewards import RewardWeights
 from azlib.settings import EXPLORER_OF, GROUP_KINDS, GroupKind, SearchSettings
 from azlib.textsearch.env import TextEnv, search_answer, teacher_values
 from azlib.textsearch.forking import ForkingSearch
-from azlib.textsearch.signals import Completion, forked_groups, tree_groups
+from azlib.textsearch.signals import forked_groups, tree_groups
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 class Exploration:
     """What a step's explorer found (on one rank: for its share of the step's problems)."""
 
-    completions: list[Completion]
+    rollouts: list[Rollout]
     tokens: int
     prefill: int | None  # prompt tokens read (forking trees count them; the text env does not)
     correct: list[bool]  # what the step's accuracy counts: the explorer's `accuracy`
@@ -39,12 +40,12 @@ class Exploration:
     @staticmethod
     def joined(parts: Sequence[Exploration]) -> Exploration:
         """The ranks' explorations as one, in rank order; group keys renumbered so no two ranks' groups share one."""
-        completions, offset = [], 0
+        rollouts, offset = [], 0
         for part in parts:
-            completions += [replace(c, group=c.group + offset) for c in part.completions]
-            offset += 1 + max((c.group for c in part.completions), default=-1)
+            rollouts += [replace(r, group=r.group + offset) for r in part.rollouts]
+            offset += 1 + max((r.group for r in part.rollouts), default=-1)
         prefills = [p.prefill for p in parts]
-        return Exploration(completions, sum(p.tokens for p in parts), None if None in prefills else sum(prefills),
+        return Exploration(rollouts, sum(p.tokens for p in parts), None if None in prefills else sum(prefills),
                            [a for p in parts for a in p.correct], [c for p in parts for c in p.credits])
 
 
@@ -59,6 +60,8 @@ class TreeExplorer:
         self.env, self.search, self.kind = env, search, kind
         # sibling steps are not answers: their runs count no truncated answers (the log's share reads 0)
         self.whole_answers = kind in ("answers", "paths")
+        # the step log's reward/<part>: the answers' RewardBreakdown parts for the original system's paths only
+        self.logs_breakdown = kind == "paths"
 
     def explore(self, indices: Sequence[int], seed: int) -> Exploration:
         results = search(self.env, [self.env.root(i) for i in indices], self.search, random.Random(seed))
@@ -67,7 +70,7 @@ class TreeExplorer:
         return Exploration(tree_groups(results, self.env, self.kind), sum(r.tokens for r in results), None,
                            [search_answer(r).correct for r in results], credits)
 
-    def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
+    def step_log(self, found: Exploration, good: Sequence[Rollout]) -> dict:
         """The step log's own field of a search (search/answers): how many search answers its accuracy counts."""
         return {"answers": len(found.correct)}
 
@@ -79,6 +82,7 @@ class ForkExplorer:
     # on yet (forks aim at unsolved problems, so all leaves together would understate it)
     accuracy = "sampled_accuracy"
     whole_answers = True
+    logs_breakdown = True  # the step log's reward/<part>: every answer's RewardBreakdown parts
 
     def __init__(self, forking: ForkingSearch, group_size: int, kind: Literal["answers", "treerl"]):
         self.forking, self.group_size, self.kind = forking, group_size, kind
@@ -88,10 +92,10 @@ class ForkExplorer:
         return Exploration(forked_groups(trees, self.forking.backend, self.kind), sum(t.tokens for t in trees),
                            sum(t.prefill for t in trees), [a.correct for t in trees for a in t.independent_answers()])
 
-    def step_log(self, found: Exploration, good: Sequence[Completion]) -> dict:
+    def step_log(self, found: Exploration, good: Sequence[Rollout]) -> dict:
         """The step log's own fields of forking trees (search/<key>): who wrote the verified answers."""
-        return {"verified_by_teacher": sum(c.writer != "student" for c in good),
-                "verified_by_writer": dict(Counter(c.writer for c in good))}
+        return {"verified_by_teacher": sum(r.answer.writer != "student" for r in good),
+                "verified_by_writer": dict(Counter(r.answer.writer for r in good))}
 
 
 def explorer(settings, backend: Backend, problems: Sequence[Row], groups: GroupKind, *,

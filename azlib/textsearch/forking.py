@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from azlib.answer import Answer, ids_writing, scored_answer
 from azlib.data.rows import Row
 from azlib.mcts.tree import Backup, Tree
-from azlib.textsearch.answer import Answer, ids_writing, scored_answer
 from azlib.models.generation import Backend, Prompt, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardWeights
