@@ -50,12 +50,16 @@ def scored_answer(backend: Backend, problem: int, gold: str, ids: Sequence[int],
 
 
 def ids_writing(backend: Backend, ids: Sequence[int], chars: int) -> int:
-    """How many of `ids` write the first `chars` characters of their text: the fewest whose decoding is that long
-    (all of them when none is), found by bisection (a longer prefix never decodes shorter)."""
+    """How many of `ids` write the first `chars` characters of their text: the fewest whose decoding begins with those
+    characters (all of them when none does), found by bisection, since a longer prefix keeps every character a
+    shorter one wrote. Counting characters is not enough: a prefix that ends inside a character's bytes (byte-level
+    tokens split "×" in two) decodes to a replacement character in its place."""
+    decode = backend.tokenizer.decode
+    written = decode(ids, skip_special_tokens=True)[:chars]
     low, high = 0, len(ids)
     while low < high:
         middle = (low + high) // 2
-        if len(backend.tokenizer.decode(ids[:middle], skip_special_tokens=True)) >= chars:
+        if decode(ids[:middle], skip_special_tokens=True).startswith(written):
             high = middle
         else:
             low = middle + 1

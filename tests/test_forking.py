@@ -92,6 +92,16 @@ def test_an_answers_text_is_its_ids_decoded_and_its_ids_end_at_the_answer_line()
     assert [ids_writing(backend, (0, 2, 3), n) for n in (0, 1, 10, 11, 16, 17, 18, 19)] == [0, 1, 1, 2, 2, 3, 3, 3]
 
 
+def test_the_ids_writing_a_character_hold_all_its_bytes():
+    """Byte-level tokens split "×" (two UTF-8 bytes) over two ids: the ids writing "x = 6 ×" are three, not the two
+    whose decoding ends in a replacement character of the same length."""
+    pieces = [b"x = 6 ", b"\xc3", b"\x97", b" 7"]
+    backend = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: b"".join(
+        pieces[i] for i in ids).decode("utf-8", errors="replace")))
+    assert backend.tokenizer.decode([0, 1], True) == "x = 6 \ufffd", "the prefix this is about"
+    assert [ids_writing(backend, (0, 1, 2, 3), n) for n in (6, 7, 8, 9)] == [1, 3, 4, 4]
+
+
 def test_verified_answers_are_deduplicated_by_their_normalised_solution():
     def c(text, correct=True, problem=0):
         return Rollout(replace(answer(float(correct)), text=text, problem=problem), [1], [2], 1.0, 0)
