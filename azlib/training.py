@@ -16,7 +16,7 @@ import pickle
 import resource
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -365,11 +365,11 @@ class Trainer(Resource):
             raise CheckpointError(f"checkpoint {latest} belongs to a run {'with' if saved_teachers else 'without'} "
                                   f"teachers, and this one has {'none' if self.teachers is None else 'teachers'}; "
                                   "resume it as it was, or start a new run")
-        shape = next((problems for saved in state["replay"] if (problems := _replay_shape(saved))), None)
-        if shape:
-            raise CheckpointError(f"checkpoint {latest} holds a replay buffer of another shape ({'; '.join(shape)}); "
-                                  "start a new run")
-        replay = [_replayed(saved) for saved in state["replay"]]
+        try:
+            replay = [_replayed(saved) for saved in state["replay"]]
+        except (TypeError, KeyError) as err:
+            raise CheckpointError(f"checkpoint {latest} holds a replay buffer of another shape ({type(err).__name__}: "
+                                  f"{err}); start a new run") from None
         self.student.load_adapter(latest / "adapter")
         self.policy_update.optimizer.load_state_dict(optimizer)
         self.step, self.position, self.tokens = state["step"], state["position"], state["tokens"]
@@ -424,25 +424,10 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, 
     return Trainer(student, problems, folder, settings, teachers=teachers)
 
 
-def _replay_shape(saved) -> list[str]:
-    """The fields a saved replay entry lacks, or has beside its own, as a Rollout with its Answer and RewardBreakdown
-    that save_checkpoint writes (asdict: every field, nested), named; none for an entry restore_latest reads back."""
-    answer = saved.get("answer") if isinstance(saved, dict) else None
-    breakdown = answer.get("breakdown") if isinstance(answer, dict) else None
-    records = [("a rollout", saved, Rollout), ("its answer", answer, Answer),
-               ("its breakdown", breakdown, RewardBreakdown)]
-    problems = []
-    for name, record, kind in records[: 1 if answer is None else 3]:  # a sibling step's rollout holds no answer
-        names, given = [f.name for f in fields(kind)], record if isinstance(record, dict) else {}
-        missing, other = [k for k in names if k not in given], [k for k in given if k not in names]
-        problems += [f"{name} without {', '.join(missing)}"] * bool(missing)
-        problems += [f"{name} with {', '.join(other)}"] * bool(other)
-    return problems
-
-
 def _replayed(saved: dict) -> Rollout:
     """A replay entry as save_checkpoint writes it (asdict through JSON: tuples come back as lists) as the Rollout it
-    was: its Answer's ids, log-probs and the rollout's advantages as tuples, the RewardBreakdown rebuilt."""
+    was: its Answer's ids, log-probs and the rollout's advantages as tuples, the RewardBreakdown rebuilt. An entry of
+    another shape raises TypeError (a field it lacks or has beside the record's own) or KeyError."""
     answer = saved["answer"]
     if answer is not None:
         answer = Answer(**answer | {"token_ids": tuple(answer["token_ids"]), "logprobs": tuple(answer["logprobs"]),

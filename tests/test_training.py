@@ -22,7 +22,7 @@ from azlib.textsearch.forking import ForkingSearch
 from azlib.textsearch.signals import forked_groups, tree_groups
 from azlib.mcts import search
 from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
-from azlib.models import DEFAULT_MODEL, ModelLoadError
+from azlib.models import ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import RewardWeights, answer_reward
@@ -369,8 +369,7 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
                                                                                                  progress=False)
     state = json.loads((latest / "state.json").read_text())
     (latest / "state.json").write_text(json.dumps(state | {"replay": [{"problem": 0, "group": 0, "text": "#### 1"}]}))
-    with pytest.raises(CheckpointError, match=r"replay buffer of another shape \(a rollout without answer, prompt_ids, "
-                                              r"completion_ids, reward, advantages, added; a rollout with problem, text\)"):
+    with pytest.raises(CheckpointError, match=r"replay buffer of another shape \(KeyError: 'answer'\); start a new run"):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
     trainer.save_checkpoint()
     (latest / "adapter" / "adapter_model.safetensors").write_bytes(b"garbage")
