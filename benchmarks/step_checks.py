@@ -123,7 +123,7 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
             counts = {"forks": 0, "passes": 0, "fails": 0, "no_step": 0}
             for tree in trees:
                 row = rows[tree.problem]
-                for leaf in tree.leaves():
+                for leaf in tree.answer_ends():
                     node = tree.nodes[leaf]
                     if not node.round:
                         continue

@@ -72,7 +72,7 @@ def test_a_fork_splits_a_node_and_leaves_keep_their_ids():
     tree.nodes.append(Segment(0, 0, [1, 2, 3, 4, 5], [-0.1] * 5, answer=answer(0.0, (1, 2, 3, 4, 5))))
     head = tree.branch_point(1, 3)
     assert tree.prefix(head) == [1, 2, 3] and tree.nodes[1].start == 3 and tree.nodes[1].token_ids == [4, 5]
-    assert tree.leaves() == [1] and tree.prefix(1) == [1, 2, 3, 4, 5], "the leaf is still its whole answer"
+    assert tree.answer_ends() == [1] and tree.prefix(1) == [1, 2, 3, 4, 5], "the leaf is still its whole answer"
     assert tree.branch_point(1, 3) == head, "the same point again: the same node"
     assert tree.branch_point(1, 1) != head and tree.prefix(tree.branch_point(1, 1)) == [1]
 
@@ -221,8 +221,8 @@ def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student)
     assert sum(t.tokens for t in trees) == backend.generated, "every generated token counted, none twice"
     for tree in trees:
         assert sum(len(n.token_ids) for n in tree.nodes) == tree.tokens, "each token lies in exactly one node"
-        sampled = [tree.prefix(leaf) for leaf in tree.leaves()]
-        forked = [leaf for leaf in tree.leaves() if tree.nodes[leaf].round > 0]
+        sampled = [tree.prefix(leaf) for leaf in tree.answer_ends()]
+        forked = [leaf for leaf in tree.answer_ends() if tree.nodes[leaf].round > 0]
         if all(a.correct for a in tree.answers()[:3]):
             assert not forked, "a problem whose answers are all correct gets no forks"
         for leaf in forked:
@@ -235,7 +235,7 @@ def test_forks_continue_the_sampled_ids_and_every_token_is_counted_once(student)
     rollouts = forked_groups(trees, student.backend, "treerl")
     assert all(len(r.advantages) == len(r.completion_ids) for r in rollouts)
     assert {r.group for r in rollouts} == {0, 1, 2}
-    leaves = [tree.nodes[leaf].answer for tree in trees for leaf in tree.leaves()]
+    leaves = [tree.nodes[leaf].answer for tree in trees for leaf in tree.answer_ends()]
     assert all(r.answer is a for r, a in zip(rollouts, leaves, strict=True)), "each rollout holds its leaf's Answer"
 
 
@@ -323,7 +323,7 @@ def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_w
     assert sum(t.tokens for t in trees) == backend.generated, "the teacher's tokens count as the student's"
     assert sum(t.prefill for t in trees) == backend.read, "and so do the prompts it reads"
     for tree in trees:
-        leaves = [tree.nodes[leaf] for leaf in tree.leaves()]
+        leaves = [tree.nodes[leaf] for leaf in tree.answer_ends()]
         assert [n.answer.writer for n in leaves] == ["hint" if n.round else "student" for n in leaves]
     assert any(a.writer == "hint" for t in trees for a in t.answers())
     for prompt in backend.prompts[len(rows):]:  # the fork calls'
@@ -354,10 +354,10 @@ def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(
                           teachers=teachers).grow([0, 1, 2], 3, seed=1)
     assert own.calls == 1 and taught.calls >= 1, "the student answers, the teacher writes every fork"
     assert sum(t.tokens for t in trees) == own.generated + taught.generated, "the teacher's tokens count once"
-    writers = [(tree.nodes[leaf].round, tree.nodes[leaf].answer.writer) for tree in trees for leaf in tree.leaves()]
+    writers = [(tree.nodes[leaf].round, tree.nodes[leaf].answer.writer) for tree in trees for leaf in tree.answer_ends()]
     assert {w for r, w in writers if r == 0} == {"student"} and {w for r, w in writers if r} == {"tutor:1", "tutor:0"}
     for tree in trees:
-        for leaf in tree.leaves():
+        for leaf in tree.answer_ends():
             node, answer = tree.nodes[leaf], tree.nodes[leaf].answer
             if node.round:  # a teacher's continuation after the student's own prefix, as the student's tokens
                 prefix = tree.prefix(node.parent)
@@ -393,7 +393,7 @@ def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question
     grown, grow = [], trainer.explorer.forking.grow
     trainer.explorer.forking.grow = lambda *args: grown.extend(grow(*args)) or grown
     record = trainer.train_step()
-    forked = [(t, t.nodes[leaf]) for t in grown for leaf in t.leaves() if t.nodes[leaf].round]
+    forked = [(t, t.nodes[leaf]) for t in grown for leaf in t.answer_ends() if t.nodes[leaf].round]
     assert forked, "some problem was not all correct, so the teacher answered it"
     for tree, node in forked:
         assert node.parent == 0 and node.start == 0 and node.answer.writer == "hint", "a whole answer from the root"
@@ -466,7 +466,7 @@ def test_a_step_tree_forks_the_sampled_ids_at_the_failing_step_and_counts_every_
     for tree in trees:
         assert sum(len(n.token_ids) for n in tree.nodes) == tree.tokens, "each token lies in exactly one node"
         failing = {a.token_ids[:p] for a in tree.independent_answers() for p in search._failing_step(tree, a)}
-        for leaf in tree.leaves():
+        for leaf in tree.answer_ends():
             node = tree.nodes[leaf]
             if node.round:
                 assert tuple(tree.prefix(node.parent)) in failing, "a fork continues a sampled answer's ids " \

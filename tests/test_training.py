@@ -385,7 +385,7 @@ def test_the_replay_comes_back_from_a_checkpoint_equal_answers_and_all(student, 
                           sampling=AnswerSampling(temperature=1.0, max_new_tokens=12)).grow([0, 1], 2, seed=0)
     rollouts = forked_groups(trees, student.backend, "treerl")
     assert all(r.answer is t.nodes[leaf].answer for r, (t, leaf) in
-               zip(rollouts, [(t, leaf) for t in trees for leaf in t.leaves()], strict=True)), "shared, not copied"
+               zip(rollouts, [(t, leaf) for t in trees for leaf in t.answer_ends()], strict=True)), "shared, not copied"
     bonus = replace(rollouts[0], reward=rollouts[0].reward + 0.5, added={"brief_bonus": 0.5})
     trainer.replay = [*rollouts, bonus]
     trainer.save_checkpoint()

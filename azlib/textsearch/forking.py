@@ -64,17 +64,16 @@ class ForkTree:
         if self.fork_prompt_ids is None:
             self.fork_prompt_ids = self.prompt_ids
 
-    def leaves(self) -> list[int]:
-        """The ids of the segments that end an answer (an azlib.mcts Tree's leaves() are its evaluated nodes none of
-        whose children were evaluated: another meaning)."""
+    def answer_ends(self) -> list[int]:
+        """The ids of the segments that end an answer, one per answer."""
         return [i for i, n in enumerate(self.nodes) if n.answer is not None]
 
     def answers(self) -> list[Answer]:
-        return [self.nodes[i].answer for i in self.leaves()]
+        return [self.nodes[i].answer for i in self.answer_ends()]
 
     def independent_answers(self) -> list[Answer]:
         """Round 0's answers: the G the student drew from the question alone (what a sampling arm draws)."""
-        return [self.nodes[i].answer for i in self.leaves() if self.nodes[i].round == 0]
+        return [self.nodes[i].answer for i in self.answer_ends() if self.nodes[i].round == 0]
 
     def path(self, i: int) -> list[int]:
         """Node ids from the root's first child down to node i."""
@@ -96,7 +95,7 @@ class ForkTree:
     def _under(self) -> tuple[list[float], list[int]]:
         """Per node, the sum of the rewards of the answers under it and their number."""
         total, count = [0.0] * len(self.nodes), [0] * len(self.nodes)
-        for leaf in self.leaves():
+        for leaf in self.answer_ends():
             for i in [0, *self.path(leaf)]:
                 total[i] += self.nodes[leaf].answer.reward
                 count[i] += 1
@@ -149,7 +148,7 @@ class ForkTree:
                                                  if answer else {})})
                 order.append(c)
         tree.history = [[Backup([0, *(ids[j] for j in self.path(leaf))], 1, self.nodes[leaf].answer.reward)]
-                        for leaf in sorted(self.leaves(), key=lambda i: self.nodes[i].round)]
+                        for leaf in sorted(self.answer_ends(), key=lambda i: self.nodes[i].round)]
         return tree
 
 
@@ -261,7 +260,7 @@ class ForkingSearch:
             return [(None, 0)] * s.points
         forked = {tuple(tree.prefix(i)) for i, node in enumerate(tree.nodes) if len(node.children) > 1}
         candidates = []
-        for leaf in tree.leaves():
+        for leaf in tree.answer_ends():
             answer = tree.nodes[leaf].answer
             if (s.fork_from == "wrong" and answer.correct) or (s.fork_from == "finished" and not answer.finished):
                 continue
@@ -314,7 +313,7 @@ def tree_advantages(tree: ForkTree) -> dict[int, list[float]]:
     L(s) the answers under s (so a prefix shared by many answers is not counted many times over)."""
     values, counts = tree.values(), tree.leaf_counts()
     out = {}
-    for leaf in tree.leaves():
+    for leaf in tree.answer_ends():
         per_token = []
         for i in tree.path(leaf):
             node = tree.nodes[i]

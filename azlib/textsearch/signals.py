@@ -91,7 +91,7 @@ def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "
     for g, tree in enumerate(trees):
         per_token = tree_advantages(tree) if kind == "treerl" else {}
         out += [answer_rollout(backend, g, tree.prompt_ids, tree.nodes[leaf].answer, per_token.get(leaf, ()))
-                for leaf in tree.leaves()]
+                for leaf in tree.answer_ends()]
     return out
 
 
