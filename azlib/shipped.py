@@ -12,7 +12,6 @@ from azlib.config import NOTEBOOKS_DIR, resolve, resolve_library
 from azlib.experiment import Experiment, task_sets
 from azlib.paths import REPO_ROOT
 from azlib.runs import read_json
-from azlib.training import namespaced
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # notebook 05's experiment with every arm over three seeds (benchmarks/tree_vs_sampling.py --mode all)
@@ -63,17 +62,12 @@ def provenance(folder: Path | str) -> Provenance:
 
 def shipped_experiment(folder: Path | str = TREE_VS_SAMPLING) -> tuple[Experiment, Provenance]:
     """A shipped experiment folder read back (nothing trained), and its provenance. The held-out problems are drawn
-    again from the recorded settings and must be the ones the folder answered (`Experiment` checks their ids); its
-    step logs are read under the log's namespaces (`azlib.training.namespaced`)."""
+    again from the recorded settings and must be the ones the folder answered (`Experiment` checks their ids)."""
     folder = Path(folder)
     made = provenance(folder)
     params, _ = resolve_library(made.notebook, made.profile, folder, made.set)
     problems, sets, _ = task_sets(params)
-    experiment = Experiment(params, problems, sets, folder / made.results).load()
-    for (arm, _), run in experiment.runs.items():
-        if arm != "trl":  # TRL's own log keeps TRL's names
-            run.log = [namespaced(line) for line in run.log]  # a folder written before the log's namespaces
-    return experiment, made
+    return Experiment(params, problems, sets, folder / made.results).load(), made
 
 
 def shipped_metrics(folder: Path | str) -> tuple[dict[str, Any], Provenance]:

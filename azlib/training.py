@@ -95,32 +95,6 @@ class StepLog:
         return line
 
 
-# a line written with every part's keys beside the step's own (no namespaces): the update's and the explorer's
-UNSPACED_UPDATE = {"reward_std", "zero_std_groups", "sequences", "dropped_sequences", "loss", "kl", "entropy",
-                   "clip_fraction", "clip_low", "clip_high", "grad_norm", "completion_tokens", "advantage_abs_mean"}
-UNSPACED_SEARCH = {"answers", "verified_by_teacher", "verified_by_writer"}
-
-
-def namespaced(line: dict) -> dict:
-    """A step log line whose parts' keys stand beside the step's own (loss, answers, reward_hre) under StepLog's
-    names (update/loss, search/answers, reward/hre); a namespaced line comes back as it is. In such a line a GRPO
-    step's reward_mean is GRPO's (it wrote over the step's own), so it becomes update/reward_mean."""
-    if any("/" in key for key in line):
-        return line
-    grpo = "reward_std" in line
-    out = {}
-    for key, value in line.items():
-        if key in UNSPACED_UPDATE or (key == "reward_mean" and grpo):
-            out[f"update/{key}"] = value
-        elif key in UNSPACED_SEARCH:
-            out[f"search/{key}"] = value
-        elif key.startswith("reward_") and key != "reward_mean":
-            out[f"reward/{key.removeprefix('reward_')}"] = value
-        else:
-            out[key] = value
-    return out
-
-
 def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % 2**31
 

@@ -2,7 +2,7 @@
 up to 48 tokens) for every `train.groups`, both updates, the teachers, chunked expansion and hint and teacher forks,
 with the fields that measure the machine (seconds, memory) dropped. Written as JSON; `--against` compares with a file
 another checkout wrote and names the first difference. A file whose lines have no namespaces (update/, search/,
-reward/) is read under them (azlib.training.namespaced); its GRPO lines hold GRPO's reward_mean only, so the step's own
+reward/) is read under them (`namespaced`); its GRPO lines hold GRPO's reward_mean only, so the step's own
 reward_mean is compared where the older line has one.
 
     .venv/bin/python benchmarks/train_logs.py --out logs.json [--against other.json] [--runs answers-grpo ...]
@@ -17,7 +17,31 @@ import sys
 import tempfile
 from pathlib import Path
 
-from azlib.training import namespaced
+# the keys of the update's and the explorer's parts in a line written with them beside the step's own (no namespaces)
+UNSPACED_UPDATE = {"reward_std", "zero_std_groups", "sequences", "dropped_sequences", "loss", "kl", "entropy",
+                   "clip_fraction", "clip_low", "clip_high", "grad_norm", "completion_tokens", "advantage_abs_mean"}
+UNSPACED_SEARCH = {"answers", "verified_by_teacher", "verified_by_writer"}
+
+
+def namespaced(line: dict) -> dict:
+    """A step log line whose parts' keys stand beside the step's own (loss, answers, reward_hre) under the names
+    azlib.training.StepLog gives them (update/loss, search/answers, reward/hre); a namespaced line comes back as it
+    is. In such a line a GRPO step's reward_mean is GRPO's (it wrote over the step's own): update/reward_mean."""
+    if any("/" in key for key in line):
+        return line
+    grpo = "reward_std" in line
+    out = {}
+    for key, value in line.items():
+        if key in UNSPACED_UPDATE or (key == "reward_mean" and grpo):
+            out[f"update/{key}"] = value
+        elif key in UNSPACED_SEARCH:
+            out[f"search/{key}"] = value
+        elif key.startswith("reward_") and key != "reward_mean":
+            out[f"reward/{key.removeprefix('reward_')}"] = value
+        else:
+            out[key] = value
+    return out
+
 
 RUNS = {
     "answers-sft": ["train.groups=answers", "train.update=sft"],

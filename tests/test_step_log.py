@@ -1,9 +1,13 @@
 """The training step's log line: the step's own fields as they are, the update's, the explorer's and the reward's
-parts each under its namespace, and no key written twice."""
+parts each under its namespace, and no key written twice; benchmarks/train_logs.py reads a line without namespaces
+(another checkout's) under them."""
+
+import importlib.util
 
 import pytest
 
-from azlib.training import StepLog, namespaced
+from azlib.paths import REPO_ROOT
+from azlib.training import StepLog
 
 
 def test_each_part_has_its_namespace():
@@ -20,6 +24,10 @@ def test_a_key_two_parts_write_is_refused(space):
 
 
 def test_a_line_without_namespaces_is_read_under_them():
+    spec = importlib.util.spec_from_file_location("train_logs", REPO_ROOT / "benchmarks" / "train_logs.py")
+    train_logs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_logs)
+    namespaced = train_logs.namespaced
     grpo = {"step": 3, "reward_mean": 0.4, "reward_std": 0.2, "loss": 0.1, "kl": 0.01, "reward_hre": 1.0,
             "answers": 2, "answer_accuracy": 0.5, "tokens": 90}
     assert namespaced(grpo) == {"step": 3, "update/reward_mean": 0.4, "update/reward_std": 0.2, "update/loss": 0.1,
