@@ -36,7 +36,7 @@ def run_azlib(args) -> dict:
     sampling = AnswerSampling(temperature=args.temperature, top_p=1.0, max_new_tokens=args.tokens)
     trainer = PolicyUpdate(student, settings, sampling)
     rows = arithmetic_problems(args.prompts * (args.steps + 1), seed=0, steps=(1,))
-    # plain sampling, as a run of train.groups "sampling" explores: a forking tree with no forks
+    # independent answers, as a run of train.signal "independent" explores: a forking tree with no forks
     sampler = ForkExplorer(ForkingSearch(student.backend, rows, ForkSettings(rounds=0), sampling=sampling),
                            args.group_size, "answers")
     times = []

@@ -107,7 +107,7 @@ class FakeUpdate:
 
 def trainer_with_answers(tmp_path, monkeypatch, update):
     trainer = Trainer(FakeStudent(), ROWS, tmp_path / "run",
-                      TrainerSettings(train=TrainSettings(groups="sampling", update=update, problems_per_step=2)))
+                      TrainerSettings(train=TrainSettings(signal="independent", update=update, problems_per_step=2)))
     monkeypatch.setattr(trainer.explorer.forking, "grow", lambda indices, size, seed: [SimpleNamespace(tokens=8, prefill=4, independent_answers=list)])
     monkeypatch.setattr(explorers, "forked_groups", lambda trees, backend, kind: answers())
     trainer.policy_update = FakeUpdate()
@@ -150,9 +150,9 @@ def test_the_trainer_refuses_what_it_cannot_use_and_names_a_bad_return(tmp_path,
 
     with pytest.raises(ValueError, match="'hre' is taken"):
         trainer.add_reward(hre)
-    with pytest.raises(ValueError, match="train.groups must be one of"):
+    with pytest.raises(ValueError, match="train.signal must be one of"):
         Trainer(FakeStudent(), ROWS, tmp_path / "siblings",
-                TrainerSettings(train=TrainSettings(groups="siblings"))).add_reward(Recorder())
+                TrainerSettings(train=TrainSettings(signal="siblings"))).add_reward(Recorder())
     trainer.add_reward(Recorder([1.0]))
     with pytest.raises(ValueError, match="'brief_bonus' returned 1 rewards for 4 completions"):
         trainer.train_step()

@@ -87,7 +87,7 @@ def plot_training(runs: dict[str, Metrics]) -> plt.Figure:
              "; ".join(f"{label.split(':')[0]} {', '.join(str(runs[label].get(k)) for k in differs)}"
                        for label in runs)) if differs else None
     return _finish(fig, {label: f"{label} ({m.get('task', 'task unknown')}, {m.get('steps')} steps, "
-                                f"{m.get('tokens_total', 0):,} tokens, groups {m.get('groups')}, update {m.get('update')}, "
+                                f"{m.get('tokens_total', 0):,} tokens, signal {m.get('signal')}, update {m.get('update')}, "
                                 f"accuracy: {m.get('accuracy_column')})" for label, m in runs.items()}, title)
 
 
