@@ -113,15 +113,6 @@ class Rollout:
     advantages: Sequence[float] = field(default=(), kw_only=True)
     added: dict[str, float] = field(default_factory=dict, kw_only=True)
 
-    # what notebook 04 and the verified answers' filters read of a whole answer
-    @property
-    def text(self) -> str:
-        return self.answer.text
-
-    @property
-    def problem(self) -> int:
-        return self.answer.problem
-
     @property
     def correct(self) -> bool:
         """A whole answer finished with the right answer; a sibling step never is."""

@@ -230,7 +230,7 @@ class Trainer(Resource):
         own = {"step": self.step, "position": self.position, "completions": len(rollouts),
                "completion_correct": sum(r.correct for r in rollouts) / n,
                "reward_mean": sum(r.reward for r in rollouts) / n,  # every answer's, empty ones included
-               "verified": len(good), "solved": len({r.problem for r in good}),
+               "verified": len(good), "solved": len({r.answer.problem for r in good}),
                "truncated": sum(not r.answer.finished for r in whole) / max(len(whole), 1),
                self.explorer.accuracy: sum(found.correct) / max(len(found.correct), 1),
                "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,

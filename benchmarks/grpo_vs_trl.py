@@ -42,8 +42,8 @@ def run_azlib(args) -> dict:
     times = []
     for step in range(args.steps + 1):  # step 0 warms up
         start = time.perf_counter()
-        completions = sampler.explore(list(range(step * args.prompts, (step + 1) * args.prompts)), step).completions
-        trainer.step([c for c in completions if c.text])  # as the Trainer's step
+        rollouts = sampler.explore(list(range(step * args.prompts, (step + 1) * args.prompts)), step).rollouts
+        trainer.step([r for r in rollouts if r.answer.text])  # as the Trainer's step
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}
 

@@ -66,7 +66,7 @@ def test_a_trl_shaped_function_is_called_as_trl_calls_it_and_its_values_are_adde
 
 def test_imitation_keeps_each_problems_best_verified_answers():
     scored = with_rewards(answers(), ROWS, [Recorder()])
-    assert [c.text for c in best_verified(scored)] == [ANSWERS[1][1], ANSWERS[3][1]]  # the brief correct ones
+    assert [c.answer.text for c in best_verified(scored)] == [ANSWERS[1][1], ANSWERS[3][1]]  # the brief correct ones
     assert len(best_verified(answers())) == 3, "with correctness alone every verified answer ties and is kept"
 
 
@@ -132,7 +132,7 @@ def test_the_trainer_adds_the_function_to_what_grpo_and_imitation_train_on(tmp_p
     imitation = trainer_with_answers(tmp_path / "sft", monkeypatch, "sft")
     imitation.add_reward(Recorder())
     imitation.train_step()
-    assert [e.text for e in imitation.policy_update.handed[0]] == [ANSWERS[1][1], ANSWERS[3][1]]
+    assert [e.answer.text for e in imitation.policy_update.handed[0]] == [ANSWERS[1][1], ANSWERS[3][1]]
 
 
 def test_the_trainer_refuses_what_it_cannot_use_and_names_a_bad_return(tmp_path, monkeypatch):

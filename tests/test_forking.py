@@ -108,7 +108,7 @@ def test_verified_answers_are_deduplicated_by_their_normalised_solution():
 
     kept = verified([c("2 + 3 = 5\n#### 5\n"), c("2 + 3  =  5\n####  5"), c("2+3 = 5\n#### 5"), c("x", False),
                      c("2 + 3 = 5\n#### 5\n", problem=1)])
-    assert [(k.problem, k.text) for k in kept] == [(0, "2 + 3 = 5\n#### 5\n"), (0, "2+3 = 5\n#### 5"),
+    assert [(k.answer.problem, k.answer.text) for k in kept] == [(0, "2 + 3 = 5\n#### 5\n"), (0, "2+3 = 5\n#### 5"),
                                                   (1, "2 + 3 = 5\n#### 5\n")]
 
 
@@ -137,7 +137,7 @@ def test_a_rollout_holds_its_answer_and_comes_back_from_a_checkpoint_equal():
     backend = SimpleNamespace(with_eos=lambda ids, finished: list(ids) + [9] * finished)
     hinted = replace(answer(1.0, (2, 3)), text="2 + 3 = 5\n#### 5", writer="hint")
     r = answer_rollout(backend, 0, [1], hinted, advantages=(0.5, 0.5))
-    assert r.answer is hinted and (r.text, r.correct, r.problem, r.reward) == (hinted.text, True, 0, 1.0), "not a copy"
+    assert r.answer is hinted and (r.answer.text, r.correct, r.answer.problem, r.reward) == (hinted.text, True, 0, 1.0), "not a copy"
     assert r.completion_ids == [2, 3, 9] and r.advantages == (0.5, 0.5, 0.5), "the EOS id, and its advantage"
     added = replace(r, reward=1.25, added={"brief_bonus": 0.25})
     step = Rollout(None, [1, 2], [3], 0.5, 1)  # a sibling step: no whole answer
@@ -338,7 +338,7 @@ def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_w
     rollouts = forked_groups(trees, student.backend)
     assert [r.answer.writer for r in rollouts] == [a.writer for t in trees for a in t.answers()]
     for r in rollouts:
-        assert r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.problem]["prompt"])), "no hint"
+        assert r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.answer.problem]["prompt"])), "no hint"
 
 
 @pytest.mark.model
@@ -365,7 +365,7 @@ def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(
                 [scored] = student.backend.score([TokenIds(tree.prompt_ids + prefix)], [list(node.token_ids)])
                 assert node.logprobs == pytest.approx(scored, abs=1e-4), "the student's log-probs of the teacher's text"
     rollouts = forked_groups(trees, student.backend)
-    assert all(r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.problem]["prompt"])) for r in rollouts)
+    assert all(r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.answer.problem]["prompt"])) for r in rollouts)
 
 
 def test_the_teacher_arm_needs_a_teacher_tier_or_teachers():

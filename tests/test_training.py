@@ -100,8 +100,8 @@ def test_signals_from_trees_and_from_samples(student):
     results = search(env, [env.root(i) for i in range(2)], SearchSettings(num_simulations=4, max_depth=3),
                      random.Random(0))
     paths = tree_groups(results, env, "paths")
-    assert {r.group for r in paths} == {0, 1} and {r.problem for r in paths} == {0, 1}, "one group per problem"
-    assert all(r.prompt_ids == list(env.context(r.problem)) and r.reward == r.answer.breakdown.total for r in paths)
+    assert {r.group for r in paths} == {0, 1} and {r.answer.problem for r in paths} == {0, 1}, "one group per problem"
+    assert all(r.prompt_ids == list(env.context(r.answer.problem)) and r.reward == r.answer.breakdown.total for r in paths)
     for kind in ("siblings", "visits"):
         siblings = tree_groups(results, env, kind)
         assert siblings, "an expanded root with visited children makes a group"
@@ -197,7 +197,7 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
         assert rollouts
         for r in rollouts:
             ids = tuple(r.completion_ids[:-1] if r.answer.eos and r.completion_ids[-1] == eos else r.completion_ids)
-            assert student.tokenizer.decode(list(ids), skip_special_tokens=True) == r.text
+            assert student.tokenizer.decode(list(ids), skip_special_tokens=True) == r.answer.text
             # sampled pieces end to end: a first line, then the rollout (or chunk) sampled after it, cut at the answer line
             ends = {0}
             for position in range(len(ids)):

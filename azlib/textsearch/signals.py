@@ -100,7 +100,7 @@ def verified(rollouts: Sequence[Rollout]) -> list[Rollout]:
     space as one space): what expert iteration imitates."""
     seen, out = set(), []
     for r in rollouts:
-        if r.correct and (key := (r.problem, " ".join(r.text.lower().split()))) not in seen:
+        if r.correct and (key := (r.answer.problem, " ".join(r.answer.text.lower().split()))) not in seen:
             seen.add(key)
             out.append(r)
     return out
@@ -115,10 +115,10 @@ def with_rewards(rollouts: Sequence[Rollout], problems: Sequence[Row],
     (azlib.rewards.call_reward checks what comes back). TRL sums its reward functions the same way."""
     if not functions or not rollouts:
         return list(rollouts)
-    rows = [problems[r.problem] for r in rollouts]
+    rows = [problems[r.answer.problem] for r in rollouts]
     columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
     columns["completion_ids"] = [list(r.completion_ids) for r in rollouts]
-    prompts, texts = [row["prompt"] for row in rows], [r.text for r in rollouts]
+    prompts, texts = [row["prompt"] for row in rows], [r.answer.text for r in rollouts]
     added = {reward_name(f): call_reward(f, prompts, texts, **columns) for f in functions}
     return [replace(r, reward=r.reward + sum(v[i] for v in added.values()),
                     added={**r.added, **{name: v[i] for name, v in added.items()}})
@@ -131,5 +131,5 @@ def best_verified(rollouts: Sequence[Rollout]) -> list[Rollout]:
     good = verified(rollouts)
     best: dict[int, float] = {}
     for r in good:
-        best[r.problem] = max(best.get(r.problem, r.reward), r.reward)
-    return [r for r in good if r.reward == best[r.problem]]
+        best[r.answer.problem] = max(best.get(r.answer.problem, r.reward), r.reward)
+    return [r for r in good if r.reward == best[r.answer.problem]]
