@@ -49,14 +49,14 @@ def plot_rlt(runs: dict[str, Metrics]) -> plt.Figure:
 
 
 def plot_ensemble(runs: dict[str, Metrics]) -> plt.Figure:
-    """Notebook 03, one colour per run (label -> its metrics): each teacher's sampling weight after the searches (the
+    """Notebook 03, one colour per run (label -> its metrics): each teacher's draw weight after the searches (the
     teachers of every run, by name), and the mean Q of the visited right (1) and wrong (0) children with their count
     (n) beside each point, on an axis that ends a little above the highest mean (a Q near 0 stays readable)."""
     fig, (weights, children) = plt.subplots(1, 2, figsize=(13, 4.6))
     teachers = sorted({name for m in runs.values() for name in _teachers(m)})
     _points(weights, teachers, {label: [(m.get(f"{name}_weight"), None, None) for name in teachers]
                                 for label, m in runs.items()})
-    weights.set(ylim=(0, 1), ylabel="sampling weight", title="teacher weights after the searches")
+    weights.set(ylim=(0, 1), ylabel="draw weight", title="teacher weights after the searches")
     branches = {"right": "right (1)", "wrong": "wrong (0)"}
     _points(children, list(branches.values()), {label: [(m.get(f"{b}_children_mean_q"), None, None) for b in branches]
                                                 for label, m in runs.items()},
