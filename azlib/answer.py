@@ -38,13 +38,13 @@ def scored_answer(backend: Backend, problem: int, gold: str, ids: Sequence[int],
                   code: str = "", writer: str = "student", terminal: bool = False) -> Answer:
     """Sampled ids as a whole answer and its reward: the ids decoded once, cut at the answer line (the ids end at the
     id that writes its last character), scored. `ended`: the writer stopped (EOS or the answer line); `pres`: the
-    PRE of each step (a search path's), default one step, the answer's own tokens; `terminal`: the original reward
+    PRE of each step (a search path's), default one step, the answer's own tokens; `terminal`: the combined reward
     counts HRE at any terminal (a depth or token cap too), the correctness reward only for a finished answer."""
     whole = backend.tokenizer.decode(ids, skip_special_tokens=True)
     text, finished = complete_answer(whole, ended)
     kept = len(ids) if text == whole else ids_writing(backend, ids, len(text))
     ids, logprobs = tuple(ids[:kept]), tuple(logprobs[:kept])
-    r = answer_reward(text, gold, finished=finished or (terminal and kind == "original"), kind=kind, weights=weights,
+    r = answer_reward(text, gold, finished=finished or (terminal and kind == "combined"), kind=kind, weights=weights,
                       step_pres=[perplexity_reward(logprobs)] if pres is None else pres, path_code=code)
     return Answer(problem, ids, logprobs, text, finished, finished, r.total, finished and r.hre == 1.0, r, writer)
 

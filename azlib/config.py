@@ -287,7 +287,7 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     text: TextSearch = Field(TextSearchSettings(), description="azlib.settings.TextSearchSettings fields: "
                                                                "expansion, samples, chunk length")
     fork: Fork = Field(ForkSettings(), description="azlib.settings.ForkSettings fields: the forking tree of "
-                                                   "train.groups 'forked' and 'treerl' (rounds, points, branches, "
+                                                   "train.signal 'forked' and 'treerl' (rounds, points, branches, "
                                                    "where, check, fork_from, writer)")
     grpo: GRPO = Field(GRPOSettings(), description="azlib.settings.GRPOSettings fields (the answers' temperature and "
                                                    "length are the train section's; in notebook 05 every arm's "
@@ -296,7 +296,7 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     lora: Lora = Field(LoraSettings(), description="azlib.settings.LoraSettings fields: r, alpha, dropout")
     train: Train = Field(
         TrainSettings(), description="azlib.settings.TrainSettings fields: signal, update, steps, sampling (in "
-                                     "notebook 05 the arms set groups and update, and train.token_budget ends "
+                                     "notebook 05 the arms set signal and update, and train.token_budget ends "
                                      "every arm)")
 
     @property
@@ -309,7 +309,7 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
         if self.generation == "server" and not self.generation_url.startswith(("http://", "https://")):
             raise ValueError("generation 'server' needs generation_url, the vLLM server's base URL "
                              f"(http://host:port/v1), got {self.generation_url!r}")
-        if self.generation == "server" and self.has_teachers and asks_teachers(self.train.groups, self.fork.writer):
+        if self.generation == "server" and self.has_teachers and asks_teachers(self.train.signal, self.fork.writer):
             raise ValueError(SERVER_CANNOT_SCORE)
         return self
 
@@ -354,7 +354,7 @@ class BaseVsTrainedParams(TrainingParams):
         if "tree_teachers" in self.arms and not self.has_teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
                              "(cpu, vllm, ...) or teachers, not neither")
-        asking = [arm for arm in self.arms if arm_asks_teachers(arm, self.fork, self.train.groups)]
+        asking = [arm for arm in self.arms if arm_asks_teachers(arm, self.fork, self.train.signal)]
         if self.generation == "server" and self.has_teachers and asking:
             raise ValueError(f"arms {', '.join(asking)}: {SERVER_CANNOT_SCORE}")
         return self

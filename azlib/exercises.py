@@ -311,7 +311,7 @@ def check_negamax_backup(fn: Callable[[float, int], Sequence[float]], seed: int 
 # -- 03: the teacher ensemble's weights (azlib.teachers.weights) --------------------------------------
 
 def check_teacher_weights(fn: Callable[..., dict[str, float]], seed: int | None = None) -> Grade:
-    """fn(scores, values, ema_rate, temperature, floor) -> each teacher's sampling weight after one credit."""
+    """fn(scores, values, ema_rate, temperature, floor) -> each teacher's draw weight after one credit."""
     from azlib.teachers import TeacherWeights
 
     rng = random.Random(seed)

@@ -242,9 +242,9 @@ class Experiment:
         else:
             from azlib.training import trainer_from_params
 
-            fork, train = arm_settings(arm, p.fork, p.train.groups)
+            fork, train = arm_settings(arm, p.fork, p.train.signal)
             # only the arms that ask teachers open their engines (the run's teachers are theirs)
-            asks = arm_asks_teachers(arm, p.fork, p.train.groups)
+            asks = arm_asks_teachers(arm, p.fork, p.train.signal)
             arm_params = p.model_copy(update={"seed": seed, "fork": fork} if asks else
                                       {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
             # what the trainer opens of its own closes when the block ends, however it ends

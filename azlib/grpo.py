@@ -7,8 +7,8 @@ ratio token loss with a k3 KL to the reference, four aggregations), or imitation
     (the ratio on the KL term makes its gradient the unbiased reverse-KL one, DeepSeek-V3.2; TRL 1.16's
     default; kl_ratio_correction=False gives the DeepSeekMath form)
     grpo: mean over a sequence's tokens, then over sequences;  bnpo, dapo: sum / active tokens;
-    dr_grpo: sum / (sequences x max_completion_length);  original: the original system's reward-
-    weighted supervised loss, -A_i mean_t logp_t (no ratio, no clip), plus the same KL term.
+    dr_grpo: sum / (sequences x max_completion_length);  reward_weighted: the original system's reward-weighted
+    log-likelihood, -A_i mean_t logp_t (no ratio, no clip), plus the same KL term.
     Log-probs are those of the sampling distribution: logits / temperature (as TRL). The temperature and the
     length cap (max_completion_length) are how the answers were sampled (azlib.settings.AnswerSampling),
     which the update is given beside its own settings.
@@ -63,7 +63,7 @@ def token_losses(logp, old_logp, ref_logp, advantages, settings: GRPOSettings) -
     """Per-token loss [B, T] before aggregation; advantages [B] (one per sequence) or [B, T] (per token)."""
     a = advantages if advantages.dim() == 2 else advantages.unsqueeze(1)
     ratio = torch.exp(logp - old_logp)
-    if settings.loss_type == "original":
+    if settings.loss_type == "reward_weighted":
         per_token = -a * logp
     else:
         clipped = torch.clamp(ratio, 1 - settings.epsilon_low, 1 + settings.epsilon_high)
@@ -80,7 +80,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, settings: GRPOSetting
     """This micro-batch's share of the loss of the whole batch (batch_sequences, batch_tokens over
     all micro-batches), so that the shares add up to the full-batch loss."""
     masked = per_token * mask
-    if settings.loss_type in ("grpo", "original"):
+    if settings.loss_type in ("grpo", "reward_weighted"):
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / batch_sequences
     if settings.loss_type in ("bnpo", "dapo"):
         return masked.sum() / max(batch_tokens, 1.0)
@@ -112,15 +112,6 @@ class Rollout:
     group: int
     advantages: Sequence[float] = field(default=(), kw_only=True)
     added: dict[str, float] = field(default_factory=dict, kw_only=True)
-
-    # what notebook 04 and the verified answers' filters read of a whole answer
-    @property
-    def text(self) -> str:
-        return self.answer.text
-
-    @property
-    def problem(self) -> int:
-        return self.answer.problem
 
     @property
     def correct(self) -> bool:

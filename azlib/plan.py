@@ -414,7 +414,7 @@ def _arms_work(params, shape: ModelShape, length: int, row: int) -> tuple[list[W
     starts = 0
     if kind == "vllm":
         starts = 1 + len(_teacher_engines(params)) * any(
-            arm_asks_teachers(a, params.fork, t.groups) for a in azlib_arms)
+            arm_asks_teachers(a, params.fork, t.signal) for a in azlib_arms)
     if "trl" in params.arms:  # TRL's own generation: its colocated vLLM engine (the student's share, before
         # azlib's student engine starts) or transformers' generate, at azlib's hf rate until a GPU measures it;
         # its micro-batches are the grpo section's (azlib.peers.trl_config), the phase above

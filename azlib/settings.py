@@ -42,9 +42,9 @@ def check_fields(settings) -> None:
 
 # -- choices read by several components --------------------------------------------------------------------------
 
-# An answer's reward (azlib.rewards.answer_reward): correctness (HRE of a finished answer), or the original system's
-# weighted sum of HRE, discounted PRE, length penalty and direction bonus
-RewardKind = Literal["correctness", "original"]
+# An answer's reward (azlib.rewards.answer_reward): correctness (HRE of a finished answer), or "combined", the original
+# system's weighted sum of HRE, discounted PRE, length penalty and direction bonus (azlib.rewards.combined_reward)
+RewardKind = Literal["correctness", "combined"]
 # How strictly a step `a op b = c` of an answer is checked (azlib.rewards.step_checks): its arithmetic; also its
 # operands traced to the problem's numbers and earlier results; or its arithmetic and a result of the reference's
 StepCheckKind = Literal["arithmetic", "traced", "reference"]
@@ -128,9 +128,9 @@ class TextSearchSettings:
 
 @dataclass(frozen=True)
 class ForkSettings:
-    """How a problem's tree grows after its independent answers (the sampling arm's draw of G)."""
+    """How a problem's tree grows after its independent answers (the G of signal "independent")."""
 
-    rounds: Annotated[int, Ge(0)] = 1  # forking rounds; 0: the tree is plain sampling
+    rounds: Annotated[int, Ge(0)] = 1  # forking rounds; 0: the tree is G independent answers
     points: Annotated[int, Ge(1)] = 2  # fork points per problem per round
     branches: Annotated[int, Ge(1)] = 2  # continuations written from each point
     # surprise: before the tokens the student sampled with the lowest probability (EPTree forks at high-
@@ -202,7 +202,8 @@ class GRPOSettings:
     5e-5 with 3 warmup steps (published LoRA-RL practice: 1e-5 to 1e-4). The original system's choices, one
     field away: beta 0.1, lr 2e-4, adamw_8bit (the h100-original profile sets them)."""
 
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "original"] = "dapo"
+    # reward_weighted: the original system's reward-weighted log-likelihood (azlib.grpo.token_losses)
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "reward_weighted"] = "dapo"
     beta: Annotated[float, Ge(0)] = 0.04  # weight of the k3 KL to the reference policy
     kl_ratio_correction: bool = True  # multiply k3 by the (differentiable) ratio, as TRL 1.16 does
     epsilon_low: Annotated[float, Gt(0)] = 0.2
@@ -241,18 +242,19 @@ class LoraSettings:
 # -- the training loop (azlib.training) ---------------------------------------------------------------------------
 
 # The training signals a run can take (azlib.textsearch.signals builds them), each with the explorer that grows its
-# trees (azlib.textsearch.explorers): "tree", the MCTS search over text, or "fork", forking trees (sampling: no forks)
+# trees (azlib.textsearch.explorers): "tree", the MCTS search over text, or "fork", forking trees ("independent": G
+# independent answers per problem, a forking tree with no forks)
 EXPLORER_OF = {"answers": "tree", "paths": "tree", "siblings": "tree", "visits": "tree",
-               "sampling": "fork", "forked": "fork", "treerl": "fork"}
-GroupKind = Literal[tuple(EXPLORER_OF)]
-GROUP_KINDS = get_args(GroupKind)
+               "independent": "fork", "forked": "fork", "treerl": "fork"}
+SignalKind = Literal[tuple(EXPLORER_OF)]
+SIGNAL_KINDS = get_args(SignalKind)
 
 
 @dataclass(frozen=True)
 class TrainSettings:
     """The loop: its training signal and update, its length, and how every answer of the run is sampled."""
 
-    groups: GroupKind = "answers"
+    signal: SignalKind = "answers"  # the training signal the run's explorer makes (azlib.textsearch.signals)
     # sft: imitate the verified completions (expert iteration; what learns fastest on the embedded model),
     # or grpo: the policy-gradient update (the original system's)
     update: Literal["grpo", "sft"] = "sft"
@@ -263,7 +265,7 @@ class TrainSettings:
     steps: Annotated[int, Ge(1)] = 10
     problems_per_step: Annotated[int, Ge(1)] = 2
     checkpoint_every: Annotated[int, Ge(1)] = 1  # steps; every step by default, so a kill loses no finished step
-    # G: independent answers per problem, a forking tree's round 0 ("sampling": all of it); one has no advantage
+    # G: independent answers per problem, a forking tree's round 0 ("independent": all of it); one has no advantage
     group_size: Annotated[int, Ge(2)] = 8
     max_new_tokens: Annotated[int, Ge(1)] = 128  # answer length: sampled answers and search rollouts
     temperature: Annotated[float, Gt(0)] = 0.7  # of answers, rollouts and chunks; GRPO's log-probs are taken at it
@@ -280,10 +282,10 @@ class TrainSettings:
 TRAINING_SEARCH = SearchSettings(skip_solved=True, q_transform="parent_value")
 
 
-def asks_teachers(groups: str, writer: str) -> bool:
-    """Whether a run with these signals asks its teachers: the MCTS search over text and forks written by teachers
+def asks_teachers(signal: str, writer: str) -> bool:
+    """Whether a run of this signal asks its teachers: the MCTS search over text and forks written by teachers
     do, and the student then scores the text they write (its prior and perplexity of it)."""
-    return EXPLORER_OF[groups] == "tree" or writer == "teachers"
+    return EXPLORER_OF[signal] == "tree" or writer == "teachers"
 
 
 # -- notebook 05's arms (azlib.experiment) ------------------------------------------------------------------------
@@ -291,39 +293,39 @@ def asks_teachers(groups: str, writer: str) -> bool:
 # What each arm searches or samples, and how it updates: a key that names a ForkSettings field sets the fork
 # section, the rest the train section. Every arm but "trl" runs azlib's Trainer.
 ARMS = {
-    "tree": {"groups": "forked", "update": "sft"},  # forking tree, imitation of its verified answers
-    "tree_grpo": {"groups": "treerl", "update": "grpo"},  # forking tree, TreeRL's per-token advantages
-    "resample": {"groups": "forked", "update": "sft", "where": "root"},  # the tree's allocation, no prefixes
+    "tree": {"signal": "forked", "update": "sft"},  # forking tree, imitation of its verified answers
+    "tree_grpo": {"signal": "treerl", "update": "grpo"},  # forking tree, TreeRL's per-token advantages
+    "resample": {"signal": "forked", "update": "sft", "where": "root"},  # the tree's allocation, no prefixes
     # the forking tree whose forks the hint teacher (the student reading the reference solution) writes
-    "tree_hint": {"groups": "forked", "update": "sft", "writer": "hint"},
+    "tree_hint": {"signal": "forked", "update": "sft", "writer": "hint"},
     # STaR's rationalization, no tree: the hint teacher writes whole answers to the problems not all solved
-    "rationalize": {"groups": "forked", "update": "sft", "where": "root", "writer": "hint"},
+    "rationalize": {"signal": "forked", "update": "sft", "where": "root", "writer": "hint"},
     # the forking tree whose forks the teacher ensemble writes ("right" and "wrong" continuations of the
     # student's prefix: the original system's teachers; needs teachers, the only arm besides mcts given them)
-    "tree_teachers": {"groups": "forked", "update": "sft", "writer": "teachers"},
-    # PUCT over first lines with rollouts: the signal the run's train.groups names where it is one of the search
+    "tree_teachers": {"signal": "forked", "update": "sft", "writer": "teachers"},
+    # PUCT over first lines with rollouts: the signal the run's train.signal names where it is one of the search
     # over text's ("answers", "paths", "siblings", "visits"; arm_settings), else "answers"; the run's update
-    "mcts": {"groups": "answers"},
-    "rft": {"groups": "sampling", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
-    "grpo": {"groups": "sampling", "update": "grpo"},  # plain GRPO
+    "mcts": {"signal": "answers"},
+    "rft": {"signal": "independent", "update": "sft"},  # rejection-sampling fine-tuning: expert iteration, no tree
+    "grpo": {"signal": "independent", "update": "grpo"},  # plain GRPO
     "trl": {},  # TRL's GRPOTrainer
 }
 
 
-def arm_settings(arm: str, fork: ForkSettings, groups: str | None = None) -> tuple[ForkSettings, dict]:
+def arm_settings(arm: str, fork: ForkSettings, signal: str | None = None) -> tuple[ForkSettings, dict]:
     """An arm's fork section (the run's, with the fields the arm names) and its changes to the train section.
-    `groups` is the run's train.groups: the mcts arm keeps it where it is a signal of the search over text."""
+    `signal` is the run's train.signal: the mcts arm keeps it where it is a signal of the search over text."""
     spec = dict(ARMS[arm])
-    if arm == "mcts" and groups is not None and EXPLORER_OF[groups] == "tree":
-        spec["groups"] = groups
+    if arm == "mcts" and signal is not None and EXPLORER_OF[signal] == "tree":
+        spec["signal"] = signal
     named = {f.name: spec.pop(f.name) for f in fields(ForkSettings) if f.name in spec}
     return replace(fork, **named), spec
 
 
-def arm_asks_teachers(arm: str, fork: ForkSettings, groups: str) -> bool:
-    """Whether the arm asks the run's teachers, given the run's fork section and train.groups."""
-    arm_fork, train = arm_settings(arm, fork, groups)
-    return asks_teachers(train.get("groups", groups), arm_fork.writer)
+def arm_asks_teachers(arm: str, fork: ForkSettings, signal: str) -> bool:
+    """Whether the arm asks the run's teachers, given the run's fork section and train.signal."""
+    arm_fork, train = arm_settings(arm, fork, signal)
+    return asks_teachers(train.get("signal", signal), arm_fork.writer)
 
 
 # -- RLT's teacher (azlib.rlt) ------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from azlib.data.rows import Row
 from azlib.answer import Answer
 from azlib.grpo import PolicyUpdate, Rollout
-from azlib.textsearch.signals import SCORABLE_GROUPS, best_verified, verified, with_rewards
+from azlib.textsearch.signals import SCORABLE_SIGNALS, best_verified, verified, with_rewards
 from azlib.textsearch.explorers import Exploration, ForkExplorer, TreeExplorer, explorer
 from azlib.models.generation import Resource
 from azlib.models.student import Student
@@ -54,7 +54,7 @@ class TrainerSettings:
     train: TrainSettings = TrainSettings()
     search: SearchSettings = TRAINING_SEARCH
     text: TextSearchSettings = TextSearchSettings()
-    fork: ForkSettings = ForkSettings()  # groups "forked" and "treerl" ("sampling": the same with no forks)
+    fork: ForkSettings = ForkSettings()  # signals "forked" and "treerl" ("independent": the same with no forks)
     grpo: GRPOSettings = GRPOSettings()
     lora: LoraSettings = LoraSettings()
 
@@ -64,7 +64,7 @@ class TrainerSettings:
         top-p (the update's log-probs are of softmax(logits / T) alone), and train's answer length; the
         original system's chunked search ends an answer at depth x chunk instead."""
         t = self.train
-        chunked = self.text.expansion == "chunk" and EXPLORER_OF[t.groups] == "tree"
+        chunked = self.text.expansion == "chunk" and EXPLORER_OF[t.signal] == "tree"
         length = self.text.chunk_tokens * self.search.max_depth if chunked else t.max_new_tokens
         return AnswerSampling(temperature=t.temperature, top_p=1.0, max_new_tokens=length)
 
@@ -113,7 +113,7 @@ class Trainer(Resource):
         self.log_path = self.folder / "train_log.jsonl"
         self.policy_update = PolicyUpdate(student, settings.grpo, settings.sampling)
         self.teachers, self.checker, self.weights = teachers, checker, weights
-        self.explorer = self.explorer_for(settings.train.groups)  # the run's: its problems and seed in, rollouts out
+        self.explorer = self.explorer_for(settings.train.signal)  # the run's: its problems and seed in, rollouts out
         self.step, self.position, self.tokens = 0, 0, 0
         self.replay: list[Rollout] = []  # verified answers found so far (update "sft"), newest last
         self.reward_functions: list[RewardFunction] = []  # added by add_reward: a learner's own, TRL-shaped
@@ -124,10 +124,10 @@ class Trainer(Resource):
         the update trains on, as TRL sums its reward functions; its mean is logged as reward_<its name>. GRPO's
         advantages come from the sum; imitation (update "sft") keeps each problem's verified answers with the
         best sum. The search still steers by `train.reward`. Added before `run`: a resume checks the names."""
-        groups = self.settings.train.groups
-        if groups not in SCORABLE_GROUPS:
-            raise ValueError(f"a reward function scores whole answers: train.groups must be one of {SCORABLE_GROUPS} "
-                             f"to use one, got {groups!r}")
+        signal = self.settings.train.signal
+        if signal not in SCORABLE_SIGNALS:
+            raise ValueError(f"a reward function scores whole answers: train.signal must be one of {SCORABLE_SIGNALS} "
+                             f"to use one, got {signal!r}")
         check_reward_function(function, [k for k in self.problems[0] if k != "prompt"] + ["completion_ids"])
         name, taken = reward_name(function), {reward_name(f) for f in self.reward_functions}
         reserved = taken | set(RewardBreakdown.__dataclass_fields__) | {"mean", "std"}  # the log's reward_* keys
@@ -136,10 +136,10 @@ class Trainer(Resource):
                              f"(taken: {sorted(reserved)}); give the function another name (def ...)")
         self.reward_functions.append(function)
 
-    def explorer_for(self, groups: str) -> TreeExplorer | ForkExplorer:
-        """An explorer of these `train.groups` over this run's problems, student and teachers
+    def explorer_for(self, signal: str) -> TreeExplorer | ForkExplorer:
+        """An explorer of this `train.signal` over this run's problems, student and teachers
         (azlib.textsearch.explorers); the run's own is `self.explorer`."""
-        return explorer(self.settings, self.student.backend, self.problems, groups, teachers=self.teachers,
+        return explorer(self.settings, self.student.backend, self.problems, signal, teachers=self.teachers,
                         checker=self.checker, weights=self.weights)
 
     def close(self) -> None:
@@ -204,7 +204,7 @@ class Trainer(Resource):
         own = {"step": self.step, "position": self.position, "completions": len(rollouts),
                "completion_correct": sum(r.correct for r in rollouts) / n,
                "reward_mean": sum(r.reward for r in rollouts) / n,  # every answer's, empty ones included
-               "verified": len(good), "solved": len({r.problem for r in good}),
+               "verified": len(good), "solved": len({r.answer.problem for r in good}),
                "truncated": sum(not r.answer.finished for r in whole) / max(len(whole), 1),
                self.explorer.accuracy: sum(found.correct) / max(len(found.correct), 1),
                "tokens": found.tokens, "prefill_tokens": found.prefill, "tokens_total": self.tokens,
@@ -229,7 +229,7 @@ class Trainer(Resource):
         log = self._read_log(upto=self.step)
         s, first = self.settings.train, world()[0] == 0  # under torchrun rank 0 writes the log and the checkpoints
         update = "imitation" if s.update == "sft" else "GRPO"
-        with tqdm(total=s.steps, initial=self.step, desc=f"{update} steps ({s.groups})", unit="step",
+        with tqdm(total=s.steps, initial=self.step, desc=f"{update} steps ({s.signal})", unit="step",
                   disable=not (progress and first)) as bar:
             while self.step < s.steps and (s.token_budget is None or self.tokens < s.token_budget):
                 record = self.train_step()

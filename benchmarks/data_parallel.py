@@ -1,4 +1,4 @@
-"""Data-parallel training steps: notebook 04's loop (sampled groups, the GRPO update) on the embedded model with
+"""Data-parallel training steps: notebook 04's loop (independent answers, the GRPO update) on the embedded model with
 1 process and with 2 (torchrun's process group through torch.multiprocessing, gloo on CPU, nccl on GPUs), at the
 same global batch, on the same machine: answers trained per second, the speed-up, and the share of each step
 spent in communication (the gather of the step's answers and the gradient all-reduce, azlib.parallel; a rank
@@ -59,7 +59,7 @@ def run(rank: int, world: int, port: int, args, out: str) -> None:
     torch.manual_seed(0)
     student = Student(DEFAULT_MODEL, lora=LoraSettings(r=16, dropout=0.0), device=device)
     rows = arithmetic_problems(args.problems * (args.steps + 1), seed=0, steps=(1, 2))
-    config = TrainerSettings(train=TrainSettings(groups="sampling", update="grpo", steps=args.steps + 1,
+    config = TrainerSettings(train=TrainSettings(signal="independent", update="grpo", steps=args.steps + 1,
                                                 problems_per_step=args.problems, group_size=args.group,
                                                 max_new_tokens=args.tokens),
                             grpo=GRPOSettings(micro_batch_size=8))

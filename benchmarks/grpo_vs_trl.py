@@ -36,14 +36,14 @@ def run_azlib(args) -> dict:
     sampling = AnswerSampling(temperature=args.temperature, top_p=1.0, max_new_tokens=args.tokens)
     trainer = PolicyUpdate(student, settings, sampling)
     rows = arithmetic_problems(args.prompts * (args.steps + 1), seed=0, steps=(1,))
-    # plain sampling, as a run of train.groups "sampling" explores: a forking tree with no forks
+    # independent answers, as a run of train.signal "independent" explores: a forking tree with no forks
     sampler = ForkExplorer(ForkingSearch(student.backend, rows, ForkSettings(rounds=0), sampling=sampling),
                            args.group_size, "answers")
     times = []
     for step in range(args.steps + 1):  # step 0 warms up
         start = time.perf_counter()
-        completions = sampler.explore(list(range(step * args.prompts, (step + 1) * args.prompts)), step).completions
-        trainer.step([c for c in completions if c.text])  # as the Trainer's step
+        rollouts = sampler.explore(list(range(step * args.prompts, (step + 1) * args.prompts)), step).rollouts
+        trainer.step([r for r in rollouts if r.answer.text])  # as the Trainer's step
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}
 

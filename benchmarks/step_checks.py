@@ -101,8 +101,8 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
             kept = verified(forked_groups(trees, backend))
             tokens = sum(t.tokens for t in trees)
             return {"tokens": tokens, "answers": sum(len(t.answers()) for t in trees), "verified": len(kept),
-                    "solved": len({c.problem for c in kept}), "verified_per_1k": 1000 * len(kept) / tokens,
-                    "solved_per_1k": 1000 * len({c.problem for c in kept}) / tokens}
+                    "solved": len({c.answer.problem for c in kept}), "verified_per_1k": 1000 * len(kept) / tokens,
+                    "solved_per_1k": 1000 * len({c.answer.problem for c in kept}) / tokens}
 
         def picked(trees) -> dict:
             """The first answer (round by round) whose steps all pass the traced check, else the first; scored

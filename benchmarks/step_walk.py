@@ -3,9 +3,9 @@ in, the deepest chain of azlib calls, and the record types handed between them, 
 (azlib.models: decode loop, caches, forward passes) and the process group (azlib.parallel). A record type is one
 of azlib's data classes, or the shape of an anonymous record: a dict by its string keys, a tuple of mixed values
 by its length. Components (settings, backends, engines, explorers) and plain numbers are not records. A smoke
-trainer of the given `train.groups` takes one step to warm up; the second is traced.
+trainer of the given `train.signal` takes one step to warm up; the second is traced.
 
-    .venv/bin/python benchmarks/step_walk.py --groups answers --update grpo
+    .venv/bin/python benchmarks/step_walk.py --signal answers --update grpo
 """
 
 from __future__ import annotations
@@ -67,12 +67,12 @@ class Walk:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--groups", default="answers")
+    parser.add_argument("--signal", default="answers")
     parser.add_argument("--update", default="grpo", choices=("grpo", "sft"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        params, _ = resolve_library("04_gsm8k_run", "smoke", folder, [f"train.groups={args.groups}",
+        params, _ = resolve_library("04_gsm8k_run", "smoke", folder, [f"train.signal={args.signal}",
                                                                       f"train.update={args.update}",
                                                                       "train.max_new_tokens=48"])
         problems, _ = training_problems(params)
@@ -85,7 +85,7 @@ def main() -> None:
             finally:
                 sys.setprofile(None)
     modules = {module for module, _ in walk.functions}
-    print(f"train.groups {args.groups}, update {args.update}: {len(walk.functions)} functions in {len(modules)} "
+    print(f"train.signal {args.signal}, update {args.update}: {len(walk.functions)} functions in {len(modules)} "
           f"modules, {walk.deepest} calls deep, {len(walk.records)} record types")
     print("record types:\n  " + "\n  ".join(sorted(walk.records)))
     print("functions:\n  " + "\n  ".join(f"{m}.{q}" for m, q in sorted(walk.functions)))

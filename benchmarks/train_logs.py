@@ -1,5 +1,5 @@
 """Whether a change keeps training's behaviour: the step logs of short `azlib train` runs (smoke profile, answers of
-up to 48 tokens) for every `train.groups`, both updates, the teachers, chunked expansion and hint and teacher forks,
+up to 48 tokens) for every `train.signal`, both updates, the teachers, chunked expansion and hint and teacher forks,
 with the fields that measure the machine (seconds, memory) dropped. Written as JSON; `--against` compares with a file
 another checkout wrote and names the first difference. A file whose lines have no namespaces (update/, search/,
 reward/) is read under them (`namespaced`); its GRPO lines hold GRPO's reward_mean only, so the step's own
@@ -44,18 +44,18 @@ def namespaced(line: dict) -> dict:
 
 
 RUNS = {
-    "answers-sft": ["train.groups=answers", "train.update=sft"],
-    "answers-grpo": ["train.groups=answers", "train.update=grpo"],
-    "answers-teachers": ["train.groups=answers", "train.update=grpo", "teacher_tier=cpu"],
-    "paths-grpo": ["train.groups=paths", "train.update=grpo"],
-    "siblings-grpo": ["train.groups=siblings", "train.update=grpo"],
-    "visits-grpo": ["train.groups=visits", "train.update=grpo"],
-    "chunk-paths": ["train.groups=paths", "train.update=grpo", "text.expansion=chunk"],
-    "sampling-sft": ["train.groups=sampling", "train.update=sft"],
-    "forked-grpo": ["train.groups=forked", "train.update=grpo"],
-    "forked-hint": ["train.groups=forked", "train.update=sft", "fork.writer=hint"],
-    "forked-teachers": ["train.groups=forked", "train.update=sft", "fork.writer=teachers", "teacher_tier=cpu"],
-    "treerl-grpo": ["train.groups=treerl", "train.update=grpo"],
+    "answers-sft": ["train.signal=answers", "train.update=sft"],
+    "answers-grpo": ["train.signal=answers", "train.update=grpo"],
+    "answers-teachers": ["train.signal=answers", "train.update=grpo", "teacher_tier=cpu"],
+    "paths-grpo": ["train.signal=paths", "train.update=grpo"],
+    "siblings-grpo": ["train.signal=siblings", "train.update=grpo"],
+    "visits-grpo": ["train.signal=visits", "train.update=grpo"],
+    "chunk-paths": ["train.signal=paths", "train.update=grpo", "text.expansion=chunk"],
+    "independent-sft": ["train.signal=independent", "train.update=sft"],
+    "forked-grpo": ["train.signal=forked", "train.update=grpo"],
+    "forked-hint": ["train.signal=forked", "train.update=sft", "fork.writer=hint"],
+    "forked-teachers": ["train.signal=forked", "train.update=sft", "fork.writer=teachers", "teacher_tier=cpu"],
+    "treerl-grpo": ["train.signal=treerl", "train.update=grpo"],
 }
 MACHINE_FIELDS = {"seconds", "ram_peak_mb", "vram_peak_mb", "vram_used_mb"}
 

@@ -156,7 +156,7 @@ CONCEPT_ANSWERS = {
     # (d) The correctness reward scores how an answer ends (1 for finished and correct); PRE and the direction bonus
     # are reported, not added, and teacher_values does not read the label. So a 'wrong' chunk that leads to correct
     # answers is a good chunk here, and it raises its teacher's score. (a) The bonus counts only under
-    # train.reward = 'original'. (b) Wrong branches are children like any other and are selected by Q + U.
+    # train.reward = 'combined'. (b) Wrong branches are children like any other and are selected by Q + U.
     # (c) Nothing filters rollouts by the path's labels.
     "03_wrong_branch": "d",
     # (d) Each score averages a handful of backed-up values, each noisy, and the softmax at temperature 0.1 turns a

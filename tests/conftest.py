@@ -78,9 +78,9 @@ def save_tiny_llama(seed: int = 0) -> str:
 
 def tiny_grpo(model_dir: str, steps: int) -> list[str]:
     """`azlib train --set` for a smoke training on a tiny random student that changes its weights every step: GRPO
-    on reward "original" (the original system's sum; perplexity-based: no two answers score the same), where
+    on reward "combined" (the original system's sum; perplexity-based: no two answers score the same), where
     correctness would be 0 for every answer of a random model and imitation would find nothing to imitate."""
-    return ["--set", f"model={model_dir}", "train.update=grpo", "train.reward=original", f"train.steps={steps}"]
+    return ["--set", f"model={model_dir}", "train.update=grpo", "train.reward=combined", f"train.steps={steps}"]
 
 
 @pytest.fixture(scope="module")

@@ -132,13 +132,13 @@ def test_a_profile_or_env_var_changes_one_field_of_a_section(tmp_path, monkeypat
 def test_a_training_run_samples_its_answers_one_way():
     """A run's answers are sampled as its train section says (no top-p: GRPO's log-probs are those of the
     distribution they were drawn from), and the original system's chunked search ends an answer at depth x
-    chunk tokens; sampled groups ignore the search's chunks. The sections keep what they were given."""
+    chunk tokens; independent answers ignore the search's chunks. The sections keep what they were given."""
     c = TrainerSettings(train=TrainSettings(temperature=0.3, max_new_tokens=40))
     assert c.sampling == AnswerSampling(temperature=0.3, top_p=1.0, max_new_tokens=40)
     chunked = TrainerSettings(text=TextSearchSettings(expansion="chunk", chunk_tokens=10),
                               search=SearchSettings(max_depth=6))
     assert chunked.sampling.max_new_tokens == 60 and chunked.text == TextSearchSettings(expansion="chunk", chunk_tokens=10)
-    sampled = dataclasses.replace(chunked, train=TrainSettings(groups="sampling", max_new_tokens=40))
+    sampled = dataclasses.replace(chunked, train=TrainSettings(signal="independent", max_new_tokens=40))
     assert sampled.sampling.max_new_tokens == 40
 
 
@@ -150,7 +150,12 @@ def test_a_training_run_samples_its_answers_one_way():
         ("search", {"num_simulations": 0}, "search: Value error, num_simulations: Input should be greater than or equal to 1 (got 0)"),
         ("search", {"c": float("nan")}, "search: Value error, c: must be finite"),
         ("grpo", {"temperature": 0.5}, "unknown field(s) ['temperature'] of GRPOSettings"),
-        ("train", {"groups": "trees"}, "groups: Input should be 'answers', 'paths'"),
+        ("train", {"signal": "trees"}, "signal: Input should be 'answers', 'paths'"),
+        ("train", {"groups": "answers"}, "unknown field(s) ['groups'] of TrainSettings; settable: ['signal', 'update'"),
+        ("train", {"signal": "sampling"}, "'independent', 'forked' or 'treerl' (got 'sampling')"),
+        ("train", {"reward": "original"}, "reward: Input should be 'correctness' or 'combined' (got 'original')"),
+        ("grpo", {"loss_type": "original"}, "loss_type: Input should be 'grpo', 'bnpo', 'dr_grpo', 'dapo' or "
+                                            "'reward_weighted' (got 'original')"),
         ("train", {"steps": 0}, "train: Value error, steps: Input should be greater than or equal to 1 (got 0)"),
         ("train", {"group_size": 1}, "group_size: Input should be greater than or equal to 2 (got 1)"),
         ("grpo", {"clip_advantages": -1.0}, "grpo: Value error, clip_advantages: Input should be greater than 0 (got -1.0)"),
@@ -186,13 +191,13 @@ def test_generation_through_a_server_is_refused_where_the_student_must_score_its
     score() is a BackendError), so those settings stop before anything starts; teachers left unused do not."""
     served = {"generation": "server", "generation_url": "http://127.0.0.1:8000/v1", "output_dir": "x"}
     values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"), **served, "teacher_tier": "cpu"}
-    searches = [{"train": {**values["train"], "groups": groups}} for groups in ("answers", "paths", "siblings", "visits")]
+    searches = [{"train": {**values["train"], "signal": signal}} for signal in ("answers", "paths", "siblings", "visits")]
     for change in (*searches,
-                   {"train": {**values["train"], "groups": "forked"}, "fork": {**values["fork"], "writer": "teachers"}}):
+                   {"train": {**values["train"], "signal": "forked"}, "fork": {**values["fork"], "writer": "teachers"}}):
         with pytest.raises(ParamsError, match="generation 'server' cannot score the teachers' text"):
             config.validate("04_gsm8k_run", {**values, **change})
-    sampling = {"train": {**values["train"], "groups": "sampling"}}
-    assert config.validate("04_gsm8k_run", {**values, **sampling}).teacher_tier == "cpu"
+    independent = {"train": {**values["train"], "signal": "independent"}}
+    assert config.validate("04_gsm8k_run", {**values, **independent}).teacher_tier == "cpu"
     assert config.validate("04_gsm8k_run", {**values, "teacher_tier": "none"}).generation == "server"
     five = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "05_base_vs_trained.ipynb"), **served,
             "teacher_tier": "cpu"}

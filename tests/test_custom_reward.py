@@ -66,7 +66,7 @@ def test_a_trl_shaped_function_is_called_as_trl_calls_it_and_its_values_are_adde
 
 def test_imitation_keeps_each_problems_best_verified_answers():
     scored = with_rewards(answers(), ROWS, [Recorder()])
-    assert [c.text for c in best_verified(scored)] == [ANSWERS[1][1], ANSWERS[3][1]]  # the brief correct ones
+    assert [c.answer.text for c in best_verified(scored)] == [ANSWERS[1][1], ANSWERS[3][1]]  # the brief correct ones
     assert len(best_verified(answers())) == 3, "with correctness alone every verified answer ties and is kept"
 
 
@@ -107,7 +107,7 @@ class FakeUpdate:
 
 def trainer_with_answers(tmp_path, monkeypatch, update):
     trainer = Trainer(FakeStudent(), ROWS, tmp_path / "run",
-                      TrainerSettings(train=TrainSettings(groups="sampling", update=update, problems_per_step=2)))
+                      TrainerSettings(train=TrainSettings(signal="independent", update=update, problems_per_step=2)))
     monkeypatch.setattr(trainer.explorer.forking, "grow", lambda indices, size, seed: [SimpleNamespace(tokens=8, prefill=4, independent_answers=list)])
     monkeypatch.setattr(explorers, "forked_groups", lambda trees, backend, kind: answers())
     trainer.policy_update = FakeUpdate()
@@ -132,7 +132,7 @@ def test_the_trainer_adds_the_function_to_what_grpo_and_imitation_train_on(tmp_p
     imitation = trainer_with_answers(tmp_path / "sft", monkeypatch, "sft")
     imitation.add_reward(Recorder())
     imitation.train_step()
-    assert [e.text for e in imitation.policy_update.handed[0]] == [ANSWERS[1][1], ANSWERS[3][1]]
+    assert [e.answer.text for e in imitation.policy_update.handed[0]] == [ANSWERS[1][1], ANSWERS[3][1]]
 
 
 def test_the_trainer_refuses_what_it_cannot_use_and_names_a_bad_return(tmp_path, monkeypatch):
@@ -150,9 +150,9 @@ def test_the_trainer_refuses_what_it_cannot_use_and_names_a_bad_return(tmp_path,
 
     with pytest.raises(ValueError, match="'hre' is taken"):
         trainer.add_reward(hre)
-    with pytest.raises(ValueError, match="train.groups must be one of"):
+    with pytest.raises(ValueError, match="train.signal must be one of"):
         Trainer(FakeStudent(), ROWS, tmp_path / "siblings",
-                TrainerSettings(train=TrainSettings(groups="siblings"))).add_reward(Recorder())
+                TrainerSettings(train=TrainSettings(signal="siblings"))).add_reward(Recorder())
     trainer.add_reward(Recorder([1.0]))
     with pytest.raises(ValueError, match="'brief_bonus' returned 1 rewards for 4 completions"):
         trainer.train_step()

@@ -108,7 +108,7 @@ def test_verified_answers_are_deduplicated_by_their_normalised_solution():
 
     kept = verified([c("2 + 3 = 5\n#### 5\n"), c("2 + 3  =  5\n####  5"), c("2+3 = 5\n#### 5"), c("x", False),
                      c("2 + 3 = 5\n#### 5\n", problem=1)])
-    assert [(k.problem, k.text) for k in kept] == [(0, "2 + 3 = 5\n#### 5\n"), (0, "2+3 = 5\n#### 5"),
+    assert [(k.answer.problem, k.answer.text) for k in kept] == [(0, "2 + 3 = 5\n#### 5\n"), (0, "2+3 = 5\n#### 5"),
                                                   (1, "2 + 3 = 5\n#### 5\n")]
 
 
@@ -127,17 +127,17 @@ def test_the_hint_writer_is_a_fork_setting_and_the_arms_that_use_it():
     for arm in ARMS:
         if arm != "trl":
             fork, train = arm_settings(arm, ForkSettings(points=3))
-            assert fork.points == 3 and TrainSettings(**train).groups == ARMS[arm]["groups"]
+            assert fork.points == 3 and TrainSettings(**train).signal == ARMS[arm]["signal"]
     assert arm_settings("tree_hint", ForkSettings())[0] == ForkSettings(writer="hint")
     assert arm_settings("rationalize", ForkSettings()) == (ForkSettings(where="root", writer="hint"),
-                                                           {"groups": "forked", "update": "sft"})
+                                                           {"signal": "forked", "update": "sft"})
 
 
 def test_a_rollout_holds_its_answer_and_comes_back_from_a_checkpoint_equal():
     backend = SimpleNamespace(with_eos=lambda ids, finished: list(ids) + [9] * finished)
     hinted = replace(answer(1.0, (2, 3)), text="2 + 3 = 5\n#### 5", writer="hint")
     r = answer_rollout(backend, 0, [1], hinted, advantages=(0.5, 0.5))
-    assert r.answer is hinted and (r.text, r.correct, r.problem, r.reward) == (hinted.text, True, 0, 1.0), "not a copy"
+    assert r.answer is hinted and (r.answer.text, r.correct, r.answer.problem, r.reward) == (hinted.text, True, 0, 1.0), "not a copy"
     assert r.completion_ids == [2, 3, 9] and r.advantages == (0.5, 0.5, 0.5), "the EOS id, and its advantage"
     added = replace(r, reward=1.25, added={"brief_bonus": 0.25})
     step = Rollout(None, [1, 2], [3], 0.5, 1)  # a sibling step: no whole answer
@@ -183,7 +183,7 @@ def student():
 
 
 @pytest.mark.model
-def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
+def test_with_no_forks_the_tree_is_the_independent_signal_bit_for_bit(student):
     rows = arithmetic_problems(3, seed=5, steps=(1,))
     direct = student.backend.generate([chat_prompt(r["prompt"]) for r in rows], n=2, max_new_tokens=24,
                                       temperature=0.7, top_p=1.0, seed=3, stop_at_answer=True)
@@ -195,17 +195,17 @@ def test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit(student):
     assert [a.logprobs for a in answers] == [s.logprobs for s in samples]
     assert sum(t.tokens for t in trees) == sum(s.completion_tokens for s in samples)
 
-    def first_step(groups, **fork):
+    def first_step(signal, **fork):
         trainer = Trainer(student, rows, "/nonexistent", TrainerSettings(
-            train=TrainSettings(groups=groups, update="sft", problems_per_step=3, group_size=2, max_new_tokens=24,
+            train=TrainSettings(signal=signal, update="sft", problems_per_step=3, group_size=2, max_new_tokens=24,
                                 temperature=0.7, seed=3), **fork))
         trainer.policy_update.sft_step = lambda examples: {}  # the answers, not the update, are compared
         record = trainer.train_step()
         # the step log's accuracy is the student's own (its independent answers); answer_accuracy is a search's
-        assert accuracy_column(groups) == "sampled_accuracy" in record and "answer_accuracy" not in record, sorted(record)
+        assert accuracy_column(signal) == "sampled_accuracy" in record and "answer_accuracy" not in record, sorted(record)
         return trainer.replay, trainer.explorer.forking.grow([0, 1, 2], 2, seed=9)
 
-    sampled, again = first_step("sampling")
+    sampled, again = first_step("independent")
     forked, forked_again = first_step("forked", fork=ForkSettings(rounds=0, points=3, branches=2))
     assert sampled == forked, "the replay (verified answers) of one step: equal"
     assert [t.answers() for t in again] == [t.answers() for t in forked_again]
@@ -338,7 +338,7 @@ def test_the_hint_teacher_writes_the_forks_reading_the_solution_and_they_train_w
     rollouts = forked_groups(trees, student.backend)
     assert [r.answer.writer for r in rollouts] == [a.writer for t in trees for a in t.answers()]
     for r in rollouts:
-        assert r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.problem]["prompt"])), "no hint"
+        assert r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.answer.problem]["prompt"])), "no hint"
 
 
 @pytest.mark.model
@@ -365,7 +365,7 @@ def test_the_teacher_ensemble_writes_the_forks_as_right_and_wrong_continuations(
                 [scored] = student.backend.score([TokenIds(tree.prompt_ids + prefix)], [list(node.token_ids)])
                 assert node.logprobs == pytest.approx(scored, abs=1e-4), "the student's log-probs of the teacher's text"
     rollouts = forked_groups(trees, student.backend)
-    assert all(r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.problem]["prompt"])) for r in rollouts)
+    assert all(r.prompt_ids == student.backend.encode_prompt(chat_prompt(rows[r.answer.problem]["prompt"])) for r in rollouts)
 
 
 def test_the_teacher_arm_needs_a_teacher_tier_or_teachers():
@@ -386,7 +386,7 @@ def test_the_teacher_arm_needs_a_teacher_tier_or_teachers():
 def test_rationalization_the_hint_teacher_writes_whole_answers_from_the_question(student):
     rows = arithmetic_problems(3, seed=20000, steps=(2,))
     trainer = Trainer(student, rows, "/nonexistent", TrainerSettings(
-        train=TrainSettings(groups="forked", update="sft", problems_per_step=3, group_size=3, max_new_tokens=40,
+        train=TrainSettings(signal="forked", update="sft", problems_per_step=3, group_size=3, max_new_tokens=40,
                             temperature=0.7, seed=1),
         fork=ForkSettings(rounds=1, points=2, branches=2, where="root", writer="hint")))
     trainer.policy_update.sft_step = lambda examples: {}  # the answers, not the update, are looked at

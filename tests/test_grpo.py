@@ -79,7 +79,7 @@ def test_advantages_by_hand():
     assert equal_reward_groups(rewards, groups).tolist() == [False] * 3 + [True] * 2 + [False] * 2
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "original"])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "reward_weighted"])
 def test_micro_batch_shares_add_up_to_the_batch_loss(loss_type):
     logp, old, ref, advantages, mask = batch(1)
     s = GRPOSettings(loss_type=loss_type)
@@ -90,9 +90,9 @@ def test_micro_batch_shares_add_up_to_the_batch_loss(loss_type):
     assert shares.item() == pytest.approx(whole.item(), abs=1e-6)
 
 
-def test_original_mode_is_reward_weighted_likelihood():
+def test_reward_weighted_is_the_reward_weighted_log_likelihood():
     logp, old, ref, advantages, mask = batch(2)
-    loss = grpo_loss(logp, old, ref, advantages, mask, GRPOSettings(loss_type="original", beta=0.0), max_completion_length=T)
+    loss = grpo_loss(logp, old, ref, advantages, mask, GRPOSettings(loss_type="reward_weighted", beta=0.0), max_completion_length=T)
     expected = -(advantages * (logp * mask).sum(-1) / mask.sum(-1)).mean()
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
 
@@ -189,7 +189,7 @@ class _MetaStudent:
         pass
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "original"])
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "reward_weighted"])
 def test_every_tensor_of_a_step_lives_on_the_students_device(loss_type):
     examples = [Rollout(None, [1, 2], [3] * (1 + i % 3), float(i % 2), i // 2) for i in range(6)]
     settings = GRPOSettings(loss_type=loss_type, beta=0.1, num_iterations=2, micro_batch_size=4)

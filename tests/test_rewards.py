@@ -112,7 +112,7 @@ def test_under_the_default_reward_every_correct_finished_answer_outranks_the_res
     good = [r.total for t, f, r in scored if f and r.hre == 1.0]
     rest = [r.total for t, f, r in scored if not (f and r.hre == 1.0)]
     assert len(good) == 2 and min(good) > max(rest)
-    seed = [answer_reward(t, gold, finished=f, step_pres=p, kind="original").total for t, f, p in answers]
+    seed = [answer_reward(t, gold, finished=f, step_pres=p, kind="combined").total for t, f, p in answers]
     assert seed[4] > seed[0], "the original system's sum ranks a likely fragment above a correct answer (why it failed)"
     with pytest.raises(ValueError, match="reward kind"):
         answer_reward("1", "1", finished=True, kind="hre")

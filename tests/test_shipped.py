@@ -114,7 +114,7 @@ def test_the_shipped_training_is_the_cpu_profiles_and_its_figure_draws_it(tmp_pa
     numbers, made = shipped_metrics(TRAINING)
     params, _ = config.resolve(config.NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, tmp_path, made.set)
     assert numbers["steps"] == params.train.steps == 10 and numbers["task"] == params.task
-    assert numbers["groups"] == params.train.groups and numbers["update"] == params.train.update
+    assert numbers["signal"] == params.train.signal and numbers["update"] == params.train.update
     assert numbers["checkpoint"].endswith(f"step-{params.train.steps:06d}")
     yours = numbers | {"steps": 3, "accuracy_last_quarter": None}
     fig = plot_training({"yours": yours, made.label: numbers})

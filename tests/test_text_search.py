@@ -49,7 +49,7 @@ def run_search(student, teacher=None, seed=0):
     if teacher is not None:
         spec = TeacherSpec(name="tutor", backend="hf", model=DEFAULT_MODEL, tier="cpu")
         teachers = TeacherEnsemble([spec], shared={DEFAULT_MODEL: teacher})
-    env = TextEnv(student, rows, settings, replace(TEXT_SEARCH_SAMPLING, max_new_tokens=48), reward="original",
+    env = TextEnv(student, rows, settings, replace(TEXT_SEARCH_SAMPLING, max_new_tokens=48), reward="combined",
                   teachers=teachers)
     config = SearchSettings(num_simulations=6, max_depth=6, leaves_per_step=2, skip_solved=True)
     return env, search(env, [env.root(i) for i in range(2)], config, random.Random(seed))
@@ -88,7 +88,7 @@ def test_trajectories_carry_the_combined_reward(student):
                                                   + parts.length_penalty + parts.direction_bonus)
             assert parts.length_penalty == pytest.approx(-0.01 * len(state.code))
             assert leaf.terminal or parts.hre == 0.0, \
-                "reward 'original' (the original system's sum) counts HRE only at a terminal"
+                "reward 'combined' (the original system's sum) counts HRE only at a terminal"
 
 
 def test_seeded_text_search_is_reproducible(student):

@@ -65,11 +65,11 @@ TRIES = [
          '"base_url": "http://127.0.0.1:8000/v1", "api_key_env": "MY_KEY"}]',),
         covered="the remote path runs in every 03 smoke run (its http-tutor, a real HTTP server)",
         effect="tests/test_teachers.py::test_cpu_tier_proposes_right_and_wrong_from_every_drawn_teacher"),
-    Try("04", '`train.groups = "sampling"` (no tree', ("train.groups=sampling",), run="04-sampling",
+    Try("04", '`train.signal = "independent"` (no tree', ("train.signal=independent",), run="04-independent",
         effect="test_suggestions_that_change_the_code_run_run"),
-    Try("04", 'add `train.update = "grpo"` for plain GRPO', ("train.groups=sampling", "train.update=grpo"),
-        effect="test_04_sampling_with_grpo_is_05s_grpo_arm"),
-    Try("04", 'or `"siblings"`', ("train.groups=siblings",), run="04-siblings",
+    Try("04", 'add `train.update = "grpo"` for plain GRPO', ("train.signal=independent", "train.update=grpo"),
+        effect="test_04_independent_with_grpo_is_05s_grpo_arm"),
+    Try("04", 'or `"siblings"`', ("train.signal=siblings",), run="04-siblings",
         effect="test_suggestions_that_change_the_code_run_run"),
     Try("04", '`train.update = "grpo"` with `grpo.loss_type = "grpo"`', ("train.update=grpo", "grpo.loss_type=grpo"),
         effect="test_04_the_per_sequence_mean_weighs_a_short_answers_tokens_more"),
@@ -78,9 +78,9 @@ TRIES = [
     Try("04", '`teacher_tier = "cpu"`', ("teacher_tier=cpu",),
         covered="training with the cpu teachers: notebook 05's smoke run (its mcts and tree_teachers arms) and "
                 "test_training.py; notebook 04 has no cell of its own for them (a run here: 57 s)",
-        effect="test_04_the_direction_bonus_counts_only_in_the_original_reward"),
-    Try("04", '`train.reward = "original"`', ("teacher_tier=cpu", "train.reward=original"),
-        effect="test_04_the_direction_bonus_counts_only_in_the_original_reward"),
+        effect="test_04_the_direction_bonus_counts_only_in_the_combined_reward"),
+    Try("04", '`train.reward = "combined"`', ("teacher_tier=cpu", "train.reward=combined"),
+        effect="test_04_the_direction_bonus_counts_only_in_the_combined_reward"),
     Try("04", "set `resume = True`, run again", ("resume=true",),
         covered="test_training.py: resume takes the newest folder with a checkpoint and continues it",
         effect="tests/test_training.py::test_resume_takes_the_newest_run_folder_that_holds_a_checkpoint"),
@@ -88,7 +88,7 @@ TRIES = [
         covered="a command line: test_parallel.py and test_training.py run `azlib train`",
         effect="tests/test_parallel.py::test_two_processes_update_as_one_process_on_the_same_examples"),
     Try("05", "`fork.rounds = 0`", ("fork.rounds=0",),
-        effect="tests/test_forking.py::test_with_no_forks_the_tree_is_the_sampling_arm_bit_for_bit"),
+        effect="tests/test_forking.py::test_with_no_forks_the_tree_is_the_independent_signal_bit_for_bit"),
     Try("05", '`fork.where = "line"`', ("fork.where=line",), run="05-one-seed",
         effect="tests/test_forking.py::test_fork_points_lie_in_the_work_never_in_the_answer_line_or_a_repeated_line"),
     Try("05", '`fork.fork_from = "wrong"`', ("fork.fork_from=wrong",), run="05-one-seed",
@@ -96,8 +96,8 @@ TRIES = [
     Try("05", "`arithmetic_steps = [1]`", ("arithmetic_steps=[1]",), effect="test_05_one_step_task_has_one_step_problems"),
     Try("05", '`arms = ["tree", "resample", "rft"]`', ("arms=[tree, resample, rft]",),
         effect="test_05_resample_is_the_trees_allocation_without_its_prefixes"),
-    Try("05", '`train.groups = "paths"`, `train.reward = "original"`, `text.expansion = "chunk"` with the `mcts` arm',
-        ("train.groups=paths", "train.reward=original", "text.expansion=chunk", "arms=[mcts]"), run="05-original",
+    Try("05", '`train.signal = "paths"`, `train.reward = "combined"`, `text.expansion = "chunk"` with the `mcts` arm',
+        ("train.signal=paths", "train.reward=combined", "text.expansion=chunk", "arms=[mcts]"), run="05-original",
         effect="test_suggestions_that_change_the_code_run_run"),
     Try("05", "`seeds = [0]`", ("seeds=[0]",), run="05-one-seed", effect="test_suggestions_that_change_the_code_run_run"),
     Try("06", "`rlt.kl_weight = 0`", ("rlt.kl_weight=0",), effect="test_06_without_the_kl_weight_copying_the_solution_pays"),
@@ -125,7 +125,7 @@ TRIES = [
 RUNS = {
     "02-uct": ("02", ["model={tiny}"]),
     "02-gumbel": ("02", ["model={tiny}"]),
-    "04-sampling": ("04", ["model={tiny}"]),
+    "04-independent": ("04", ["model={tiny}"]),
     "04-siblings": ("04", ["model={tiny}"]),
     "05-one-seed": ("05", ["model={tiny}", "arms=[tree, rft]", "teacher_tier=none"]),
     "05-original": ("05", ["model={tiny}", "teacher_tier=none", "seeds=[0]"]),
@@ -331,11 +331,11 @@ def test_03_one_teacher_per_node_writes_fewer_teacher_tokens(tiny_model_dir):
     assert len(asked[1][0]) == 1 and len(asked[2][0]) == 2 and asked[1][1] < asked[2][1], asked
 
 
-def test_04_sampling_with_grpo_is_05s_grpo_arm():
+def test_04_independent_with_grpo_is_05s_grpo_arm():
     from azlib.settings import arm_settings
 
-    p = resolved("04", "train.groups=sampling", "train.update=grpo")
-    assert arm_settings("grpo", p.fork)[1] == {"groups": p.train.groups, "update": p.train.update}
+    p = resolved("04", "train.signal=independent", "train.update=grpo")
+    assert arm_settings("grpo", p.fork)[1] == {"signal": p.train.signal, "update": p.train.update}
 
 
 def test_04_the_per_sequence_mean_weighs_a_short_answers_tokens_more():
@@ -356,10 +356,10 @@ def test_04_the_per_sequence_mean_weighs_a_short_answers_tokens_more():
     assert per_token["grpo"] == pytest.approx(4.0) and per_token["dr_grpo"] == pytest.approx(1.0), per_token
 
 
-def test_04_the_direction_bonus_counts_only_in_the_original_reward():
+def test_04_the_direction_bonus_counts_only_in_the_combined_reward():
     from azlib.rewards import answer_reward
 
-    for sets, counted in (((), False), (("train.reward=original",), True)):
+    for sets, counted in (((), False), (("train.reward=combined",), True)):
         kind = resolved("04", "teacher_tier=cpu", *sets).train.reward
         with_bonus, without = (answer_reward("2 + 3 = 5\n#### 5", "5", finished=True, step_pres=[-1.0], kind=kind,
                                              path_code=code) for code in ("11", ""))
@@ -396,18 +396,18 @@ def test_05_resample_is_the_trees_allocation_without_its_prefixes():
     from azlib.settings import arm_settings
 
     p = resolved("05", "arms=[tree, resample, rft]")
-    (tree_fork, tree), (resample_fork, resample), (_, rft) = (arm_settings(a, p.fork, p.train.groups) for a in p.arms)
+    (tree_fork, tree), (resample_fork, resample), (_, rft) = (arm_settings(a, p.fork, p.train.signal) for a in p.arms)
     assert resample == tree and resample_fork.where == "root" and tree_fork.where != "root", "forks from the question"
-    assert rft["groups"] == "sampling", "no extra answers for the unsolved problems"
+    assert rft["signal"] == "independent", "no extra answers for the unsolved problems"
 
 
-def test_05_the_mcts_arm_takes_the_groups_of_its_search():
+def test_05_the_mcts_arm_takes_the_signal_of_its_search():
     from azlib.settings import arm_settings
 
-    p = resolved("05", "train.groups=paths", "train.reward=original", "text.expansion=chunk", "arms=[mcts]")
-    assert arm_settings("mcts", p.fork, p.train.groups)[1]["groups"] == "paths"
-    assert arm_settings("mcts", p.fork, resolved("05").train.groups)[1]["groups"] == "answers", \
-        "the notebook's default groups (forked) are no grouping of the search's"
+    p = resolved("05", "train.signal=paths", "train.reward=combined", "text.expansion=chunk", "arms=[mcts]")
+    assert arm_settings("mcts", p.fork, p.train.signal)[1]["signal"] == "paths"
+    assert arm_settings("mcts", p.fork, resolved("05").train.signal)[1]["signal"] == "answers", \
+        "the notebook's default signal (forked) is not one of the search's"
 
 
 def test_05_the_verdict_says_what_it_compared():
@@ -545,10 +545,10 @@ def checkpoint_settings(folder: Path) -> dict:
 
 
 def run_05_original(folder: Path, metrics: dict) -> None:
-    """The mcts arm trained grouped by paths (its checkpoint's settings, and the reward parts paths log) and the
+    """The mcts arm trained on the signal "paths" (its checkpoint's settings, and the reward parts paths log) and the
     verdict names the comparison it made."""
     arm = folder / "05-experiment" / "seed-0" / "mcts" / "train"
-    assert checkpoint_settings(arm)["train.groups"] == "paths"
+    assert checkpoint_settings(arm)["train.signal"] == "paths"
     log = [json.loads(line) for line in (arm / "train_log.jsonl").read_text().splitlines()]
     assert any("reward/hre" in step for step in log), "paths log their reward's parts"
     assert "mcts against base on" in metrics["verdict"] and "mcts is" in metrics["verdict"]
@@ -560,9 +560,9 @@ def run_05_one_seed(folder: Path, metrics: dict) -> None:
     assert p and all(v == 1.0 for v in p), p
 
 
-def run_04(groups: str, accuracy: str):
+def run_04(signal: str, accuracy: str):
     def check(folder: Path, metrics: dict) -> None:
-        assert metrics["groups"] == groups and metrics["accuracy_column"] == accuracy
+        assert metrics["signal"] == signal and metrics["accuracy_column"] == accuracy
     return check
 
 
@@ -571,7 +571,7 @@ def run_03_no_failing(folder: Path, metrics: dict) -> None:
 
 
 RUN_EFFECTS = {
-    "04-sampling": run_04("sampling", "sampled_accuracy"),  # without a search, the student's own answers
+    "04-independent": run_04("independent", "sampled_accuracy"),  # without a search, the student's own answers
     "04-siblings": run_04("siblings", "answer_accuracy"),
     "05-original": run_05_original,
     "05-one-seed": run_05_one_seed,

@@ -1,4 +1,4 @@
-"""The training loop for real on the embedded model: groups from searches and samples, checkpoints,
+"""The training loop for real on the embedded model: signals from searches and samples, checkpoints,
 kill -9 and resume (same final metrics as an uninterrupted run), damaged checkpoints, token budgets."""
 
 import json
@@ -93,15 +93,15 @@ def small_trainer(student, folder, teachers=None, **settings):
         text=TextSearchSettings(student_samples=2, chunk_tokens=6)))
 
 
-def test_groups_from_trees_and_from_samples(student):
+def test_signals_from_trees_and_from_samples(student):
     rows = arithmetic_problems(2, seed=1, steps=(1,))
     env = TextEnv(student.backend, rows, TextSearchSettings(expansion="chunk", student_samples=2, chunk_tokens=6),
-                  replace(TEXT_SEARCH_SAMPLING, max_new_tokens=18), reward="original")
+                  replace(TEXT_SEARCH_SAMPLING, max_new_tokens=18), reward="combined")
     results = search(env, [env.root(i) for i in range(2)], SearchSettings(num_simulations=4, max_depth=3),
                      random.Random(0))
     paths = tree_groups(results, env, "paths")
-    assert {r.group for r in paths} == {0, 1} and {r.problem for r in paths} == {0, 1}, "one group per problem"
-    assert all(r.prompt_ids == list(env.context(r.problem)) and r.reward == r.answer.breakdown.total for r in paths)
+    assert {r.group for r in paths} == {0, 1} and {r.answer.problem for r in paths} == {0, 1}, "one group per problem"
+    assert all(r.prompt_ids == list(env.context(r.answer.problem)) and r.reward == r.answer.breakdown.total for r in paths)
     for kind in ("siblings", "visits"):
         siblings = tree_groups(results, env, kind)
         assert siblings, "an expanded root with visited children makes a group"
@@ -131,7 +131,7 @@ def test_finished_answers_reach_the_groups_under_the_trainings_own_search(studen
     node: were finished children created solved and unvisited, no finished answer would ever be trained on)."""
     params = config.validate("04_gsm8k_run", {**config.notebook_defaults(config.NOTEBOOKS_DIR / "04_gsm8k_run.ipynb"),
                                               **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": "x"})
-    training = TrainerSettings(train=replace(params.train, reward="original"),
+    training = TrainerSettings(train=replace(params.train, reward="combined"),
                               search=replace(params.search, num_simulations=8, max_depth=3),
                               text=replace(params.text, expansion="chunk", student_samples=3, chunk_tokens=40))
     trainer = Trainer(student, arithmetic_problems(2, seed=3, steps=(1,)), "/nonexistent", training)
@@ -197,7 +197,7 @@ def test_tree_answers_train_on_the_ids_sampled_never_re_encoded(student, monkeyp
         assert rollouts
         for r in rollouts:
             ids = tuple(r.completion_ids[:-1] if r.answer.eos and r.completion_ids[-1] == eos else r.completion_ids)
-            assert student.tokenizer.decode(list(ids), skip_special_tokens=True) == r.text
+            assert student.tokenizer.decode(list(ids), skip_special_tokens=True) == r.answer.text
             # sampled pieces end to end: a first line, then the rollout (or chunk) sampled after it, cut at the answer line
             ends = {0}
             for position in range(len(ids)):
@@ -238,7 +238,7 @@ def test_every_mcts_rollout_is_trained_on_the_ids_it_was_sampled_with(student, t
     chat = {tuple(backend.encode_prompt(chat_prompt(r["prompt"]))) for r in rows}
     for kind in ("answers", "paths", "siblings", "visits"):
         trainer = Trainer(student, rows, tmp_path / kind, settings=TrainerSettings(
-            train=TrainSettings(groups=kind, update="grpo", problems_per_step=2, max_new_tokens=32),
+            train=TrainSettings(signal=kind, update="grpo", problems_per_step=2, max_new_tokens=32),
             search=SearchSettings(num_simulations=3, max_depth=3, leaves_per_step=2, skip_solved=True),
             text=TextSearchSettings(student_samples=3)))
         received = []
@@ -314,29 +314,29 @@ def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
 
 def test_the_accuracy_column_is_the_one_each_kind_of_run_logs(student, tmp_path):
     """What the progress bar and notebook 04's curves read: a search's answer accuracy, or the student's own."""
-    for groups in ("answers", "sampling"):
-        record = small_trainer(student, tmp_path / groups, groups=groups, group_size=2).train_step()
-        assert accuracy_column(groups) in record, (groups, sorted(record))
-    assert accuracy_column("answers") != accuracy_column("sampling")
-    with pytest.raises(ValueError, match="groups must be one of .* got 'sample'"):
+    for signal in ("answers", "independent"):
+        record = small_trainer(student, tmp_path / signal, signal=signal, group_size=2).train_step()
+        assert accuracy_column(signal) in record, (signal, sorted(record))
+    assert accuracy_column("answers") != accuracy_column("independent")
+    with pytest.raises(ValueError, match="signal must be one of .* got 'sample'"):
         accuracy_column("sample")
 
 
 def test_every_training_signal_has_an_explorer():
-    """The train.groups the settings accept are EXPLORER_OF's, each grown by one of the two explorers."""
-    from azlib.settings import EXPLORER_OF, GROUP_KINDS, TrainSettings
+    """The train.signal the settings accept are EXPLORER_OF's, each grown by one of the two explorers."""
+    from azlib.settings import EXPLORER_OF, SIGNAL_KINDS, TrainSettings
 
-    assert GROUP_KINDS == tuple(EXPLORER_OF) and set(EXPLORER_OF.values()) == {"tree", "fork"}
-    assert [TrainSettings(groups=kind).groups for kind in GROUP_KINDS] == list(GROUP_KINDS)
-    with pytest.raises(ValueError, match="groups"):
-        TrainSettings(groups="sample")
+    assert SIGNAL_KINDS == tuple(EXPLORER_OF) and set(EXPLORER_OF.values()) == {"tree", "fork"}
+    assert [TrainSettings(signal=kind).signal for kind in SIGNAL_KINDS] == list(SIGNAL_KINDS)
+    with pytest.raises(ValueError, match="signal"):
+        TrainSettings(signal="sample")
 
 
 def test_a_steps_log_line_keeps_every_part_under_its_namespace(student, tmp_path):
     """A GRPO step on the embedded student: the step's own fields bare, the update's statistics under update/,
     the search's under search/, the reward's parts under reward/; the step's reward_mean (every answer's) stays
     beside GRPO's (the answers it trained on)."""
-    trainer = small_trainer(student, tmp_path, steps=1, groups="paths")
+    trainer = small_trainer(student, tmp_path, steps=1, signal="paths")
     line = trainer.train_step()
     spaced = {key.split("/")[0] for key in line if "/" in key}
     assert spaced == {"update", "search", "reward"}
@@ -456,7 +456,7 @@ def test_a_run_asks_the_teachers_it_is_given_behind_their_own_server(tmp_path, t
               **config.load_profile("smoke", "04_gsm8k_run"), "output_dir": str(tmp_path), "model": tiny_model_dir,
               "teachers": [{"name": "served", "backend": "openai", "model": "teacher", "tier": "vllm",
                             "base_url": url}]}
-    values["train"] = {**values["train"], "groups": "forked", "update": "sft", "steps": 1}
+    values["train"] = {**values["train"], "signal": "forked", "update": "sft", "steps": 1}
     values["fork"] = {"writer": "teachers", "fork_from": "any"}
     params = config.validate("04_gsm8k_run", values)
     assert params.teacher_tier == "none"
@@ -472,7 +472,7 @@ def test_a_run_asks_the_teachers_it_is_given_behind_their_own_server(tmp_path, t
 
 
 def test_a_token_budget_stops_training(student, tmp_path):
-    trainer = small_trainer(student, tmp_path, steps=50, groups="sampling", group_size=2, max_new_tokens=8,
+    trainer = small_trainer(student, tmp_path, steps=50, signal="independent", group_size=2, max_new_tokens=8,
                             problems_per_step=8, token_budget=150)
     log = trainer.run(progress=False)
     assert trainer.tokens >= 150 and trainer.tokens - log[-1]["tokens"] < 150, "stops at the first step past the budget"

@@ -85,14 +85,14 @@ def answer_reward(completion: str, gold: str, *, finished: bool, step_pres: Sequ
     correctness (default): total = HRE if the answer is finished (end of text or its answer line), else 0,
       so every correct finished answer outranks every wrong or unfinished one; an answer cut at the
       token limit scores 0 whatever number it last wrote. PRE and the penalties are reported, not added.
-    original (the original system): combined_reward with HRE counted at terminals (`finished`). It ranks short,
+    combined (the original system's): combined_reward with HRE counted at terminals (`finished`). It ranks short,
       likely fragments above correct answers (a correct 3-step answer with step PRE -0.7 scores about
       -0.83, an unfinished 1-step fragment -0.43); notebook 05 shows what training on it does.
     """
     if kind not in REWARD_KINDS:
         raise ValueError(f"reward kind must be one of {REWARD_KINDS}, got {kind!r}")
     seed = combined_reward(completion, gold, step_pres, path_code, weights, terminal=finished)
-    if kind == "original":
+    if kind == "combined":
         return seed
     hre = hard_reward(completion, gold) if finished else 0.0
     return RewardBreakdown(hre, seed.accumulated_pre, seed.length_penalty, seed.direction_bonus, hre)

@@ -70,7 +70,7 @@ def word_similarity(a: str, b: str) -> float:
 
 class TextEnv:
     """States are TextStates: each child's text is cut at its answer line and scored once, when it is made (under reward
-    "original", the original system's sum, `partial` also scores a state that is not finished, as a partial answer)."""
+    "combined", the original system's sum, `partial` also scores a state that is not finished, as a partial answer)."""
 
     two_player = False
 
@@ -102,11 +102,11 @@ class TextEnv:
         return state.answer.reward
 
     def partial(self, state: TextState) -> Answer:
-        """A state's answer scored as a partial one: reward "original" (the original system's sum) counts HRE
+        """A state's answer scored as a partial one: reward "combined" (the original system's sum) counts HRE
         only at a terminal (a state's answer is scored as one), the correctness reward only for a finished answer
         (no other score)."""
         a = state.answer
-        if self.reward != "original" or a.finished:
+        if self.reward != "combined" or a.finished:
             return a
         # its ids are cut already: scored again as they are, not terminal
         return self._answer(a.problem, a.token_ids, a.logprobs, False, pres=state.step_pres, code=state.code)

@@ -1,9 +1,9 @@
 """The explorer a training run uses: `explore(indices, seed)` turns problems into an Exploration, the rollouts
 one update trains on and what the step's log counts. Not the update (azlib.grpo), not the loop (azlib.training).
 
-TreeExplorer runs the MCTS search over text (train.groups "answers", "paths", "siblings", "visits"); ForkExplorer
-grows forking trees ("forked", "treerl"; "sampling" is a forking tree with no forks). `explorer` builds the explorer
-of one `train.groups` (azlib.settings.EXPLORER_OF): the run's, unless `groups` names another.
+TreeExplorer runs the MCTS search over text (train.signal "answers", "paths", "siblings", "visits"); ForkExplorer
+grows forking trees ("forked", "treerl"; "independent" is a forking tree with no forks). `explorer` builds the
+explorer of one `train.signal` (azlib.settings.EXPLORER_OF): the run's, unless `signal` names another.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from azlib.grpo import Rollout
 from azlib.mcts.search import search
 from azlib.models.generation import Backend
 from azlib.rewards import RewardWeights
-from azlib.settings import EXPLORER_OF, GROUP_KINDS, GroupKind, SearchSettings
+from azlib.settings import EXPLORER_OF, SIGNAL_KINDS, SearchSettings, SignalKind
 from azlib.textsearch.env import TextEnv, search_answer, teacher_values
 from azlib.textsearch.forking import ForkingSearch
 from azlib.textsearch.signals import forked_groups, tree_groups
@@ -50,13 +50,13 @@ class Exploration:
 
 
 class TreeExplorer:
-    """One MCTS search (azlib.mcts.search) over the text env per problem, its tree turned into `kind` groups."""
+    """One MCTS search (azlib.mcts.search) over the text env per problem, its tree turned into signal `kind`."""
 
     # each problem's search answer (its most-visited path, completed by its best rollout by reward) right or not:
     # search plus verifier, not the student alone
     accuracy = "answer_accuracy"
 
-    def __init__(self, env: TextEnv, search: SearchSettings, kind: GroupKind):
+    def __init__(self, env: TextEnv, search: SearchSettings, kind: SignalKind):
         self.env, self.search, self.kind = env, search, kind
         # sibling steps are not answers: their runs count no truncated answers (the log's share reads 0)
         self.whole_answers = kind in ("answers", "paths")
@@ -98,26 +98,26 @@ class ForkExplorer:
                 "verified_by_writer": dict(Counter(r.answer.writer for r in good))}
 
 
-def explorer(settings, backend: Backend, problems: Sequence[Row], groups: GroupKind, *,
+def explorer(settings, backend: Backend, problems: Sequence[Row], signal: SignalKind, *,
              teachers: TeacherEnsemble | None = None, checker: TerminalChecker | None = None,
              weights: RewardWeights = RewardWeights()) -> TreeExplorer | ForkExplorer:
-    """The explorer of `groups` under a run's settings (azlib.training's TrainerSettings)."""
-    if groups != settings.train.groups:  # the sampling (a chunked search's length) follows the groups
-        settings = replace(settings, train=replace(settings.train, groups=groups))
-    t, groups = settings.train, settings.train.groups
-    if EXPLORER_OF[groups] == "tree":
+    """The explorer of `signal` under a run's settings (azlib.training's TrainerSettings)."""
+    if signal != settings.train.signal:  # the sampling (a chunked search's length) follows the signal
+        settings = replace(settings, train=replace(settings.train, signal=signal))
+    t = settings.train
+    if EXPLORER_OF[signal] == "tree":
         env = TextEnv(backend, problems, settings.text, settings.sampling, t.reward, teachers=teachers,
                       weights=weights, checker=checker)
-        return TreeExplorer(env, settings.search, groups)
-    fork = replace(settings.fork, rounds=0) if groups == "sampling" else settings.fork
+        return TreeExplorer(env, settings.search, signal)
+    fork = replace(settings.fork, rounds=0) if signal == "independent" else settings.fork
     forking = ForkingSearch(backend, problems, fork, sampling=settings.sampling, reward=t.reward, weights=weights,
                             teachers=teachers)
-    return ForkExplorer(forking, t.group_size, "treerl" if groups == "treerl" else "answers")
+    return ForkExplorer(forking, t.group_size, "treerl" if signal == "treerl" else "answers")
 
 
-def accuracy_column(groups: str) -> str:
-    """The step log's accuracy for a run of these `train.groups`: its explorer's `accuracy`, "answer_accuracy" for
+def accuracy_column(signal: str) -> str:
+    """The step log's accuracy for a run of this `train.signal`: its explorer's `accuracy`, "answer_accuracy" for
     a search (search plus verifier), "sampled_accuracy" where the answers are sampled or forked."""
-    if groups not in GROUP_KINDS:
-        raise ValueError(f"groups must be one of {GROUP_KINDS}, got {groups!r}")
-    return {"tree": TreeExplorer, "fork": ForkExplorer}[EXPLORER_OF[groups]].accuracy
+    if signal not in SIGNAL_KINDS:
+        raise ValueError(f"signal must be one of {SIGNAL_KINDS}, got {signal!r}")
+    return {"tree": TreeExplorer, "fork": ForkExplorer}[EXPLORER_OF[signal]].accuracy

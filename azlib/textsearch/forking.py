@@ -1,7 +1,7 @@
 """A forking tree over whole answers (TreeRL's EPTree, Hou et al. 2025, sec. 3): each problem gets G
 independent answers, then rounds of continuations forked where the student was least sure (or at an answer's
 first step that fails a step check), sharing the prefix before that point. Not MCTS (no value-guided descent);
-with 0 rounds it is plain sampling.
+with 0 rounds it is G independent answers (signal "independent").
 The forks may be written by a hint teacher (the student reading the reference solution) and trained
 without the hint: STaR's rationalization inside the tree; or by the teacher ensemble (azlib.teachers), whose
 "right" and "wrong" continuations of the student's prefix are the original system's teachers in the tree.
@@ -72,7 +72,7 @@ class ForkTree:
         return [self.nodes[i].answer for i in self.answer_ends()]
 
     def independent_answers(self) -> list[Answer]:
-        """Round 0's answers: the G the student drew from the question alone (what a sampling arm draws)."""
+        """Round 0's answers: the G the student drew from the question alone (what signal "independent" draws)."""
         return [self.nodes[i].answer for i in self.answer_ends() if self.nodes[i].round == 0]
 
     def path(self, i: int) -> list[int]:

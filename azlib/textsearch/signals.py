@@ -1,4 +1,4 @@
-"""Training signals: what a problem's searched tree (or plain sampling) turns into for one update, as Rollouts
+"""Training signals: what a problem's searched tree (or its independent answers) turns into for one update, as Rollouts
 (azlib.grpo): a whole answer (the Answer itself) or a sibling step, with its prompt ids, completion ids as sampled,
 reward and group from creation, so GRPO trains on it as it is. Not the search, not the update.
 
@@ -11,15 +11,15 @@ reward and group from creation, so GRPO trains on it as it is. Not the search, n
   backed-up value Q; the prompt is the question's ids plus the node's partial answer's ids, as the search sampled
   the children after them (TextEnv.context).
 - "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.
-- "sampling": G plain samples per problem, no tree: the GRPO baseline.
+- "independent": G independent samples per problem, no tree: the GRPO and RFT baseline.
 - "forked": the G samples, then continuations forked from them (azlib.textsearch.forking, TreeRL's EPTree):
   every answer of a problem's forking tree in one group, scored by the reward.
 - "treerl": the same answers, each token with TreeRL's advantage from the tree's node values (the mean
   reward of the answers under a node): global (V(s) - V(root)) plus local (V(s) - V(parent)), so a
   wrong branch off a good prefix is blamed for its own tokens, not for the prefix.
 With update "sft" (expert iteration) only the verified answers (finished and correct) are kept
-and imitated: with tree groups that is distillation of the search's best answers (ReST-MCTS style),
-with "sampling" it is rejection-sampling fine-tuning.
+and imitated: with a tree's signals that is distillation of the search's best answers (ReST-MCTS style),
+with "independent" it is rejection-sampling fine-tuning.
 A reward function with TRL's signature (a learner's own) adds its value to each whole answer's reward
 (`with_rewards`); imitation then keeps each problem's verified answers with the best total (`best_verified`).
 """
@@ -36,15 +36,15 @@ from azlib.textsearch.env import TextEnv, trajectories, tree_answers
 from azlib.textsearch.forking import ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
 from azlib.rewards import RewardFunction, call_reward, reward_name
-from azlib.settings import GroupKind
+from azlib.settings import SignalKind
 
 # Signals whose rollouts are whole (or root-to-leaf) answers, each trained on its reward: what a reward
 # function of (prompts, completions) can score. Sibling steps are not answers; "treerl" trains on the tree's
 # own per-token advantages, which the answers' rewards made before any function added to them.
-SCORABLE_GROUPS = ("answers", "paths", "sampling", "forked")
+SCORABLE_SIGNALS = ("answers", "paths", "independent", "forked")
 
 
-def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: GroupKind = "answers") -> list[Rollout]:
+def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: SignalKind = "answers") -> list[Rollout]:
     """Groups from searched trees (one result per problem): whole answers, paths, or sibling steps.
     Answers and paths: one group per result, keyed by its position; sibling steps: one per expanded node, each
     step's ids after the ids its node's children were sampled after (TextEnv.context), with no Answer."""
@@ -100,7 +100,7 @@ def verified(rollouts: Sequence[Rollout]) -> list[Rollout]:
     space as one space): what expert iteration imitates."""
     seen, out = set(), []
     for r in rollouts:
-        if r.correct and (key := (r.problem, " ".join(r.text.lower().split()))) not in seen:
+        if r.correct and (key := (r.answer.problem, " ".join(r.answer.text.lower().split()))) not in seen:
             seen.add(key)
             out.append(r)
     return out
@@ -115,10 +115,10 @@ def with_rewards(rollouts: Sequence[Rollout], problems: Sequence[Row],
     (azlib.rewards.call_reward checks what comes back). TRL sums its reward functions the same way."""
     if not functions or not rollouts:
         return list(rollouts)
-    rows = [problems[r.problem] for r in rollouts]
+    rows = [problems[r.answer.problem] for r in rollouts]
     columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
     columns["completion_ids"] = [list(r.completion_ids) for r in rollouts]
-    prompts, texts = [row["prompt"] for row in rows], [r.text for r in rollouts]
+    prompts, texts = [row["prompt"] for row in rows], [r.answer.text for r in rollouts]
     added = {reward_name(f): call_reward(f, prompts, texts, **columns) for f in functions}
     return [replace(r, reward=r.reward + sum(v[i] for v in added.values()),
                     added={**r.added, **{name: v[i] for name, v in added.items()}})
@@ -131,5 +131,5 @@ def best_verified(rollouts: Sequence[Rollout]) -> list[Rollout]:
     good = verified(rollouts)
     best: dict[int, float] = {}
     for r in good:
-        best[r.problem] = max(best.get(r.problem, r.reward), r.reward)
-    return [r for r in good if r.reward == best[r.problem]]
+        best[r.answer.problem] = max(best.get(r.answer.problem, r.reward), r.reward)
+    return [r for r in good if r.reward == best[r.answer.problem]]

@@ -49,14 +49,14 @@ def plot_rlt(runs: dict[str, Metrics]) -> plt.Figure:
 
 
 def plot_ensemble(runs: dict[str, Metrics]) -> plt.Figure:
-    """Notebook 03, one colour per run (label -> its metrics): each teacher's sampling weight after the searches (the
+    """Notebook 03, one colour per run (label -> its metrics): each teacher's draw weight after the searches (the
     teachers of every run, by name), and the mean Q of the visited right (1) and wrong (0) children with their count
     (n) beside each point, on an axis that ends a little above the highest mean (a Q near 0 stays readable)."""
     fig, (weights, children) = plt.subplots(1, 2, figsize=(13, 4.6))
     teachers = sorted({name for m in runs.values() for name in _teachers(m)})
     _points(weights, teachers, {label: [(m.get(f"{name}_weight"), None, None) for name in teachers]
                                 for label, m in runs.items()})
-    weights.set(ylim=(0, 1), ylabel="sampling weight", title="teacher weights after the searches")
+    weights.set(ylim=(0, 1), ylabel="draw weight", title="teacher weights after the searches")
     branches = {"right": "right (1)", "wrong": "wrong (0)"}
     _points(children, list(branches.values()), {label: [(m.get(f"{b}_children_mean_q"), None, None) for b in branches]
                                                 for label, m in runs.items()},
@@ -87,7 +87,7 @@ def plot_training(runs: dict[str, Metrics]) -> plt.Figure:
              "; ".join(f"{label.split(':')[0]} {', '.join(str(runs[label].get(k)) for k in differs)}"
                        for label in runs)) if differs else None
     return _finish(fig, {label: f"{label} ({m.get('task', 'task unknown')}, {m.get('steps')} steps, "
-                                f"{m.get('tokens_total', 0):,} tokens, groups {m.get('groups')}, update {m.get('update')}, "
+                                f"{m.get('tokens_total', 0):,} tokens, signal {m.get('signal')}, update {m.get('update')}, "
                                 f"accuracy: {m.get('accuracy_column')})" for label, m in runs.items()}, title)
 
 
