@@ -17,7 +17,8 @@ from azlib.data.gsm8k import LOCAL_DEFAULT
 
 # Fixtures that load a language model (the embedded one, or a random one with its tokenizer): a test
 # using one is marked `model`, so `make test-fast` (no model, no notebook, under 3 minutes) leaves it out.
-MODEL_FIXTURES = {"embedded", "hf", "student", "tiny_model_dir", "smoke_run", "engine", "vllm_server", "vf", "lab"}
+MODEL_FIXTURES = {"embedded", "hf", "student", "tiny_model_dir", "smoke_run", "engine", "shared_instrument",
+                  "vllm_server", "vf", "lab"}
 
 
 def pytest_collection_modifyitems(items):
