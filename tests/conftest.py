@@ -19,6 +19,27 @@ from azlib.data.gsm8k import LOCAL_DEFAULT
 # using one is marked `model`, so `make test-fast` (no model, no notebook, under 3 minutes) leaves it out.
 MODEL_FIXTURES = {"embedded", "hf", "student", "tiny_model_dir", "smoke_run", "engine", "shared_instrument",
                   "vllm_server", "vf", "lab"}
+# `make test-vllm` runs on two workers with --dist loadfile, where a file stays on one worker; these files are
+# grouped further into two shares, each run whole by one worker, that take about as long (docs/testing.md). With
+# files alone, xdist hands a worker another file whenever two or fewer of its tests are left to run, from the
+# start on: in one measured run one worker ran every file but test_vllm.py, 23.6 minutes of tests against 7.9.
+VLLM_SHARES = {"test_gpu_smoke.py": "vllm-a", "test_trl_vllm.py": "vllm-a",
+               "test_vllm.py": "vllm-b", "test_vllm_engines.py": "vllm-b", "test_vllm_lifecycle.py": "vllm-b"}
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile: a file named in VLLM_SHARES goes with its share, any other file alone."""
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
+
+    class Shares(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return VLLM_SHARES.get(Path(file).name, file)
+
+    return Shares(config, log)
 
 
 def pytest_collection_modifyitems(items):
