@@ -124,9 +124,11 @@ test-main: setup setup-browser
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
 		-m "not vllm and not verifiers"
 
-# Two workers, a test file each: an engine start is mostly its processes importing vLLM, which leaves a core free.
+# Two workers, each running one share of the test files whole (tests/conftest.py's VLLM_SHARES, two shares of about
+# equal time): an engine start is mostly its processes importing vLLM, which leaves a core free. One torch thread
+# each, as in the main suite; each worker's engines on a core of their own (tests/conftest.py).
 test-vllm: setup-vllm
-	$(VLLM_PY) -m pytest -q -m vllm -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=1 $(VLLM_PY) -m pytest -q -m vllm -n $(TEST_WORKERS) --dist loadfile
 
 test-verifiers: setup-verifiers
 	$(VF_PY) -m pytest -q -m verifiers

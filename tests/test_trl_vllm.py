@@ -12,6 +12,7 @@ import pytest
 from azlib.config import resolve_library
 from azlib.data.arithmetic import arithmetic_problems
 from azlib.peers import train_with_trl
+from conftest import save_tiny_llama
 
 pytestmark = pytest.mark.vllm
 
@@ -63,8 +64,11 @@ def test_two_trl_arms_in_one_process_each_close_their_vllm_engine(tmp_path, monk
 
     trl.GRPOTrainer  # imported first, as the arm does before it notes os.environ: importing it and vLLM sets variables
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB))
-    # TRL's engine as TRL builds it (compiled: about four minutes an arm on two busy cores)
-    params, _ = resolve_library("05_base_vs_trained", "smoke", tmp_path, ["generation=vllm"])
+    # TRL's engine as TRL builds it (compiled), of a tiny random Llama: what an arm leaves is the engine's, whatever
+    # the model (the embedded model's 30 layers took about four minutes an arm to compile on two busy cores)
+    tiny = save_tiny_llama(0, hidden_size=64, num_attention_heads=2, num_key_value_heads=1,
+                           max_position_embeddings=8192)  # the embedded model's: the engine's length fits
+    params, _ = resolve_library("05_base_vs_trained", "smoke", tmp_path, ["generation=vllm", f"model={tiny}"])
     problems = arithmetic_problems(4, seed=1, steps=(1,))
     for seed in range(2):
         environ, tensors_before, start = dict(os.environ), live_tensor_mib(), time.monotonic()
@@ -79,6 +83,7 @@ def test_two_trl_arms_in_one_process_each_close_their_vllm_engine(tmp_path, monk
         assert live_children() == [], "no engine process left"
         assert not torch.distributed.is_initialized(), "the engine's process group destroyed"
         assert dict(os.environ) == environ, "TRL's and vLLM's variables restored, the ones they added gone"
-        # an engine kept holds its 1 GiB KV cache in tensors; an arm leaves less, held through closures (measured:
-        # 55 MiB an arm in a plain script, 257 MiB after the first arm in this test)
+        # an engine kept holds its 1 GiB KV cache in tensors (measured: an arm that kept its trainer and thawed
+        # vLLM's frozen objects left 1,061 MiB); an arm leaves less, held through closures (measured: 6 MiB an arm
+        # with this model; with the embedded model, 55 MiB an arm in a plain script, 257 MiB after the first arm here)
         assert tensors_after - tensors_before < KV_CACHE_GIB * 1024 // 2, (tensors_before, tensors_after)

