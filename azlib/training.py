@@ -73,7 +73,7 @@ class TrainerSettings:
 class StepLog:
     """One line of the training log, from its parts: the step's own fields as they are (step, tokens, verified,
     reward_mean, the explorer's accuracy, ...), the update's statistics as update/<key> (update/loss, update/kl,
-    update/grad_norm; update/reward_mean is GRPO's, over the answers it trained on), the explorer's own fields as
+    update/grad_norm; update/reward_mean is GRPO's, over the rollouts it was given), the explorer's own fields as
     search/<key>, the reward's parts as reward/<part>. `line` refuses a key two parts both write."""
 
     own: dict
@@ -121,7 +121,7 @@ class Trainer(Resource):
     def add_reward(self, function: RewardFunction) -> None:
         """Add a reward function with TRL's signature, `f(prompts, completions, **kwargs) -> list[float]` (kwargs:
         the rows' other columns, `answer` the gold, `info`, and `completion_ids`), to the reward of every answer
-        the update trains on, as TRL sums its reward functions; its mean is logged as reward_<its name>. GRPO's
+        the update trains on, as TRL sums its reward functions; its mean is logged as reward/<its name>. GRPO's
         advantages come from the sum; imitation (update "sft") keeps each problem's verified answers with the
         best sum. The search still steers by `train.reward`. Added before `run`: a resume checks the names."""
         signal = self.settings.train.signal
@@ -130,7 +130,7 @@ class Trainer(Resource):
                              f"to use one, got {signal!r}")
         check_reward_function(function, [k for k in self.problems[0] if k != "prompt"] + ["completion_ids"])
         name, taken = reward_name(function), {reward_name(f) for f in self.reward_functions}
-        reserved = taken | set(RewardBreakdown.__dataclass_fields__) | {"mean", "std"}  # the log's reward_* keys
+        reserved = taken | set(RewardBreakdown.__dataclass_fields__)  # the log's reward/<part> keys
         if name in reserved or not name.isidentifier():
             raise ValueError(f"a reward function is logged under its name, and {name!r} is taken or not a name "
                              f"(taken: {sorted(reserved)}); give the function another name (def ...)")
@@ -170,7 +170,7 @@ class Trainer(Resource):
                 self.teachers.credit(values)
         torch.manual_seed(seed)  # LoRA dropout in the update
         rollouts = with_rewards(found.rollouts, self.problems, self.reward_functions)
-        good = best_verified(rollouts) if self.reward_functions else verified(rollouts)
+        good = verified(rollouts)
         stats = self._update(rollouts, good)
         self.step, self.position, self.tokens = self.step + 1, self.position + len(indices), self.tokens + found.tokens
         if self.student.reference == "snapshot" and self.step % s.reference_refresh == 0:
@@ -186,11 +186,15 @@ class Trainer(Resource):
         return Exploration.joined(gather(found)) if world()[1] > 1 else found
 
     def _update(self, rollouts: list[Rollout], good: list[Rollout]) -> dict:
-        """GRPO on the step's answers, or imitation of the verified answers (with the replay buffer's)."""
+        """GRPO on the step's answers, or imitation of the verified answers (with the replay buffer's; with reward
+        functions, each problem's best)."""
         s = self.settings.train
         if s.update == "grpo":
-            # an empty answer has nothing to train (a sibling step is never empty: the search makes no empty child)
-            return self.policy_update.step([r for r in rollouts if r.answer is None or r.answer.text])
+            # a rollout with no ids has nothing to train; an answer that only stopped (its one id the EOS) is trained
+            # on stopping, as TRL trains every completion
+            return self.policy_update.step([r for r in rollouts if r.completion_ids])
+        if self.reward_functions:  # imitation keeps each problem's verified answers with the best reward
+            good = best_verified(rollouts)
         self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
         return self.policy_update.sft_step(self.replay)
 
@@ -216,7 +220,7 @@ class Trainer(Resource):
             own["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20  # this step, this process's tensors
             own["vram_used_mb"] = (total - free) / 2**20  # the whole GPU now: vLLM engines included
         return StepLog(own, update=stats, search=self.explorer.step_log(found, good),
-                       reward=_mean_parts(rollouts, self.explorer.logs_breakdown)).line()
+                       reward=_mean_parts(rollouts)).line()
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, resume: bool = False, progress: bool = True) -> list[dict]:
@@ -409,12 +413,12 @@ def _replayed(saved: dict) -> Rollout:
     return Rollout(**saved | {"answer": answer, "advantages": tuple(saved["advantages"])})
 
 
-def _mean_parts(rollouts: Sequence[Rollout], breakdown: bool) -> dict[str, float]:
-    """Mean of each reward part over the step's rollouts (the log's reward/<part>): each answer's RewardBreakdown parts
-    but the total when `breakdown` (the explorer's `logs_breakdown`), then each added reward function's value."""
+def _mean_parts(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """Mean of each reward part over the step's whole answers (the log's reward/<part>): their RewardBreakdown parts
+    but the total, then each added reward function's value. Sibling steps are not answers and have no parts."""
     parts: dict[str, list[float]] = {}
     for r in rollouts:
-        logged = {k: v for k, v in asdict(r.answer.breakdown).items() if k != "total"} if breakdown and r.answer else {}
+        logged = {k: v for k, v in asdict(r.answer.breakdown).items() if k != "total"} if r.answer else {}
         for k, v in (logged | r.added).items():
             parts.setdefault(k, []).append(v)
     return {k: sum(v) / len(v) for k, v in parts.items()}

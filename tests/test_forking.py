@@ -39,7 +39,7 @@ def answer(reward: float, ids=(9,)) -> Answer:
 
 def hand_tree() -> ForkTree:
     """root -> A [1, 2] -> A1 [3] (reward 1), A2 [4, 5] (reward 0);  root -> B [6] (reward 0)."""
-    tree = ForkTree(0, "q", [0])
+    tree = ForkTree(0, [0])
     tree.nodes[0].children = [1, 4]
     tree.nodes += [Segment(0, 0, [1, 2], [-1.0, -1.0], [2, 3]),
                    Segment(1, 2, [3], [-1.0], answer=answer(1.0, (1, 2, 3))),
@@ -67,7 +67,7 @@ def test_treerl_advantages_on_a_hand_built_tree():
 
 
 def test_a_fork_splits_a_node_and_leaves_keep_their_ids():
-    tree = ForkTree(0, "q", [0])
+    tree = ForkTree(0, [0])
     tree.nodes[0].children = [1]
     tree.nodes.append(Segment(0, 0, [1, 2, 3, 4, 5], [-0.1] * 5, answer=answer(0.0, (1, 2, 3, 4, 5))))
     head = tree.branch_point(1, 3)
@@ -293,7 +293,7 @@ def test_fork_from_chooses_whose_tokens_are_fork_points(student):
     """Two wrong answers: a finished one and one cut at the cap whose second token is the most surprising
     of all. 'any' forks there first; 'finished' never forks in the cut answer; 'wrong' skips the right one."""
     ids = student.tokenizer("3 * 4 = 11\n11 + 5 = 16\n", add_special_tokens=False)["input_ids"]
-    tree = ForkTree(0, "q", [0])
+    tree = ForkTree(0, [0])
     cut = Answer(0, tuple(ids), (-0.1, -9.0) + (-0.1,) * (len(ids) - 2), "x", False, False, 0.0, False,
                  breakdown(0.0))
     done = Answer(0, tuple(ids[:3]), (-2.0,) * 3, "x", True, True, 0.0, False, breakdown(0.0))
@@ -412,7 +412,7 @@ def test_step_forks_start_where_the_first_step_fails(student):
     tokenizer = student.tokenizer
     texts = ["3 * 4 = 11\n11 + 5 = 16\n#### 16", "So 2 * 4 = 8\n8 + 5 = 13\n#### 13",
              "3 * 4 = 12\n12 + 5 = 17\n#### 17"]
-    tree = ForkTree(0, "q", [0])
+    tree = ForkTree(0, [0])
     for text in texts:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         a = Answer(0, tuple(ids), (-1.0,) * len(ids), tokenizer.decode(ids), True, True, float(text.endswith("17")),

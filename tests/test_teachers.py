@@ -194,6 +194,9 @@ def test_search_with_an_ensemble_credits_the_teachers(student):
     nodes = results[0].tree.nodes
     proposed = {p.split(":")[0] for n in nodes for p in n.info.get("proposers", []) if ":" in p}
     assert proposed == {"tutor", "terse"}, "per_node 2: both teachers were asked at every expansion"
+    open_states = [n.state for r in results for n in r.tree.nodes if not n.state.answer.finished]
+    assert len(open_states) > 2 and all(st.tokens == len(st.answer.token_ids) for st in open_states), \
+        "a partial answer's length is its ids' (a teacher's chunk counted as the student encodes it)"
     values = teacher_values(results[0])
     assert values and set(values) <= proposed
     visited = {name: [n for n in nodes if n.visits and any(p.startswith(f"{name}:") for p in n.info.get("proposers", []))]

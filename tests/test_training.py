@@ -254,6 +254,30 @@ def test_every_mcts_rollout_is_trained_on_the_ids_it_was_sampled_with(student, t
         "a partial answer ending in a newline (what the trimming template drops) was continued"
 
 
+def test_an_answer_that_only_stopped_is_trained_on_its_eos(student, tmp_path, monkeypatch):
+    """GRPO trains every completion, as TRL does: an answer whose one sampled id is the EOS has no text, and its
+    rollout reaches the update with that id, so stopping at once is trained on like any wrong answer."""
+    from azlib.models.generation import Sample
+
+    backend, eos = student.backend, student.tokenizer.eos_token_id
+    generate = backend.generate
+
+    def first_stops(batch, **kwargs):
+        out = generate(batch, **kwargs)
+        first = out[0][0]
+        out[0][0] = Sample("", (eos,), first.logprobs[:1], "stop", first.prompt_tokens, 1)
+        return out
+
+    monkeypatch.setattr(backend, "generate", first_stops)
+    trainer = small_trainer(student, tmp_path, steps=1, signal="independent")
+    received = []
+    monkeypatch.setattr(trainer.policy_update, "step", lambda rollouts: received.extend(rollouts) or {})
+    trainer.train_step()
+    stopped = [r for r in received if not r.answer.text]
+    assert len(stopped) == 1 and list(stopped[0].completion_ids) == [eos] and stopped[0].reward == 0.0
+    assert len(received) == trainer.settings.train.problems_per_step * trainer.settings.train.group_size
+
+
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """Each state and each rollout is scored when it is made; the search values them, tree_answers collects them,
     search_answer grades the recommended one without scoring anything again."""
@@ -334,9 +358,9 @@ def test_every_training_signal_has_an_explorer():
 
 def test_a_steps_log_line_keeps_every_part_under_its_namespace(student, tmp_path):
     """A GRPO step on the embedded student: the step's own fields bare, the update's statistics under update/,
-    the search's under search/, the reward's parts under reward/; the step's reward_mean (every answer's) stays
-    beside GRPO's (the answers it trained on)."""
-    trainer = small_trainer(student, tmp_path, steps=1, signal="paths")
+    the search's under search/, the whole answers' reward parts under reward/; the step's reward_mean (every answer's)
+    stays beside GRPO's (over the rollouts it was given). Sibling steps are not answers: their line has no reward/ part."""
+    trainer = small_trainer(student, tmp_path / "answers", steps=1, signal="answers")
     line = trainer.train_step()
     spaced = {key.split("/")[0] for key in line if "/" in key}
     assert spaced == {"update", "search", "reward"}
@@ -345,6 +369,9 @@ def test_a_steps_log_line_keeps_every_part_under_its_namespace(student, tmp_path
     assert {"step", "position", "tokens", "seconds", "verified", "solved", "completions", "completion_correct",
             "reward_mean", "truncated", "answer_accuracy", "ram_peak_mb"} <= line.keys()
     assert not {"loss", "kl", "grad_norm", "answers", "reward_hre"} & line.keys(), "no part's key stands bare"
+    siblings = small_trainer(student, tmp_path / "siblings", steps=1, signal="siblings").train_step()
+    assert siblings["completions"] > 0 and "update/loss" in siblings
+    assert not [key for key in siblings if key.startswith("reward/")], "a sibling step has no reward parts"
 
 
 def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):

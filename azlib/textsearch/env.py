@@ -173,11 +173,12 @@ class TextEnv:
 
     def _continued(self, state: TextState, step: Sample, label: str, pre: float, terminal: bool = False) -> TextState:
         """The state continued by a step's ids: its answer cut at its answer line and scored, the step's label and PRE
-        on its path."""
+        on its path. Its length counts the step's ids (a teacher's chunk as the student encodes it, not the teacher's
+        own token count)."""
         a, code, pres = state.answer, state.code + label, (*state.step_pres, pre)
         answer = self._answer(a.problem, a.token_ids + step.token_ids, a.logprobs + step.logprobs,
                               step.finish_reason == "stop", pres=pres, code=code, terminal=terminal)
-        return TextState(answer, code, pres, state.tokens + step.completion_tokens)
+        return TextState(answer, code, pres, state.tokens + len(step.token_ids))
 
     def _expansion(self, state: TextState, proposals: list[ProposedStep]) -> Expansion:
         teacher_chunks = {p.label: p.step.text for p in proposals if p.label is not None}

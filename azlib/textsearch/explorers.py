@@ -60,8 +60,6 @@ class TreeExplorer:
         self.env, self.search, self.kind = env, search, kind
         # sibling steps are not answers: their runs count no truncated answers (the log's share reads 0)
         self.whole_answers = kind in ("answers", "paths")
-        # the step log's reward/<part>: the answers' RewardBreakdown parts for the original system's paths only
-        self.logs_breakdown = kind == "paths"
 
     def explore(self, indices: Sequence[int], seed: int) -> Exploration:
         results = search(self.env, [self.env.root(i) for i in indices], self.search, random.Random(seed))
@@ -82,7 +80,6 @@ class ForkExplorer:
     # on yet (forks aim at unsolved problems, so all leaves together would understate it)
     accuracy = "sampled_accuracy"
     whole_answers = True
-    logs_breakdown = True  # the step log's reward/<part>: every answer's RewardBreakdown parts
 
     def __init__(self, forking: ForkingSearch, group_size: int, kind: Literal["answers", "treerl"]):
         self.forking, self.group_size, self.kind = forking, group_size, kind

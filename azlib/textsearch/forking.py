@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from azlib.answer import Answer, ids_writing, scored_answer
 from azlib.data.rows import Row
 from azlib.mcts.tree import Backup, Tree
-from azlib.models.generation import Backend, Prompt, Sample, TokenIds
+from azlib.models.generation import Backend, Sample, TokenIds
 from azlib.prompts import ANSWER_MARK, chat_prompt, hint_prompt
 from azlib.rewards import RewardWeights
 from azlib.rewards.step_checks import check_steps, first_failure
@@ -53,7 +53,6 @@ class ForkTree:
     written after `fork_prompt_ids` (the same ids, or the hint teacher's prompt)."""
 
     problem: int
-    prompt: Prompt
     prompt_ids: list[int]
     nodes: list[Segment] = field(default_factory=lambda: [Segment(-1, 0, [], [])])
     tokens: int = 0
@@ -165,7 +164,7 @@ class ForkingSearch:
 
     def grow(self, indices: Sequence[int], group_size: int, seed: int) -> list[ForkTree]:
         prompts = [chat_prompt(self.problems[i]["prompt"]) for i in indices]
-        trees = [ForkTree(i, p, self.backend.encode_prompt(p)) for i, p in zip(indices, prompts)]
+        trees = [ForkTree(i, self.backend.encode_prompt(p)) for i, p in zip(indices, prompts)]
         for tree in trees:
             tree.fork_prompt_ids = self._fork_prompt_ids(tree)
         samples = self.backend.generate(prompts, n=group_size, max_new_tokens=self.sampling.max_new_tokens,
