@@ -43,7 +43,7 @@ def run_azlib(args) -> dict:
     for step in range(args.steps + 1):  # step 0 warms up
         start = time.perf_counter()
         rollouts = sampler.explore(list(range(step * args.prompts, (step + 1) * args.prompts)), step).rollouts
-        trainer.step([r for r in rollouts if r.answer.text])  # as the Trainer's step
+        trainer.step([r for r in rollouts if r.completion_ids])  # as the Trainer's step
         times.append(time.perf_counter() - start)
     return {"seconds": sum(times[1:]), "samples": args.steps * args.prompts * args.group_size}
 
