@@ -193,9 +193,8 @@ class Trainer(Resource):
             # a rollout with no ids has nothing to train; an answer that only stopped (its one id the EOS) is trained
             # on stopping, as TRL trains every completion
             return self.policy_update.step([r for r in rollouts if r.completion_ids])
-        if self.reward_functions:  # imitation keeps each problem's verified answers with the best reward
-            good = best_verified(rollouts)
-        self.replay = (self.replay + good)[-s.replay_size:] if s.replay_size else good
+        kept = best_verified(rollouts) if self.reward_functions else good  # with reward functions: each problem's best
+        self.replay = (self.replay + kept)[-s.replay_size:] if s.replay_size else kept
         return self.policy_update.sft_step(self.replay)
 
     def _record(self, found: Exploration, rollouts: list[Rollout], good: list[Rollout], stats: dict,
