@@ -114,13 +114,17 @@ def hf_logprobs(model, ids: list[int]) -> "torch.Tensor":
 
 @pytest.mark.parametrize("path", ["packed", "torch"])
 def test_reloaded_weights_reach_a_compiled_engine_on_each_gemm_path(path, monkeypatch):
-    """An engine built in this process as TRL builds its colocated one (compiled), of one tiny random Llama, is
-    handed another's weights by `reload_weights`: its log-probs of a sequence then match the other model's (as
-    computed by transformers), not the first's; handed the first's weights back, it matches the first again. A weight left in a stale kernel, or a compiled graph that kept it, would leave them apart."""
+    """An engine built in this process as TRL builds its colocated one (compiled), of one tiny random Llama whose
+    output head is its embedding (as the embedded model's), is handed another's parameters as TRL hands them (the
+    tied head not named apart) by `reload_weights`: its log-probs of a sequence then match the other model's (as
+    computed by transformers), not the first's; handed the first's back, it matches the first again. A weight left
+    in a stale kernel (the tied head's, which loads nothing of its own), or a compiled graph that kept one, would
+    leave them apart."""
     from transformers import AutoModelForCausalLM
     from vllm import LLM
 
-    shape = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192)
+    shape = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192,
+                 tie_word_embeddings=True)
     first, second = (AutoModelForCausalLM.from_pretrained(save_tiny_llama(seed, **shape)) for seed in (0, 1))
     for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                             MASTER_PORT="29531", VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GIB)).items():
@@ -132,9 +136,10 @@ def test_reloaded_weights_reach_a_compiled_engine_on_each_gemm_path(path, monkey
         try:
             gap = lambda model: (prompt_logprobs(llm, ids) - hf_logprobs(model, ids)).abs().max().item()
             assert gap(first) < 1e-2 and gap(second) > 0.1, "the engine holds the first model"
-            reload_weights(llm, second.state_dict().items())
+            assert "lm_head.weight" not in dict(second.named_parameters()), "the head is the embedding"
+            reload_weights(llm, ((name, p.data) for name, p in second.named_parameters()))
             assert gap(second) < 1e-2 and gap(first) > 0.1, "the second model's weights reached the engine"
-            reload_weights(llm, first.state_dict().items())
+            reload_weights(llm, ((name, p.data) for name, p in first.named_parameters()))
             assert gap(first) < 1e-2, "the first model's weights back"
         finally:
             close_trl_engine(SimpleNamespace(vllm_generation=SimpleNamespace(llm=llm)), environ)  # held as TRL holds it

