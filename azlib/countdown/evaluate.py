@@ -1,6 +1,7 @@
 """Countdown at test time, every method's generated characters counted: greedy, independent samples (best-of-N with
 the exact final check, and at the search's own token count by unbiased pass@k), the search with the learned value
-and with the oracle; and the learned value judged as a verifier of partial states against the exact oracle."""
+and with the oracle; and the learned value judged as a verifier of partial states against the exact oracle, on
+the states its own samples reach and on those random legal moves reach (the value gate)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 from scipy import stats
 
 from azlib.countdown.play import Episode, play_episodes, play_searched
-from azlib.countdown.policy import Policy
-from azlib.countdown.rules import State, solvable
+from azlib.countdown.policy import Line, Policy
+from azlib.countdown.rules import State, legal_moves, solvable
 from azlib.countdown.settings import CountdownSearchSettings, EvalSettings
 from azlib.evaluation import pass_at_k
 
@@ -38,12 +39,53 @@ def value_quality(policy: Policy, episodes: Sequence[Episode], threshold: float 
     values = policy.values(texts)
     called = [v > threshold for v in values]
     hits = sum(c and t for c, t in zip(called, truth))
-    live = [v for v, t in zip(values, truth) if t]
-    dead = [v for v, t in zip(values, truth) if not t]
-    auc = float(stats.mannwhitneyu(live, dead).statistic) / (len(live) * len(dead)) if live and dead else float("nan")
     return {"value_precision": hits / sum(called) if any(called) else float("nan"),
             "value_recall": hits / sum(truth) if any(truth) else float("nan"),
-            "value_base_rate": sum(truth) / len(truth), "value_auc": auc, "value_states": len(texts)}
+            "value_base_rate": sum(truth) / len(truth), "value_auc": ranking_quality(values, truth)["auc"],
+            "value_states": len(texts)}
+
+
+def ranking_quality(values: Sequence[float], truth: Sequence[bool]) -> dict[str, float]:
+    """How well `values` rank the solvable states (truth) above the dead ones: auc = P(v(solvable) > v(dead)) over
+    pairs, ties half; precision_at_half_recall = the share of solvable states among those valued at least the
+    median solvable state's value (the threshold that calls half the solvable states solvable)."""
+    live = sorted((v for v, t in zip(values, truth) if t), reverse=True)
+    dead = [v for v, t in zip(values, truth) if not t]
+    if not live or not dead:
+        return {"auc": float("nan"), "precision_at_half_recall": float("nan")}
+    threshold = live[(len(live) - 1) // 2]
+    called_live = sum(v >= threshold for v in live)
+    return {"auc": float(stats.mannwhitneyu(live, dead).statistic) / (len(live) * len(dead)),
+            "precision_at_half_recall": called_live / (called_live + sum(v >= threshold for v in dead))}
+
+
+def value_gate(policy: Policy, problems: Sequence[State], seed: int, walks: int = 4) -> dict[str, float]:
+    """The value head as a judge of partial states, policy-independent: from each problem, `walks` games of
+    uniformly random legal moves, and the distinct unfinished states they reach after 1 and after 2 moves,
+    labelled by the exact oracle. Per depth d: value_gate_auc_d, value_gate_precision_d (at recall 0.5; see
+    `ranking_quality`), value_gate_base_rate_d and value_gate_states_d."""
+    rng = random.Random(f"value gate {seed}")
+    reached: dict[int, dict[str, bool]] = {1: {}, 2: {}}
+    for problem in problems:
+        for _ in range(walks):
+            episode = Episode.start(problem)
+            for depth in (1, 2):
+                moves = legal_moves(episode.state)
+                if not moves:
+                    break
+                move = str(rng.choice(moves))
+                episode.play(Line(move, 0.0, len(move) + 1, True))
+                if not episode.state.finished:
+                    reached[depth].setdefault(episode.text, solvable(episode.state))
+    out = {}
+    for depth, states in reached.items():
+        texts, truth = list(states), list(states.values())
+        quality = ranking_quality(policy.values(texts), truth) if texts else ranking_quality([], [])
+        out |= {f"value_gate_auc_{depth}": quality["auc"],
+                f"value_gate_precision_{depth}": quality["precision_at_half_recall"],
+                f"value_gate_base_rate_{depth}": sum(truth) / len(truth) if truth else float("nan"),
+                f"value_gate_states_{depth}": len(texts)}
+    return out
 
 
 def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, search: CountdownSearchSettings,
@@ -69,7 +111,7 @@ def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, 
         out["sample"] = {"solved_share": [c / settings.best_of for c in per_problem], "tokens": sample_tokens}
         out["best_of"] = {"solved": [c > 0 for c in per_problem], "tokens": sample_tokens * settings.best_of,
                           "correct_counts": per_problem}
-        out |= {"value": value_quality(policy, [e for g in sampled for e in g])}
+        out |= {"value": value_quality(policy, [e for g in sampled for e in g]) | value_gate(policy, problems, seed)}
     for method, value in (("mcts", "learned"), ("mcts_oracle", "oracle")):
         if method in methods:
             games, tokens, evaluations = play_searched(policy, problems, search, value, random.Random(seed),

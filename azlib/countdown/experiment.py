@@ -24,6 +24,11 @@ from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings
 from azlib.evaluation import compare, comparison_table
 
 SPLITS = ("seen", "unseen")
+VALUE_GATE = 0.9  # AUC and precision at recall 0.5 a value must reach after the first move (Chen et al. 2024's bar)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,18 @@ class CountdownResult:
                             for s in self.setup.seeds] for a, b in pairs}
         return comparison_table(self.per_seed(split, method), pairs, mcnemar)
 
+    def value_gate(self, split: str = "unseen") -> dict[str, dict[str, float]]:
+        """Per policy (the start; each arm, mean over its seeds): the value gate's AUC and precision at recall 0.5
+        after 1 and 2 random legal moves (azlib.countdown.evaluate.value_gate), and whether it passes: AUC and
+        precision at least VALUE_GATE after the first move."""
+        rows = {}
+        for who in ["start", *self.setup.arms]:
+            found = [self.source(who, s)[split].get("value", {}) for s in self.setup.seeds]
+            row = {f"{kind} after {d}": _mean([f.get(f"value_gate_{kind}_{d}", float("nan")) for f in found])
+                   for d in (1, 2) for kind in ("auc", "precision")}
+            rows[who] = row | {"passes": row["auc after 1"] >= VALUE_GATE and row["precision after 1"] >= VALUE_GATE}
+        return rows
+
     def _records(self, arm: str, seed: int, split: str, method: str) -> list[dict]:
         return [{"id": i, "correct": bool(c)} for i, c in enumerate(self.source(arm, seed)[split][method]["solved"])]
 
@@ -186,6 +203,6 @@ def summary(result: CountdownResult) -> dict:
     comparisons = {f"{split} {m}": result.comparisons(split, m) for split in SPLITS for m in ("greedy", "mcts")
                    if m in methods}
     return {"setup": dataclasses.asdict(setup), "start": _rates(result.start), "arms": arms, "means": means,
-            "comparisons": comparisons,
+            "comparisons": comparisons, "value_gate": {split: result.value_gate(split) for split in SPLITS},
             "start_history": result.start_history[::max(1, len(result.start_history) // 100)],
             "histories": {arm: {str(s): result.histories[arm, s] for s in setup.seeds} for arm in setup.arms}}

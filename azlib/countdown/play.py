@@ -14,7 +14,7 @@ import torch
 from azlib.countdown.policy import Line, Policy
 from azlib.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable, step, written_result
 from azlib.countdown.settings import CountdownSearchSettings
-from azlib.mcts.search import Child, Expansion, search, visit_weights
+from azlib.mcts.search import Child, Expansion, search
 from azlib.settings import SearchSettings
 
 
@@ -122,11 +122,12 @@ def episode_of(state: dict) -> Episode:
 class LineSearch:
     """The environment `azlib.mcts.search` plays (sampled AlphaZero, Hubert et al. 2021): a node's children are the
     distinct lines among `candidates` the model samples there, each applied by the rules (a refused line is a lost
-    terminal child), and each child is evaluated as it is made (the env evaluates the new children itself, so the
-    search compares siblings by value before it visits them): by the value head (or, as the reference arm's, the
-    exact oracle: 1 if the target is still reachable); a finished state's value is exact, 1 if solved, else 0. One
-    `lines` call and one value call per search step over every leaf; expansions are kept by text (the net does not
-    change while this env lives), so a later search from a child reuses its subtree and counts no token twice."""
+    terminal child), and each child is evaluated as it is made, so that the search compares siblings by value before
+    it visits them (the estimate is a child's first Q, not a visit): by the value head (or, as the reference arm's,
+    the exact oracle: 1 if the target is still reachable); a finished state's value is exact, 1 if solved, else 0.
+    The expanded leaf's own value, read by the same `lines` call (or the oracle), is the simulation's one backup.
+    One `lines` call and one value call per search step over every leaf; expansions are kept by text (the net does
+    not change while this env lives), so a later search from a child reuses its subtree and counts no token twice."""
 
     two_player = False
 
@@ -149,16 +150,16 @@ class LineSearch:
         if new:
             by_text = {s["text"]: s for s in states}
             episodes = [episode_of(by_text[text]) for text in new]
-            lines, _ = self.policy.lines(new, self.settings.candidates, self.settings.temperature, self.generator,
-                                         offered(self.policy, [e.state for e in episodes]))
+            lines, learned = self.policy.lines(new, self.settings.candidates, self.settings.temperature,
+                                               self.generator, offered(self.policy, [e.state for e in episodes]))
             children = [self._children(e, drawn) for e, drawn in zip(episodes, lines)]
             values = self._values([child for _, child, _ in (c for group in children for c in group)])
-            for text, group, drawn in zip(new, children, lines):
+            for text, episode, group, drawn, v in zip(new, episodes, children, lines, learned):
                 tokens = sum(line.tokens for line in drawn)
                 self.tokens += tokens
-                # every child carries its evaluation, so the search backs those up and never reads the leaf's value
-                self.cache[text] = Expansion([Child(line, node_state(child), prior, info, (next(values),))
-                                              for line, child, (prior, info) in group], 0.0, tokens)
+                leaf_value = float(solvable(episode.state)) if self.value == "oracle" else v
+                self.cache[text] = Expansion([Child(line, node_state(child), prior, info, value=next(values))
+                                              for line, child, (prior, info) in group], leaf_value, tokens)
         out = []
         for s in states:  # a state expanded before (another tree, an earlier search) costs no tokens again
             expansion = self.cache[s["text"]]
@@ -253,11 +254,9 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
         for g, result in zip(live, results):
             children = [result.tree.nodes[i] for i in result.tree.root.children]
             accepted = [c for c in children if not c.info["refused"]]
-            if settings.rule == "gumbel":  # Gumbel MuZero's target: its improved policy over the root's children
-                weights = [w for w, c in zip(result.action_weights, children) if not c.info["refused"]]
-                shares = [w / sum(weights) for w in weights] if sum(weights) > 0 else weights
-            else:
-                shares = visit_weights([c.visits for c in accepted], 1.0)
+            # the search's target (visit shares; gumbel: the improved policy), renormalised over the accepted lines
+            weights = [w for w, c in zip(result.action_weights, children) if not c.info["refused"]]
+            shares = [w / sum(weights) for w in weights] if sum(weights) > 0 else weights
             chosen = children[result.actions.index(result.action)]
             games[g].moves.append(SearchedMove(states[g]["text"], episode_of(states[g]).state,
                                                [c.action for c in accepted], shares, chosen.action))

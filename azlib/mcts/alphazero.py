@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from azlib.mcts.envs import tictactoe as ttt
-from azlib.mcts.search import Child, Expansion, SearchResult, search, visit_weights
+from azlib.mcts.search import Child, Expansion, SearchResult, search
 from azlib.settings import SearchSettings
 
 
@@ -146,9 +146,8 @@ def play_games(players: list[tuple[NetTicTacToe, NetTicTacToe]], settings: Alpha
         for (env, exploring), games in groups.items():
             search_settings = _search_settings(settings, 1.0 if exploring else 0.0, noise)
             for g, result in zip(games, search(env, [boards[g] for g in games], search_settings, rng)):
-                pi = [0.0] * 9  # the policy target: visit shares, whatever temperature chose the move
-                visits = [result.tree.nodes[i].visits for i in result.tree.root.children]
-                for action, w in zip(result.actions, visit_weights(visits, 1.0)):
+                pi = [0.0] * 9  # the search's target: visit shares, whatever temperature chose the move
+                for action, w in zip(result.actions, result.action_weights):
                     pi[action] = w
                 history[g].append((boards[g], pi))
                 boards[g] = ttt.play(boards[g], result.action)

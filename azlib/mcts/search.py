@@ -28,11 +28,15 @@ class Child(NamedTuple):
     # Values of simulations the environment already ran through this child (e.g. rollouts to a finished
     # answer): backed up at creation, so the child starts with len(evaluations) visits.
     evaluations: tuple[float, ...] = ()
+    # The environment's estimate of the child as it is made (a value net's or an oracle's), from the view of the
+    # player who moves into it: its Q until its first visit. No simulation ran through it, so it is no visit.
+    value: float | None = None
 
 
 class Expansion(NamedTuple):
     """What an environment says about a leaf: its children and an estimate of its value (from the
-    view of the player to move there; single-agent: just the value), and tokens it generated."""
+    view of the player to move there; single-agent: just the value), and tokens it generated. The leaf's value is
+    the one backup of the simulation that expanded it, unless its children carry evaluations (rollouts)."""
 
     children: list[Child]
     value: float
@@ -53,12 +57,13 @@ class Environment(Protocol):
 
 @dataclass
 class SearchResult:
-    # The chosen root action: argmax of visits at temperature 0, else sampled from the weights; gumbel:
-    # the considered action that survived sequential halving with the highest g + logits + sigma(Q).
+    # The chosen root action: argmax of visits at temperature 0, else sampled from the visit shares raised to
+    # 1 / temperature; gumbel: the considered action that survived sequential halving with the highest
+    # g + logits + sigma(Q).
     action: Any
     actions: list[Any]  # the root's children's actions, in order
-    # Over `actions`: the visit distribution, temperature applied; gumbel: the improved policy
-    # softmax(logits + sigma(completed Q)) (mctx's action_weights), the policy target of Gumbel MuZero.
+    # The policy target over `actions`, whatever the move temperature (mctx's action_weights): the visit shares
+    # N(a) / sum N; gumbel: the improved policy softmax(logits + sigma(completed Q)), Gumbel MuZero's target.
     action_weights: list[float]
     tree: Tree
     simulations: int
@@ -74,25 +79,26 @@ QTransform = Callable[[Sequence[Node], float], list[float]]
 
 
 def q_raw(children: Sequence[Node], node_value: float) -> list[float]:
-    """The mean backed-up value, 0 for an unvisited child (AlphaZero, Silver et al. 2018). Node.q written out: this
-    runs for every child of every node on every path, and a property call per child shows in the search's speed."""
-    return [c.value_sum / c.visits if c.visits else 0.0 for c in children]
+    """The mean backed-up value, an unvisited child's estimate or else 0 (AlphaZero, Silver et al. 2018). Node.q
+    written out: this runs for every child of every node on every path, and a property call per child shows in the
+    search's speed."""
+    return [c.value_sum / c.visits if c.visits else c.estimate or 0.0 for c in children]
 
 
 def q_by_parent_value(children: Sequence[Node], node_value: float, epsilon: float = 1e-8) -> list[float]:
-    """An unvisited child valued at its parent (first-play urgency at the parent's value), then min-max
-    rescaled over the parent and the visited children. azlib's rule: mctx's below but for unvisited children."""
-    completed = [c.q if c.visits else node_value for c in children]
+    """A child neither visited nor estimated valued at its parent (first-play urgency at the parent's value), then
+    min-max rescaled over the parent and the children. azlib's rule: mctx's below but for unvisited children."""
+    completed = [c.q if c.known else node_value for c in children]
     low, high = min(node_value, *completed), max(node_value, *completed)
     return [(x - low) / max(high - low, epsilon) for x in completed]
 
 
 def q_by_parent_and_siblings(children: Sequence[Node], node_value: float, epsilon: float = 1e-8) -> list[float]:
     """mctx's qtransforms.qtransform_by_parent_and_siblings: min-max rescaled over the parent and the
-    visited children; an unvisited child completed with the minimum, so it reads 0."""
-    safe_q = [c.q if c.visits else node_value for c in children]
+    children with a Q (visited, or estimated when made); one with none completed with the minimum, so it reads 0."""
+    safe_q = [c.q if c.known else node_value for c in children]
     low, high = min(node_value, min(safe_q)), max(node_value, max(safe_q))
-    completed = [x if c.visits else low for x, c in zip(safe_q, children)]
+    completed = [x if c.known else low for x, c in zip(safe_q, children)]
     return [(x - low) / max(high - low, epsilon) for x in completed]
 
 
@@ -127,7 +133,8 @@ class Policy(Protocol):
         """Called once the leaf has its children, with the environment's value estimate of it."""
 
     def decide(self, root: Node, children: list[Node], rng: random.Random) -> tuple[int, list[float]]:
-        """After the search: the root child to move to, and the action weights over the root's children."""
+        """After the search: the root child to move to (by the move temperature), and the action weights over the
+        root's children (the policy target: not by the temperature)."""
 
     def terms(self, node: Node, children: list[Node]) -> list[tuple[float, float]] | None:
         """(Q as the rule reads it, the whole score) per child, or None for a rule that ranks by no Q + U."""
@@ -136,7 +143,8 @@ class Policy(Protocol):
 class AlphaZeroPolicy:
     """AlphaZero's search (Silver et al. 2018) with its score and Q transform passed in, as mctx's muzero_policy
     takes its qtransform: descend into the first highest score; Dirichlet noise mixed into the root prior; move by
-    the root's visit counts (temperature 0: the most visited; else sampled from visit_weights)."""
+    the root's visit counts (temperature 0: the most visited; else sampled from visit_weights); the action
+    weights are the visit shares, whatever the temperature."""
 
     def __init__(self, scores: Scores, settings: SearchSettings, two_player: bool):
         self.scores, self.q_transform = scores, Q_TRANSFORMS[settings.q_transform]
@@ -160,10 +168,10 @@ class AlphaZeroPolicy:
             _root_noise(tree, self.settings, rng)
 
     def decide(self, root: Node, children: list[Node], rng: random.Random) -> tuple[int, list[float]]:
-        weights = visit_weights([c.visits for c in children], self.settings.temperature)
-        if self.settings.temperature == 0:
-            return weights.index(1.0), weights
-        return rng.choices(range(len(children)), weights=weights)[0], weights
+        visits = [c.visits for c in children]
+        moves = visit_weights(visits, self.settings.temperature)
+        move = moves.index(1.0) if self.settings.temperature == 0 else rng.choices(range(len(children)), moves)[0]
+        return move, visit_weights(visits, 1.0)
 
 
 # Gumbel MuZero (Danihelka et al. 2022, "Policy improvement by planning with Gumbel"), as mctx's
@@ -182,17 +190,19 @@ def _softmax(x: Sequence[float]) -> list[float]:
 
 
 def q_completed_by_mix_value(q: Sequence[float], visits: Sequence[int], priors: Sequence[float], raw_value: float,
-                             value_scale: float = 0.1, maxvisit_init: float = 50.0,
-                             epsilon: float = 1e-8) -> list[float]:
+                             value_scale: float = 0.1, maxvisit_init: float = 50.0, epsilon: float = 1e-8,
+                             known: Sequence[bool] | None = None) -> list[float]:
     """sigma(completed Q), mctx's qtransforms.qtransform_completed_by_mix_value (the paper, Sec. 4 and App. D):
-    an unvisited child gets the mixed value (the node's raw value and its visited children's prior-weighted
-    Q, weighted 1 : sum N), all are min-max rescaled, then scaled by (c_visit + max N) * c_scale."""
+    a child without a Q gets the mixed value (the node's raw value and its visited children's prior-weighted
+    Q, weighted 1 : sum N), all are min-max rescaled, then scaled by (c_visit + max N) * c_scale. `known`: the
+    children with a Q of their own (default: the visited ones; an estimate made with the child counts too)."""
+    known = [n > 0 for n in visits] if known is None else known
     total = sum(visits)
     probs = [max(p, sys.float_info.min) for p in _softmax(_logits(priors))]
     visited_mass = sum(p for p, n in zip(probs, visits) if n)
     weighted_q = sum(p * x / visited_mass for p, x, n in zip(probs, q, visits) if n) if visited_mass else 0.0
     mixed = (raw_value + total * weighted_q) / (total + 1)
-    completed = [x if n else mixed for x, n in zip(q, visits)]
+    completed = [x if k else mixed for x, k in zip(q, known)]
     low, high = min(completed), max(completed)
     scale = (maxvisit_init + max(visits)) * value_scale
     return [scale * (x - low) / max(high - low, epsilon) for x in completed]
@@ -234,7 +244,8 @@ class GumbelMuZeroPolicy:
     def _sigma(self, node: Node, children: Sequence[Node]) -> list[float]:
         return q_completed_by_mix_value([c.q for c in children], [c.visits for c in children],
                                         [c.prior for c in children], node.info["raw_value"],
-                                        self.settings.value_scale, self.settings.maxvisit_init)
+                                        self.settings.value_scale, self.settings.maxvisit_init,
+                                        known=[c.known for c in children])
 
     def _improved(self, node: Node, children: Sequence[Node]) -> list[float]:
         """The improved policy softmax(logits + sigma(completed Q)) (the paper, Sec. 4)."""
@@ -368,7 +379,7 @@ def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment,
         if terminal:
             info["terminal_value"] = env.terminal_value(child.state)
         added.append(tree.add_child(leaf, child.state, child.action, child.prior, terminal=terminal, solved=terminal,
-                                    info=info))
+                                    info=info, estimate=child.value))
     if not expansion.children:  # nothing to continue with: a dead end is terminal
         node.terminal, node.solved = True, True
         node.info["terminal_value"] = expansion.value

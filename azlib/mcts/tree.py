@@ -26,10 +26,17 @@ class Node:
     solved: bool = False  # terminal, or every child solved: nothing left to learn below
     info: dict[str, Any] = field(default_factory=dict)  # environment extras (rewards, proposer, text)
     expanded_at: int = -1  # the simulation that expanded it (an index into Tree.history); -1: never expanded
+    estimate: float | None = None  # the environment's value of it when made (azlib.mcts.search.Child.value)
 
     @property
     def q(self) -> float:
-        return self.value_sum / self.visits if self.visits else 0.0
+        """The mean backed-up value; before any visit, the estimate made with the node (else 0)."""
+        return self.value_sum / self.visits if self.visits else self.estimate or 0.0
+
+    @property
+    def known(self) -> bool:
+        """Whether the node has a Q of its own: visited, or estimated when it was made."""
+        return self.visits > 0 or self.estimate is not None
 
 
 class Backup(NamedTuple):
