@@ -81,14 +81,15 @@ def plot_methods(result, split: str = "unseen"):
 def plot_value_precision(result):
     """The value head as a verifier of partial states over training: its precision against the oracle (the 90% bar)
     and its ranking (AUC); and, per arm and seed, the search's gain over best-of-k at the same characters against
-    the final precision."""
+    the value gate's AUC after the first move (azlib.countdown.evaluate.value_gate)."""
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 4))
-    for key, ax, ylabel in (("value_precision", left, "precision: P(solvable | v > 0.5)"),
-                            ("value_auc", middle, "AUC: P(v(solvable) > v(dead))")):
+    for key, ax, title, ylabel in (
+            ("value_precision", left, "Precision of the value, against the oracle", "P(solvable | v > 0.5)"),
+            ("value_auc", middle, "AUC of the value, against the oracle", "P(v(solvable) > v(dead))")):
         for arm in result.setup.arms:
             x, values = _by_iteration(result.histories, arm, result.setup.seeds, key)
-            plot_seed_curves(ax, x / 1000, {arm: values}, title=ylabel.split(":")[0].capitalize() + " of the value, "
-                             "against the oracle", xlabel="generated characters (thousands)", ylabel=ylabel)
+            plot_seed_curves(ax, x / 1000, {arm: values}, title=title, xlabel="generated characters (thousands)",
+                             ylabel=ylabel)
         ax.set_ylim(0, 1)
     left.axhline(0.9, color="k", linestyle="--", linewidth=1, label="the 90% bar (Chen et al. 2024)")
     middle.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="chance")
@@ -98,14 +99,14 @@ def plot_value_precision(result):
         points = []
         for s in result.setup.seeds:
             unseen = result.results[arm, s]["unseen"]
-            if "mcts" in unseen and "best_of_at_mcts_tokens" in unseen:
-                points.append((unseen["value"]["value_precision"],
+            if "mcts" in unseen and "best_of_at_mcts_tokens" in unseen and "value_gate_auc_1" in unseen["value"]:
+                points.append((unseen["value"]["value_gate_auc_1"],
                                rate(unseen["mcts"]) - rate(unseen["best_of_at_mcts_tokens"])))
         if points:
             right.plot(*zip(*points), "o", label=arm)
     right.axvline(0.9, color="k", linestyle="--", linewidth=1)
     right.axhline(0, color="grey", linewidth=0.8)
-    right.set_xlabel("value precision at the end of training")
+    right.set_xlabel("the value gate's AUC after one move, end of training")
     right.set_ylabel("MCTS minus best-of-k, same characters")
     right.set_title("Does a better value make search pay? (unseen)")
     right.grid(alpha=0.3)
@@ -116,9 +117,11 @@ def plot_value_precision(result):
 
 def plot_beside(runs: dict[str, dict], split: str = "unseen"):
     """Runs side by side (label -> azlib.countdown.experiment.summary(...), e.g. yours and the shipped cpu run): each
-    arm's mean greedy solve rate, and its search's rate beside best-of-k at the search's characters."""
-    fig, (greedy, search) = plt.subplots(1, 2, figsize=(11, 4))
+    arm's mean greedy solve rate, and its search's rate minus best-of-k's at the search's characters (the title says
+    where best-of-k's samples ran out first, so that the two are not at equal characters)."""
+    fig, (greedy, search) = plt.subplots(1, 2, figsize=(11, 4.4))
     width = 0.8 / len(runs)
+    short = []  # runs whose best-of-k spent less than 95% of the search's characters somewhere
     for k, (label, run) in enumerate(runs.items()):
         arms = ["start", *run["setup"]["arms"]]
         x = np.arange(len(arms)) + (k - (len(runs) - 1) / 2) * width
@@ -127,16 +130,23 @@ def plot_beside(runs: dict[str, dict], split: str = "unseen"):
         if "mcts" in means and "best_of_at_mcts_tokens" in means:
             gain = [means["mcts"][a] - means["best_of_at_mcts_tokens"][a] for a in arms]
             search.bar(x, gain, width, label=label)
+            rates = [run["start"][split], *(by_seed[split] for seeds in run["arms"].values()
+                                            for by_seed in seeds.values())]
+            if any(r["best_of_at_mcts_tokens"]["tokens"] < 0.95 * r["mcts"]["tokens"] for r in rates):
+                short.append(label)
         for ax in (greedy, search):
-            ax.set_xticks(np.arange(len(arms)), arms, fontsize=8)
+            ax.set_xticks(np.arange(len(arms)), arms, fontsize=8, rotation=20)
     greedy.set_ylabel(f"greedy solve rate, {split} targets")
     greedy.set_ylim(0, 1)
     greedy.set_title("Each arm's policy alone (mean over seeds)")
     search.axhline(0, color="grey", linewidth=0.8)
-    search.set_ylabel("MCTS minus best-of-k, same characters")
-    search.set_title("What the search adds at test time")
+    search.set_ylabel("MCTS minus best-of-k")
+    search.set_title("What the search adds at test time\n" + (
+        f"best-of-k capped below the search's characters: {', '.join(short)}" if short
+        else "best-of-k at the search's characters"), fontsize=10)
     for ax in (greedy, search):
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = greedy.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(runs), fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
