@@ -603,9 +603,39 @@ def test_searched_targets(explore):
     assert refused_seen
 
 
+def test_subtree_labels_are_exact_where_the_search_listed_every_line():
+    """The stub writes every legal line below the root, so a subtree's verdict is exact: a state labelled 1 has a
+    solution (brute force), one labelled 0 has none; the root (a solution found below) and the dead child (every
+    line from it ended unsolved) are among them."""
+    from azlib.countdown.play import subtree_labels
+
+    settings = CountdownSearchSettings(candidates=2, simulations=12)
+    env = LineSearch(StubPolicy([LIVE, DEAD]), settings, "oracle")
+    [result] = search(env, [node_state(Episode.start(ROOT))], search_settings(settings, 12, 0.0), random.Random(0))
+    labels = subtree_labels(result.tree)
+    for text, label in labels.items():
+        state = state_of(text)
+        assert label == float(brute_solvable(state.target, list(state.numbers))), text
+    assert labels[node_state(Episode.start(ROOT))["text"]] == 1.0 and 0.0 in labels.values()
+
+
+def test_searched_games_carry_each_states_subtree_label_once():
+    """play_searched's moves carry their searches' labels: a 1 only where the state can be solved (brute force),
+    each state once a game."""
+    _, games, _ = searched_games(explore=True)
+    labelled = [text for g in games for m in g.moves for text, _ in m.labels]
+    assert labelled and len(labelled) == len(set(labelled))
+    for g in games:
+        for m in g.moves:
+            for text, label in m.labels:
+                state = state_of(text)
+                assert label in (0.0, 1.0) and (label == 0.0 or brute_solvable(state.target, list(state.numbers)))
+
+
 def test_alphazero_update_reads_searched_moves():
     policy, games, _ = searched_games(explore=True)
     moves = [m for g in games for m in g.moves]
+    assert any(m.labels for m in moves), "the value's rows include the searches' labels"
     assert all(isinstance(l, str) for m in moves for l in m.lines) and all(isinstance(m.played, str) for m in moves)
     outcomes = [float(g.solved) for g in games for _ in g.moves]
     logs = Learner(policy, ArmSettings(batch_size=8)).alphazero(moves, outcomes, random.Random(0))

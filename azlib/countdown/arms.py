@@ -8,7 +8,9 @@ same count of generated characters per iteration:
     alphazero_oracle  the same with the exact solvability oracle as the leaf value (what a perfect value buys)
 
 Every arm trains the value head on its own episodes' outcomes (BCE at each state's text: P(solved from here)), so
-that each can be searched at test time. Only the model's characters carry the policy loss; the rules' never do.
+that each can be searched at test time; the AlphaZero arms also on what their searches' trees say of every state
+they expanded (a solved end below it, or every searched line ended without one). Only the model's characters carry
+the policy loss; the rules' never do.
 """
 
 from __future__ import annotations
@@ -143,8 +145,13 @@ class Learner:
                   ) -> dict[str, float]:
         """loss = -sum_a pi(a) log p(line_a | s) + BCE(v(s), z) (AlphaZero's, with the value as a probability):
         pi the root's visit shares over the candidate lines the rules accept, z the game's outcome. A row per
-        candidate line; the state's value target rides on its first."""
+        candidate line; the state's value target rides on its first. The value also learns the move's subtree
+        labels (SearchedMove.labels), each a row of its own with no policy term, batched with its move."""
         rows = []
+        for m, move in enumerate(moves):
+            for text, label in move.labels:
+                rows.append(WeightedText(text, [False] * len(text), [] if self.policy.legal_only else None, 0.0, m,
+                                         ((len(text) - 1, label),)))
         for m, (move, z) in enumerate(zip(moves, outcomes)):
             spans = [(len(move.text), legal_lines(move.state))] if self.policy.legal_only else None
             value = ((len(move.text) - 1, z),)

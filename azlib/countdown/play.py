@@ -202,13 +202,28 @@ class LineSearch:
 
 class SearchedMove(NamedTuple):
     """One move of a searched game: the state's text and state, its candidate lines that the rules accept with their
-    share of the root's visits (renormalised over those lines: the policy target), and the line played."""
+    share of the root's visits (renormalised over those lines: the policy target), the line played, and what the
+    move's search learnt of the states it expanded (`subtree_labels`, each state once a game)."""
 
     text: str
     state: State
     lines: list[str]
     targets: list[float]
     played: str
+    labels: tuple[tuple[str, float], ...] = ()
+
+
+def subtree_labels(tree) -> dict[str, float]:
+    """What a search's tree says of each state it expanded, by the text of the state: 1 where a solved end lies below
+    it (exact: the state can be solved), 0 where every line searched below it has ended without one (dead as far as
+    the search's lines go: exact where they were every legal line). A state whose subtree says neither is left out.
+    AlphaZero's value learns from these beside the game's outcome: tens of labels a game instead of one a move."""
+    below = [False] * len(tree.nodes)  # a solved end at or below the node
+    for i in reversed(range(len(tree.nodes))):  # a child comes after its parent
+        node = tree.nodes[i]
+        below[i] = (node.terminal and node.info.get("terminal_value", 0.0) > 0) or any(below[c] for c in node.children)
+    return {node.state["text"]: float(below[i]) for i, node in enumerate(tree.nodes)
+            if node.expanded and not node.terminal and (below[i] or node.solved)}
 
 
 @dataclass
@@ -246,6 +261,7 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
     simulations = simulations or settings.simulations
     games = [Game(p) for p in problems]
     states = [node_state(Episode.start(p)) for p in problems]
+    labelled: list[set[str]] = [set() for _ in problems]  # each game's states already labelled by a search
     move = 0
     while live := [g for g, s in enumerate(states) if not env.is_terminal(s)]:
         temperature = 1.0 if explore and move < settings.exploratory_moves else 0.0
@@ -258,8 +274,10 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
             weights = [w for w, c in zip(result.action_weights, children) if not c.info["refused"]]
             shares = [w / sum(weights) for w in weights] if sum(weights) > 0 else weights
             chosen = children[result.actions.index(result.action)]
+            labels = tuple((text, z) for text, z in subtree_labels(result.tree).items() if text not in labelled[g])
+            labelled[g].update(text for text, _ in labels)
             games[g].moves.append(SearchedMove(states[g]["text"], episode_of(states[g]).state,
-                                               [c.action for c in accepted], shares, chosen.action))
+                                               [c.action for c in accepted], shares, chosen.action, labels))
             if keep_trees:
                 games[g].trees.append(result.tree)
             states[g] = chosen.state
