@@ -148,11 +148,9 @@ class Learner:
         candidate line; the state's value target rides on its first. The value also learns the move's subtree
         labels (SearchedMove.labels), each a row of its own with no policy term, batched with its move."""
         rows = []
-        for m, move in enumerate(moves):
-            for text, label in move.labels:
-                rows.append(WeightedText(text, [False] * len(text), [] if self.policy.legal_only else None, 0.0, m,
-                                         ((len(text) - 1, label),)))
         for m, (move, z) in enumerate(zip(moves, outcomes)):
+            rows += [WeightedText(text, [False] * len(text), [] if self.policy.legal_only else None, 0.0, m,
+                                  ((len(text) - 1, label),)) for text, label in move.labels]
             spans = [(len(move.text), legal_lines(move.state))] if self.policy.legal_only else None
             value = ((len(move.text) - 1, z),)
             candidates = [(line, share) for line, share in zip(move.lines, move.targets) if share > 0]

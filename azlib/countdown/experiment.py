@@ -9,6 +9,7 @@ import dataclasses
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from statistics import fmean
 from typing import Callable, Sequence
 
 import torch
@@ -25,10 +26,6 @@ from azlib.evaluation import compare, comparison_table
 
 SPLITS = ("seen", "unseen")
 VALUE_GATE = 0.9  # AUC and precision at recall 0.5 a value must reach after the first move (Chen et al. 2024's bar)
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
 
 
 @dataclass(frozen=True)
@@ -135,7 +132,7 @@ class CountdownResult:
         rows = {}
         for who in ["start", *self.setup.arms]:
             found = [self.source(who, s)[split].get("value", {}) for s in self.setup.seeds]
-            row = {f"{kind} after {d}": _mean([f.get(f"value_gate_{kind}_{d}", float("nan")) for f in found])
+            row = {f"{kind} after {d}": fmean(f.get(f"value_gate_{kind}_{d}", float("nan")) for f in found)
                    for d in (1, 2) for kind in ("auc", "precision")}
             rows[who] = row | {"passes": row["auc after 1"] >= VALUE_GATE and row["precision after 1"] >= VALUE_GATE}
         return rows
