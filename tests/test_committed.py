@@ -193,3 +193,18 @@ def test_make_notebooks_stores_every_notebook_it_can_and_says_which_it_cannot(tm
     assert "not stored 03_c: environment variables changed its defaults" in said.err
     for stem in ("02_b", "03_c", "04_d"):
         assert "no record" in committed.drift(notebooks / f"{stem}.ipynb")[0], stem
+
+
+def test_a_widgets_still_form_reads_as_text_not_as_its_repr():
+    """A widget whose still form is a picture says in text what it is; the object's repr never reaches a reader."""
+    from azlib.mcts.search import search
+    from azlib.mcts.envs import tictactoe as ttt
+    from azlib.settings import SearchSettings
+    from azlib.viz import TreeWidget
+
+    import random
+
+    (result,) = search(ttt.TicTacToe(), [ttt.EMPTY], SearchSettings(num_simulations=8), random.Random(0))
+    data, _ = TreeWidget(result.tree)._repr_mimebundle_()
+    assert "image/svg+xml" in data and data["text/plain"].startswith("TreeWidget: a still picture")
+    assert " object at 0x" not in data["text/plain"]

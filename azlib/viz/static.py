@@ -7,7 +7,8 @@ from __future__ import annotations
 class StillPicture:
     """Mix in before the widget class; `still()` returns the static form as {mimetype: data}. JupyterLab with a
     kernel draws the live widget (its renderer ranks first); a stored notebook keeps only the still form
-    (azlib.committed)."""
+    (azlib.committed). A still form without text gets a line saying what the picture is, in place of the widget
+    object's repr."""
 
     def still(self) -> dict[str, str]:
         raise NotImplementedError
@@ -17,4 +18,5 @@ class StillPicture:
         if bundle is None:
             return None
         data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
-        return {**data, **self.still()}, metadata
+        text = {"text/plain": f"{type(self).__name__}: a still picture; JupyterLab with a kernel draws it live"}
+        return {**data, **text, **self.still()}, metadata
