@@ -97,6 +97,9 @@ class SearchSettings:
     virtual_loss: Annotated[float, Ge(0)] = 1.0
     max_tokens: Annotated[int, Ge(1)] | None = None  # stop once expansions generated this many tokens (all roots)
     skip_solved: bool = False  # never re-enter a solved subtree (single-agent text: nothing to gain)
+    # single-agent, with an exact check of the end: a root's search stops at its first terminal of value >= 1 (an
+    # answer found); the rest of its simulations are not spent
+    stop_at_win: bool = False
 
     def __post_init__(self):
         check_fields(self)

@@ -28,8 +28,9 @@ from torch.nn import functional as F
 from azlib.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
 from azlib.countdown.policy import Line, Policy, PolicyValueNet, shape
 from azlib.countdown.problems import draw_training, training_problems
-from azlib.countdown.rules import MOVE_END, State, legal_lines, solve
-from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape)
+from azlib.countdown.rules import MOVE_END, State, legal_lines, legal_moves, solvable, solve
+from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape,
+                                      ReferenceValueSettings)
 from azlib.grpo import group_advantages
 
 
@@ -187,6 +188,35 @@ def start_policy(shape_settings: PolicyShape, settings: ImitationSettings, size:
         batch = [solutions[r] for r in rng.sample(range(len(solutions)), min(settings.batch_size, len(solutions)))]
         logs = learner.update(episode_rows(policy, batch, [1.0] * len(batch)), "characters", rng)
         history.append({"step": step + 1, "policy_loss": logs["policy_loss"]})
+        if progress:
+            progress(1)
+    return policy, history
+
+
+def reference_value(shape_settings: PolicyShape, settings: ReferenceValueSettings, size: int, seed: int,
+                    progress: Callable[[int], None] | None = None, device: str = "cpu",
+                    legal_only: bool = True) -> tuple[Policy, list[dict]]:
+    """A fresh net trained only as a value (no policy term), on the exact oracle's labels of the states that 1 to
+    size - 2 uniformly random legal moves reach from training problems, fresh states every step: what a net of this
+    shape learns of solvability from exact labels. A named reference for the self-play value; never a stand-in
+    for it (no arm reads the oracle through it)."""
+    torch.manual_seed(seed)
+    rng = random.Random(f"reference value {seed}")
+    policy = Policy(PolicyValueNet(shape(**vars(shape_settings))), device, legal_only)
+    learner = Learner(policy, ArmSettings(batch_size=settings.batch_size), settings.learning_rate)
+    history = []
+    for step in range(settings.steps):
+        rows = []
+        for problem in draw_training(settings.batch_size, size, rng):
+            episode = Episode.start(problem)
+            for _ in range(rng.randint(1, max(1, size - 2))):
+                move = str(rng.choice(legal_moves(episode.state)))
+                episode.play(Line(move, 0.0, len(move) + 1, True))
+            label = float(episode.state.solved if episode.state.finished else solvable(episode.state))
+            rows.append(WeightedText(episode.text, [False] * len(episode.text), [] if legal_only else None, 0.0,
+                                     len(rows), ((len(episode.text) - 1, label),)))
+        logs = learner.update(rows, "characters", rng)
+        history.append({"step": step + 1, "value_loss": logs["value_loss"]})
         if progress:
             progress(1)
     return policy, history

@@ -1,6 +1,7 @@
 """Playing Countdown with the policy: independent episodes (sampling, greedy, best-of-N), and games played by
-`azlib.mcts.search` over the lines the model writes (self-play in training, the search at test time). The rules
-write every result; every generated character is counted once. No update (azlib.countdown.arms).
+`azlib.mcts.search` over the lines the model writes or over every legal line it scores (self-play in training, the
+search at test time). The rules write every result; every generated character is counted once. No update
+(azlib.countdown.arms).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Literal, NamedTuple, Sequence
 
 import torch
 
+from azlib.countdown.compute import Compute, trie_characters
 from azlib.countdown.policy import Line, Policy
 from azlib.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable, step, written_result
 from azlib.countdown.settings import CountdownSearchSettings
@@ -119,21 +121,31 @@ def episode_of(state: dict) -> Episode:
                    state["refused"], state["tokens"])
 
 
+Value = Literal["learned", "oracle", "none"]
+NO_VALUE = 0.5  # every open state's value where the search reads none: only the ends' exact values inform it
+
+
 class LineSearch:
-    """The environment `azlib.mcts.search` plays (sampled AlphaZero, Hubert et al. 2021): a node's children are the
-    distinct lines among `candidates` the model samples there, each applied by the rules (a refused line is a lost
-    terminal child), and each child is evaluated as it is made, so that the search compares siblings by value before
-    it visits them (the estimate is a child's first Q, not a visit): by the value head (or, as the reference arm's,
-    the exact oracle: 1 if the target is still reachable); a finished state's value is exact, 1 if solved, else 0.
-    The expanded leaf's own value, read by the same `lines` call (or the oracle), is the simulation's one backup.
-    One `lines` call and one value call per search step over every leaf; expansions are kept by text (the net does
-    not change while this env lives), so a later search from a child reuses its subtree and counts no token twice."""
+    """The environment `azlib.mcts.search` plays: a node's children are the distinct lines among `candidates` the
+    model samples there (sampled AlphaZero, Hubert et al. 2021), or every legal line with the model's probability
+    of it as its prior (settings.children "listed": AlphaZero's listed moves), each applied by the rules (a refused
+    line is a lost terminal child). Values: the value head (of the policy, or of `judge`, a separate net), the exact
+    oracle (1 if the target is still reachable), or none (NO_VALUE everywhere); a finished state's value is exact, 1
+    if solved, else 0. With settings.child_values each child is evaluated as it is made, so that the search
+    compares siblings by value before it visits them (the estimate is a child's first Q, not a visit); the expanded
+    leaf's own value, read by the same forward pass that writes or scores its lines, is the simulation's one backup.
+    One policy call and at most one value call per search step over every leaf; expansions are kept by text (the
+    net does not change while this env lives), so a later search from a child reuses its subtree and counts no
+    token twice. With `compute`, every character a net computes is charged to its problem (azlib.countdown.compute)
+    and each problem's first answer is marked there."""
 
     two_player = False
 
-    def __init__(self, policy: Policy, settings: CountdownSearchSettings, value: Literal["learned", "oracle"],
-                 generator: torch.Generator | None = None):
+    def __init__(self, policy: Policy, settings: CountdownSearchSettings, value: Value,
+                 generator: torch.Generator | None = None, judge: Policy | None = None,
+                 compute: Compute | None = None):
         self.policy, self.settings, self.value, self.generator = policy, settings, value, generator
+        self.judge, self.compute = judge, compute
         self.cache: dict[str, Expansion] = {}
         self.tokens = 0  # generated characters over the env's life
         self.value_evaluations = 0  # states the value head was asked about (forward passes, no generated characters)
@@ -150,14 +162,15 @@ class LineSearch:
         if new:
             by_text = {s["text"]: s for s in states}
             episodes = [episode_of(by_text[text]) for text in new]
-            lines, learned = self.policy.lines(new, self.settings.candidates, self.settings.temperature,
-                                               self.generator, offered(self.policy, [e.state for e in episodes]))
+            lines, own_values = self._lines(new, episodes)
+            leaf_values = self._leaf_values(new, episodes, own_values)
             children = [self._children(e, drawn) for e, drawn in zip(episodes, lines)]
             values = self._values([child for _, child, _ in (c for group in children for c in group)])
-            for text, episode, group, drawn, v in zip(new, episodes, children, lines, learned):
-                tokens = sum(line.tokens for line in drawn)
+            for text, episode, group, drawn, leaf_value in zip(new, episodes, children, lines, leaf_values):
+                # generated characters; listed lines are scored, not generated: their trie's characters
+                tokens = sum(line.tokens for line in drawn) if self.settings.children == "sampled" else \
+                    trie_characters([line.text + MOVE_END for line in drawn])
                 self.tokens += tokens
-                leaf_value = float(solvable(episode.state)) if self.value == "oracle" else v
                 self.cache[text] = Expansion([Child(line, node_state(child), prior, info, value=next(values))
                                               for line, child, (prior, info) in group], leaf_value, tokens)
         out = []
@@ -167,14 +180,49 @@ class LineSearch:
             self.cache[s["text"]] = expansion._replace(tokens=0)
         return out
 
+    def _lines(self, texts: list[str], episodes: list[Episode]) -> tuple[list[list[Line]], list[float]]:
+        """Each leaf's lines, sampled or listed and scored, and the policy's value of the leaf (the same forward);
+        what the policy computed charged to each problem."""
+        if self.settings.children == "listed":
+            listed = [legal_lines(e.state) for e in episodes]
+            scores, own_values = self.policy.score_lines(texts, listed)
+            lines = [[Line(line.removesuffix(MOVE_END), lp, 0, True) for line, lp in zip(group, lps)]
+                     for group, lps in zip(listed, scores)]
+        else:
+            lines, own_values = self.policy.lines(texts, self.settings.candidates, self.settings.temperature,
+                                                  self.generator, offered(self.policy, [e.state for e in episodes]))
+        if self.compute is not None:
+            for text, drawn in zip(texts, lines):
+                self.compute.charge(text)
+                for line in drawn:
+                    self.compute.charge(text + line.text + (MOVE_END if line.ended else ""))
+        return lines, own_values
+
+    def _leaf_values(self, texts: list[str], episodes: list[Episode], own_values: list[float]) -> list[float]:
+        if self.value == "oracle":
+            return [float(solvable(e.state)) for e in episodes]
+        if self.value == "none":
+            return [NO_VALUE] * len(texts)
+        if self.judge is None:
+            return own_values
+        self.value_evaluations += len(texts)
+        return self._judged(texts)
+
+    def _judged(self, texts: list[str]) -> list[float]:
+        """The separate value net's values of these texts, what it computed charged to each problem."""
+        if self.compute is not None:
+            for text in texts:
+                self.compute.charge(text, "judge")
+        return self.judge.values(texts)
+
     def _children(self, episode: Episode, drawn: list[Line]) -> list[tuple[str, Episode, tuple[float, dict]]]:
         """The distinct lines among `drawn`, each applied by the rules: (line, the episode after it, (prior, info))."""
         distinct: dict[tuple[str, bool], list[Line]] = {}
         for line in drawn:
             distinct.setdefault((line.text, line.ended), []).append(line)
-        if self.settings.prior == "sampled":
+        if self.settings.prior == "sampled" and self.settings.children == "sampled":
             priors = [len(same) / len(drawn) for same in distinct.values()]
-        else:
+        else:  # listed lines' probabilities already sum to 1 under the legal mask
             priors = torch.tensor([same[0].logprob for same in distinct.values()]).softmax(0).tolist()
         out = []
         for ((line, ended), same), prior in zip(distinct.items(), priors):
@@ -184,20 +232,31 @@ class LineSearch:
             child.play(same[0])
             if child.solved:
                 self.solved_found.add(child.text)
+                if self.compute is not None:
+                    self.compute.answered(child.text)
             out.append((line, child, (prior, {"line": line, "samples": len(same), "refused": child.refused,
                                               "solvable": not child.refused and solvable(child.state)})))
         return out
 
     def _values(self, children: list[Episode]):
-        """Each new child's one evaluation, in order: exact at an end (1 if solved, else 0), else the oracle's or
-        the value head's (one batched call for every open child of the step)."""
-        open_children = [c for c in children if not c.over]
+        """Each new child's one evaluation, in order (None without settings.child_values): exact at an end (1 if
+        solved, else 0), else the oracle's, NO_VALUE, or the value net's (one batched call for every open child of
+        the step, its reading of each child's text charged)."""
+        if not self.settings.child_values:
+            return iter([None] * len(children))
+        open_children = [c.text for c in children if not c.over]
         learned = iter([])
         if self.value == "learned" and open_children:
-            learned = iter(self.policy.values([c.text for c in open_children]))
+            if self.judge is not None:
+                learned = iter(self._judged(open_children))
+            else:
+                if self.compute is not None:
+                    for text in open_children:
+                        self.compute.charge(text)
+                learned = iter(self.policy.values(open_children))
             self.value_evaluations += len(open_children)
         return iter([float(c.solved) if c.over else float(solvable(c.state)) if self.value == "oracle"
-                     else next(learned) for c in children])
+                     else NO_VALUE if self.value == "none" else next(learned) for c in children])
 
 
 class SearchedMove(NamedTuple):
@@ -245,13 +304,15 @@ class SearchedGames(NamedTuple):
     value_evaluations: int  # states the value head judged (forward passes; 0 with the oracle)
 
 
-def search_settings(settings: CountdownSearchSettings, simulations: int, temperature: float) -> SearchSettings:
+def search_settings(settings: CountdownSearchSettings, simulations: int, temperature: float,
+                    stop_at_win: bool = False) -> SearchSettings:
     return SearchSettings(num_simulations=simulations, max_depth=16, rule=settings.rule, c=settings.c,
-                          temperature=temperature)
+                          q_transform=settings.q_transform, temperature=temperature, stop_at_win=stop_at_win,
+                          skip_solved=stop_at_win)
 
 
 def play_searched(policy: Policy, problems: Sequence[State], settings: CountdownSearchSettings,
-                  value: Literal["learned", "oracle"], rng: random.Random, *, simulations: int | None = None,
+                  value: Value, rng: random.Random, *, simulations: int | None = None,
                   explore: bool, generator: torch.Generator | None = None, keep_trees: bool = False
                   ) -> SearchedGames:
     """Each problem played to its end, a search before every move (all games in lock-step: one search call per move

@@ -192,6 +192,50 @@ class Policy:
             out.append(Line(text[:-1] if end else text, lp, len(text), end))
         return [out[i * n:(i + 1) * n] for i in range(len(contexts))], torch.sigmoid(value[:, -1]).tolist()
 
+    @torch.no_grad()
+    def score_lines(self, contexts: Sequence[str], lines: Sequence[Sequence[str]]) -> tuple[list[list[float]],
+                                                                                                list[float]]:
+        """Each context's given lines (each with its end mark, as legal_lines writes them) scored, and each context's
+        value: the log-probability of a line with every character renormalised over those that continue one of its
+        context's lines (the mask `lines` samples under), so that a context's lines' probabilities sum to 1: the
+        priors of AlphaZero's listed moves. One prefill of the contexts, then one forward over every line at once,
+        reading its context's cached keys (the context is computed once, however many lines follow it)."""
+        self.net.eval()
+        batch = left_padded(contexts, self.block_size, self.device)
+        caches: list[list[torch.Tensor]] = [[] for _ in self.net.gpt.blocks]
+        logits, value = self.net(batch.ids, positions=batch.positions, mask=batch.mask, caches=caches)
+        owner = [c for c, group in enumerate(lines) for _ in group]
+        flat = [line for group in lines for line in group]
+        if not flat:
+            return [[] for _ in contexts], torch.sigmoid(value[:, -1]).tolist()
+        index = torch.tensor(owner, device=self.device)
+        L = max(map(len, flat))
+        if batch.ids.shape[1] + L > self.block_size:
+            raise ValueError(f"a context and its line exceed the policy's block_size {self.block_size}")
+        for cache in caches:  # each line reads its context's keys and values, with room for its own
+            keys, values = (t[index] for t in cache)
+            room = keys.new_zeros(len(flat), keys.shape[1], L, keys.shape[3])
+            cache[:] = [torch.cat([keys, room], 2), torch.cat([values, room], 2), keys.shape[2]]
+        ids = torch.full((len(flat), L), PAD, dtype=torch.long)
+        for r, line in enumerate(flat):
+            ids[r, :len(line)] = torch.tensor(encode(line))
+        ids = ids.to(self.device)
+        positions = batch.positions[index, -1:] + 1 + torch.arange(L, device=self.device)
+        causal = torch.ones(L, L, dtype=torch.bool, device=self.device).tril()
+        mask = torch.cat([batch.real[index][:, None, :].expand(-1, L, -1), causal.expand(len(flat), -1, -1)], 2)
+        line_logits, _ = self.net(ids, positions=positions, mask=mask[:, None], caches=caches)
+        # character t of a line is drawn from the logits after its context (t = 0) or after its character t - 1
+        step_logits = _no_pad(torch.cat([logits[index, -1:], line_logits[:, :-1]], 1))
+        continuations = [_continuations(tuple(group)) for group in lines]
+        allowed = [continuations[c].get(line[:t]) for c, line in zip(owner, flat) for t in range(L)]
+        step_logits = _only(step_logits.reshape(len(flat) * L, -1), allowed).reshape(len(flat), L, -1)
+        logp = F.log_softmax(step_logits, -1).gather(2, ids[:, :, None]).squeeze(2)
+        logp = logp.masked_fill(ids == PAD, 0.0).sum(1).tolist()
+        out: list[list[float]] = [[] for _ in contexts]
+        for c, lp in zip(owner, logp):
+            out[c].append(lp)
+        return out, torch.sigmoid(value[:, -1]).tolist()
+
     def transcript_logprobs(self, texts: Sequence[str], written: Sequence[Sequence[bool]],
                             legal: Sequence[Sequence[tuple[int, Sequence[str]]]] | None = None
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -42,10 +42,27 @@ class ImitationSettings:
 
 
 @dataclass(frozen=True)
-class CountdownSearchSettings:
-    """How the search over the model's lines reads the model (sampled AlphaZero, Hubert et al. 2021): at a node,
-    `candidates` lines are sampled and the distinct ones are its children."""
+class ReferenceValueSettings:
+    """The reference value: a net of the policy's shape trained only as a value, on the exact oracle's labels of
+    states that random legal moves reach from training problems (fresh states every step)."""
 
+    steps: Annotated[int, Ge(0)] = 1200
+    batch_size: Annotated[int, Ge(1)] = 128  # states per step
+    learning_rate: Annotated[float, Gt(0)] = 1e-3
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class CountdownSearchSettings:
+    """How the search over the model's lines reads the model: at a node, `candidates` lines are sampled and the
+    distinct ones are its children (sampled AlphaZero, Hubert et al. 2021), or every legal line is a child, its prior
+    the model's probability of it (AlphaZero's listed moves, as in Go)."""
+
+    # "sampled": the distinct lines among `candidates` samples (free text can only be searched this way); "listed":
+    # every legal line, scored by the model in one batched forward (Countdown's moves can be listed, as Go's can).
+    children: Literal["sampled", "listed"] = "sampled"
     candidates: Annotated[int, Ge(1)] = 8  # K lines sampled per expanded node
     temperature: Annotated[float, Ge(0)] = 1.0  # of those samples
     # A child's prior: "sampled" (its share of the K samples: Sampled MuZero's beta-hat / beta * pi with beta = pi,
@@ -54,6 +71,12 @@ class CountdownSearchSettings:
     simulations: Annotated[int, Ge(1)] = 16  # per move
     c: Annotated[float, Ge(0)] = 1.25  # PUCT's constant
     rule: Literal["puct", "gumbel"] = "puct"
+    # Each new child valued as it is made (its first Q), or only the expanded leaf (AlphaZero's one evaluation per
+    # simulation, read from the forward pass that scores the leaf's lines: no character more).
+    child_values: bool = True
+    # How PUCT reads an unvisited child's Q (azlib.settings.SearchSettings.q_transform): "raw" (0 where it has no
+    # value of its own), "parent_value" (its parent's value: first-play urgency), "mctx".
+    q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
     # Self-play moves to the child sampled by visit shares; later moves (and every test-time move) to the most
     # visited. 0: always the most visited.
     exploratory_moves: Annotated[int, Ge(0)] = 1

@@ -1,6 +1,6 @@
 """Notebook 08's pictures: each arm's learning curve against generated characters, the test-time methods side by
-side, the learned value's precision as a verifier over training, and a Countdown search's nodes coloured by the exact
-oracle (solvable, dead, refused). Draws only: the numbers come from azlib.countdown."""
+side, the learned value's precision as a verifier over training, the solve rate against compute per problem (the
+test-time curves), and a Countdown search's nodes coloured by the exact oracle (solvable, dead, refused). Draws only: the numbers come from azlib.countdown."""
 
 from __future__ import annotations
 
@@ -149,4 +149,27 @@ def plot_beside(runs: dict[str, dict], split: str = "unseen"):
     handles, labels = greedy.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(runs), fontsize=8)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def plot_curves(result: dict, title: str = "Test time at equal compute"):
+    """Solve rate against the characters a model computed per problem (azlib.countdown.curves): best-of-k and each
+    search, one line per method, the budgets marked; searches over sampled lines solid, over listed lines dashed."""
+    budgets = result["budgets"]
+    grid = np.linspace(0, max(budgets), 121)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for name, method in result["methods"].items():
+        first = np.array([np.inf if f is None else f for f in method["first_answer"]])
+        style = "-" if "sampled" in name or name == "best_of" else "--"
+        ax.plot(grid, [(first <= g).mean() for g in grid], style, color="k" if name == "best_of" else None,
+                lw=2.5 if name == "best_of" else 1.3, label=name.replace("mcts ", ""))
+    for b in budgets:
+        ax.axvline(b, color="0.8", lw=0.8, zorder=0)
+    ax.set_xlabel("characters the model computed per problem (each once)")
+    ax.set_ylabel("solve rate (first answer within the budget)")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
     return fig

@@ -1,0 +1,55 @@
+"""The compute a test-time method spends on a problem, in the characters a model computes: every text it reads or
+writes (generates, scores, or reads where the rules wrote it), each character once, as a trie per problem and per
+net (the problem's text once, sibling lines sharing their prefix, a cached context never recomputed). A separate
+value net reading the same texts computes them again, so its trie is its own. Where a problem's first answer was
+found is recorded at the compute spent by then: the solve rate at any budget follows from one run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def trie_characters(texts: list[str]) -> int:
+    """The characters of `texts` computed once each where they share a prefix: the size of their trie."""
+    ordered = sorted(texts)
+    shared = [0] + [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
+                    for x, y in zip(ordered, ordered[1:])]
+    return sum(len(text) - common for text, common in zip(ordered, shared))
+
+
+def problem_key(text: str) -> str:
+    """The problem a text belongs to: its first line (every text of a problem starts with it)."""
+    return text[:text.index("\n") + 1]
+
+
+class Compute:
+    """Characters computed per problem (summed over the nets that read them), and the compute spent when each
+    problem's first answer was found."""
+
+    def __init__(self):
+        self._tries: dict[tuple[str, str], dict] = {}
+        self.spent: Counter[str] = Counter()  # problem -> characters computed so far
+        self.first_answer: dict[str, int] = {}  # problem -> characters computed when its first answer was found
+
+    def charge(self, text: str, net: str = "policy") -> int:
+        """The characters of `text` that `net` has not yet computed for its problem, now counted; returns them."""
+        key = problem_key(text)
+        node = self._tries.setdefault((key, net), {})
+        new = 0
+        for character in text:
+            if character not in node:
+                node[character] = {}
+                new += 1
+            node = node[character]
+        self.spent[key] += new
+        return new
+
+    def answered(self, text: str) -> None:
+        """An answer of this text's problem was found (by the exact check of the end), at the compute spent so far."""
+        key = problem_key(text)
+        self.first_answer.setdefault(key, self.spent[key])
+
+    def solved_within(self, problem_text: str, budget: float) -> bool:
+        """Whether the problem's first answer came at `budget` characters or fewer."""
+        return self.first_answer.get(problem_text, float("inf")) <= budget

@@ -1,0 +1,129 @@
+"""Test-time curves: the solve rate against the compute spent per problem (the characters a model computes, each once:
+azlib.countdown.compute), every method stopped at its first answer by the exact check of the end. Best-of-k (k
+independent samples, in the order drawn) and the search over sampled or listed lines with a value: none, the policy's
+own head (self-play's), a separate reference net, or the exact oracle. One run per method gives every budget: a
+problem is solved at budget B when its first answer came at B characters or fewer. Each method against best-of-k
+by exact McNemar per problem at each budget, Holm over them all.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import torch
+
+from azlib.countdown.compute import Compute
+from azlib.countdown.play import Episode, LineSearch, node_state, play_episodes, search_settings
+from azlib.countdown.policy import Policy
+from azlib.countdown.rules import State, problem_text
+from azlib.countdown.settings import CountdownSearchSettings
+from azlib.evaluation import compare, holm
+from azlib.mcts.search import search
+
+BUDGETS = (300, 600, 1200)  # characters per problem
+
+
+@dataclass(frozen=True)
+class CurveMethod:
+    """One test-time method: best-of-k (children None), or the search over `children` lines by `rule` with `value`
+    ("learned": the policy's head; "reference": the separate reference net; "oracle"; "none")."""
+
+    children: Literal["sampled", "listed"] | None = None
+    value: Literal["learned", "reference", "oracle", "none"] = "none"
+    rule: Literal["puct", "gumbel"] = "puct"
+
+    @property
+    def name(self) -> str:
+        return "best_of" if self.children is None else f"mcts {self.children} {self.rule} {self.value}"
+
+
+def best_of_compute(policy: Policy, problems: Sequence[State], samples: int, seed: int) -> Compute:
+    """`samples` independent episodes per problem, each charged in the order drawn up to the last character the
+    model wrote (the rules' check of the end needs no model), an answer marked where one is solved."""
+    generator = torch.Generator(device=policy.device).manual_seed(seed)
+    compute = Compute()
+    for group in play_episodes(policy, problems, samples, 1.0, generator):
+        for episode in group:
+            compute.charge(episode.text[:_last_written(episode) + 1])
+            if episode.solved:
+                compute.answered(episode.text)
+    return compute
+
+
+def _last_written(episode: Episode) -> int:
+    return max(i for i, wrote in enumerate(episode.written) if wrote)
+
+
+def search_compute(policy: Policy, problems: Sequence[State], settings: CountdownSearchSettings, method: CurveMethod,
+                   simulations: int, seed: int, reference: Policy | None = None) -> Compute:
+    """One search from each problem (no move played: the tree is the solver), stopped at its first answer or after
+    `simulations`, solved subtrees never re-entered; every character the nets computed charged."""
+    if method.value == "reference" and reference is None:
+        raise ValueError("the reference value's search needs the reference net (reference=...)")
+    settings = CountdownSearchSettings(**{**vars(settings), "children": method.children, "rule": method.rule})
+    compute = Compute()
+    generator = torch.Generator(device=policy.device).manual_seed(seed)
+    env = LineSearch(policy, settings, "learned" if method.value == "reference" else method.value, generator,
+                     reference if method.value == "reference" else None, compute)
+    search(env, [node_state(Episode.start(p)) for p in problems],
+           search_settings(settings, simulations, 0.0, stop_at_win=True), random.Random(seed))
+    return compute
+
+
+def curves(policy: Policy, problems: Sequence[State], methods: Sequence[CurveMethod], settings: CountdownSearchSettings,
+           *, samples: int, simulations: int, seed: int, budgets: Sequence[int] = BUDGETS,
+           reference: Policy | None = None, progress: Callable[[str], None] | None = None) -> dict:
+    """Per method: `solved` {budget: one bool per problem}, `first_answer` (characters per problem, None where none
+    was found), `spent` (characters per problem in all) and `short` {budget: unsolved problems it stopped below the
+    budget on}; and
+    `tests`: each search against best-of-k at each budget (exact McNemar, Holm over every row)."""
+    out: dict = {"budgets": list(budgets), "methods": {}}
+    for method in methods:
+        if method.children is None:
+            compute = best_of_compute(policy, problems, samples, seed)
+        else:
+            compute = search_compute(policy, problems, settings, method, simulations, seed, reference)
+        keys = [problem_text(p) for p in problems]
+        out["methods"][method.name] = {
+            "solved": {str(b): [compute.solved_within(k, b) for k in keys] for b in budgets},
+            "first_answer": [compute.first_answer.get(k) for k in keys],
+            "spent": [compute.spent[k] for k in keys],
+            # unsolved problems on which the method stopped below the budget (its samples or simulations used up,
+            # or every line searched): at that budget it was not at equal compute
+            "short": {str(b): sum(k not in compute.first_answer and compute.spent[k] < b for k in keys)
+                      for b in budgets}}
+        if progress:
+            progress(method.name)
+    out["tests"] = against_best_of(out)
+    return out
+
+
+def against_best_of(result: dict) -> list[dict]:
+    """Each search against best-of-k, per budget: the two rates, b - a, the problems only each solved, exact
+    McNemar's p and Holm's over every row."""
+    base = result["methods"].get("best_of")
+    if base is None:
+        return []
+    rows = []
+    for name, method in result["methods"].items():
+        if name == "best_of":
+            continue
+        for budget in map(str, result["budgets"]):
+            a, b = base["solved"][budget], method["solved"][budget]
+            test = compare([{"id": i, "correct": x} for i, x in enumerate(a)],
+                           [{"id": i, "correct": x} for i, x in enumerate(b)])
+            rows.append({"method": name, "budget": int(budget), "best_of": sum(a) / len(a), "rate": sum(b) / len(b),
+                         "difference": (sum(b) - sum(a)) / len(a), "only_best_of": test.only_a,
+                         "only_method": test.only_b, "p": test.p_value, "short": method["short"][budget],
+                         "best_of_short": base["short"][budget]})
+    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        row["p_holm"] = adjusted
+    return rows
+
+
+def rates(result: dict) -> dict[str, dict[int, float]]:
+    """{method: {budget: solve rate}}."""
+    return {name: {int(b): sum(s) / len(s) for b, s in method["solved"].items()}
+            for name, method in result["methods"].items()}

@@ -1,0 +1,142 @@
+"""Where search can win on Countdown: 4-number problems, solve rate against the characters a model computes per
+problem, best-of-k against the search over sampled and over listed lines, each with no value, the self-play value,
+the oracle-labelled reference value and the exact oracle (azlib.countdown.curves); the value gate of each learned
+value; exact McNemar per problem at each budget, Holm over all. One policy: the start by imitation, then the
+alphazero arm from it (its value head is the self-play value). Goals and their measured outcome: docs/results.md.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/countdown_search_curves.py [--out outputs/bench-countdown-curves]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import torch  # noqa: E402
+
+from azlib.countdown.arms import ProblemStream, reference_value, start_policy, train_arm  # noqa: E402
+from azlib.countdown.curves import BUDGETS, CurveMethod, against_best_of, curves, rates  # noqa: E402
+from azlib.countdown.evaluate import value_gate  # noqa: E402
+from azlib.countdown.play import play_episodes  # noqa: E402
+from azlib.countdown.policy import Policy, PolicyValueNet, shape  # noqa: E402
+from azlib.countdown.problems import heldout  # noqa: E402
+from azlib.countdown.settings import (ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape,  # noqa: E402
+                                      ReferenceValueSettings)
+from azlib.viz.countdown import plot_curves  # noqa: E402
+
+VALUES = ("none", "learned", "reference", "oracle")
+# The search at test time: AlphaZero's one evaluation per simulation (the expanded leaf's, from the forward pass that
+# scores its lines), an unvisited child valued at its parent's value (first-play urgency).
+TEST_SEARCH = CountdownSearchSettings(child_values=False, q_transform="parent_value")
+
+
+def methods(rules: list[str]) -> list[CurveMethod]:
+    return [CurveMethod()] + [CurveMethod(children, value, rule) for rule in rules
+                              for children in ("sampled", "listed") for value in VALUES]
+
+
+def _policy(state: dict) -> Policy:
+    policy = Policy(PolicyValueNet(shape(**vars(PolicyShape()))))
+    policy.net.load_state_dict(state)
+    return policy
+
+
+def _state(policy: Policy) -> dict:
+    return {k: v.cpu() for k, v in policy.net.state_dict().items()}
+
+
+def train_self_play(args) -> dict:
+    """The start by imitation, then the alphazero arm from it: (start's state, trained state, history, minutes)."""
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    start, _ = start_policy(PolicyShape(), ImitationSettings(problems=args.imitation_problems,
+                                                             steps=args.imitation_steps), args.size, args.seed)
+    start_minutes = (time.perf_counter() - started) / 60
+    run = train_arm("alphazero", start, ArmSettings(iterations=args.iterations), CountdownSearchSettings(),
+                    ProblemStream(args.size, args.seed), args.seed)
+    return {"start": _state(start), "trained": _state(run.policy), "history": run.history,
+            "start_minutes": start_minutes, "minutes": (time.perf_counter() - started) / 60}
+
+
+def train_reference(args) -> dict:
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    net, history = reference_value(PolicyShape(), ReferenceValueSettings(steps=args.reference_steps), args.size,
+                                   args.seed)
+    return {"state": _state(net), "history": history[::50], "minutes": (time.perf_counter() - started) / 60}
+
+
+def run_curves(args, policy_state: dict, reference_state: dict, chosen: list[CurveMethod]) -> dict:
+    torch.set_num_threads(1)
+    problems = list(heldout(args.size, "unseen"))[:args.problems]
+    return curves(_policy(policy_state), problems, chosen, TEST_SEARCH, samples=args.samples,
+                  simulations=args.simulations, seed=args.seed, reference=_policy(reference_state),
+                  progress=lambda name: print(f"  {name}", flush=True))
+
+
+def greedy_rate(policy: Policy, problems) -> float:
+    return sum(g[0].solved for g in play_episodes(policy, problems, 1, 0.0)) / len(problems)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("outputs/bench-countdown-curves"))
+    parser.add_argument("--size", type=int, default=4)
+    parser.add_argument("--problems", type=int, default=300, help="unseen-target problems (the shipped set's first)")
+    parser.add_argument("--imitation-steps", type=int, default=1500)
+    parser.add_argument("--imitation-problems", type=int, default=20000)
+    parser.add_argument("--reference-steps", type=int, default=ReferenceValueSettings.steps)
+    parser.add_argument("--iterations", type=int, default=10, help="the alphazero arm's (20,000 characters each)")
+    parser.add_argument("--samples", type=int, default=48, help="best-of-k's samples per problem (k at most this)")
+    parser.add_argument("--simulations", type=int, default=200, help="the search's at most, per problem")
+    parser.add_argument("--rules", default="puct,gumbel")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
+        self_play, reference = pool.submit(train_self_play, args), pool.submit(train_reference, args)
+        reference, self_play = reference.result(), self_play.result()
+        print(f"trained at {time.perf_counter() - started:.0f} s", flush=True)
+        chosen = methods(args.rules.split(","))
+        halves = [chosen[0::2], chosen[1::2]]
+        parts = [pool.submit(run_curves, args, self_play["trained"], reference["state"], half) for half in halves]
+        parts = [p.result() for p in parts]
+    result = {"budgets": list(BUDGETS), "methods": {}}
+    for method in chosen:  # in the order listed
+        result["methods"][method.name] = next(p["methods"][method.name] for p in parts if method.name in p["methods"])
+    result["tests"] = against_best_of(result)
+    problems = list(heldout(args.size, "unseen"))[:args.problems]
+    torch.set_num_threads(2)
+    trained, start, ref = _policy(self_play["trained"]), _policy(self_play["start"]), _policy(reference["state"])
+    gates = {"self-play": value_gate(trained, problems, args.seed), "reference": value_gate(ref, problems, args.seed)}
+    minutes = (time.perf_counter() - started) / 60
+    summary = {"setting": vars(args) | {"out": str(args.out), "test_search": vars(TEST_SEARCH)},
+               "greedy_unseen": {"start": greedy_rate(start, problems), "alphazero": greedy_rate(trained, problems)},
+               "value_gate": gates, "rates": rates(result), "tests": result["tests"],
+               "spent_median": {n: sorted(m["spent"])[len(m["spent"]) // 2] for n, m in result["methods"].items()},
+               "training": {"start_minutes": self_play["start_minutes"], "self_play_minutes": self_play["minutes"],
+                            "reference_minutes": reference["minutes"], "history": self_play["history"],
+                            "reference_history": reference["history"]},
+               "minutes": minutes}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (args.out / "curves.json").write_text(json.dumps(result))
+    plot_curves(result, f"Countdown, {args.size} numbers, {args.problems} unseen-target problems").savefig(
+        args.out / "08_curves.png", dpi=90)
+    print(json.dumps({k: summary[k] for k in ("greedy_unseen", "value_gate", "rates", "spent_median")}, indent=1))
+    for row in result["tests"]:
+        print(f"{row['method']:32s} {row['budget']:5d}  best-of {row['best_of']:.3f}  search {row['rate']:.3f}  "
+              f"diff {row['difference']:+.3f}  p_holm {row['p_holm']:.3g}")
+    print(f"{minutes:.1f} min in all")
+
+
+if __name__ == "__main__":
+    main()
