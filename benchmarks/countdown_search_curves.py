@@ -27,8 +27,8 @@ from azlib.countdown.evaluate import value_gate  # noqa: E402
 from azlib.countdown.play import play_episodes  # noqa: E402
 from azlib.countdown.policy import Policy, PolicyValueNet, shape  # noqa: E402
 from azlib.countdown.problems import heldout  # noqa: E402
-from azlib.countdown.settings import (ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape,  # noqa: E402
-                                      ReferenceValueSettings)
+from azlib.countdown.settings import (  # noqa: E402
+    ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape, ReferenceValueSettings)
 from azlib.viz.countdown import plot_curves  # noqa: E402
 
 VALUES = ("none", "learned", "reference", "oracle")
@@ -56,8 +56,12 @@ def train_self_play(args) -> dict:
     """The start by imitation, then the alphazero arm from it: (start's state, trained state, history, minutes)."""
     torch.set_num_threads(1)
     started = time.perf_counter()
-    start, _ = start_policy(PolicyShape(), ImitationSettings(problems=args.imitation_problems,
-                                                             steps=args.imitation_steps), args.size, args.seed)
+    if args.start is not None:  # a start this script's imitation wrote before (start.pt), at the same settings
+        start = _policy(torch.load(args.start, weights_only=True))
+    else:
+        start, _ = start_policy(PolicyShape(), ImitationSettings(problems=args.imitation_problems,
+                                                                 steps=args.imitation_steps), args.size, args.seed)
+    torch.save(_state(start), args.out / "start.pt")
     start_minutes = (time.perf_counter() - started) / 60
     run = train_arm("alphazero", start, ArmSettings(iterations=args.iterations), CountdownSearchSettings(),
                     ProblemStream(args.size, args.seed), args.seed)
@@ -85,6 +89,15 @@ def greedy_rate(policy: Policy, problems) -> float:
     return sum(g[0].solved for g in play_episodes(policy, problems, 1, 0.0)) / len(problems)
 
 
+def shipped_form(summary: dict, result: dict) -> dict:
+    """What benchmarks/results/countdown-curves ships: the summary without the training's histories, and each
+    method's first answer and compute per problem (its solve rate at any budget follows; azlib.viz.plot_curves)."""
+    training = {k: v for k, v in summary["training"].items() if not k.endswith("history")}
+    methods = {name: {"first_answer": m["first_answer"], "spent": m["spent"], "short": m["short"]}
+               for name, m in result["methods"].items()}
+    return summary | {"training": training, "curves": {"budgets": result["budgets"], "methods": methods}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("outputs/bench-countdown-curves"))
@@ -92,6 +105,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=300, help="unseen-target problems (the shipped set's first)")
     parser.add_argument("--imitation-steps", type=int, default=1500)
     parser.add_argument("--imitation-problems", type=int, default=20000)
+    parser.add_argument("--start", type=Path, help="a start.pt an earlier run wrote (skips the imitation)")
     parser.add_argument("--reference-steps", type=int, default=ReferenceValueSettings.steps)
     parser.add_argument("--iterations", type=int, default=10, help="the alphazero arm's (20,000 characters each)")
     parser.add_argument("--samples", type=int, default=48, help="best-of-k's samples per problem (k at most this)")
@@ -114,12 +128,14 @@ def main() -> None:
     for method in chosen:  # in the order listed
         result["methods"][method.name] = next(p["methods"][method.name] for p in parts if method.name in p["methods"])
     result["tests"] = against_best_of(result)
+    (args.out / "curves.json").write_text(json.dumps(result))  # first: what took longest is kept whatever follows
     problems = list(heldout(args.size, "unseen"))[:args.problems]
     torch.set_num_threads(2)
     trained, start, ref = _policy(self_play["trained"]), _policy(self_play["start"]), _policy(reference["state"])
     gates = {"self-play": value_gate(trained, problems, args.seed), "reference": value_gate(ref, problems, args.seed)}
     minutes = (time.perf_counter() - started) / 60
-    summary = {"setting": vars(args) | {"out": str(args.out), "test_search": vars(TEST_SEARCH)},
+    setting = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    summary = {"setting": setting | {"test_search": vars(TEST_SEARCH)},
                "greedy_unseen": {"start": greedy_rate(start, problems), "alphazero": greedy_rate(trained, problems)},
                "value_gate": gates, "rates": rates(result), "tests": result["tests"],
                "spent_median": {n: sorted(m["spent"])[len(m["spent"]) // 2] for n, m in result["methods"].items()},
@@ -128,7 +144,7 @@ def main() -> None:
                             "reference_history": reference["history"]},
                "minutes": minutes}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (args.out / "curves.json").write_text(json.dumps(result))
+    (args.out / "metrics.json").write_text(json.dumps(shipped_form(summary, result)))
     plot_curves(result, f"Countdown, {args.size} numbers, {args.problems} unseen-target problems").savefig(
         args.out / "08_curves.png", dpi=90)
     print(json.dumps({k: summary[k] for k in ("greedy_unseen", "value_gate", "rates", "spent_median")}, indent=1))

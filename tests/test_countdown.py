@@ -572,11 +572,11 @@ def test_the_target_does_not_depend_on_the_move_temperature():
 
 # -- the AlphaZero arm's visit targets -------------------------------------------------------------------------------
 
-def searched_games(explore: bool, seed: int = 2):
+def searched_games(explore: bool, seed: int = 2, candidates: int = 4, simulations: int = 6):
     """Games of play_searched over a few 3-number problems, and what each state's `lines` call returned."""
     policy = MixedPolicy(seed=seed)
     calls = counted(policy)
-    settings = CountdownSearchSettings(candidates=4, simulations=6)
+    settings = CountdownSearchSettings(candidates=candidates, simulations=simulations)
     games, _, _ = play_searched(policy, list(heldout(3, "unseen")[:3]), settings, "learned", random.Random(1),
                              explore=explore, generator=torch.Generator().manual_seed(seed))
     return policy, games, {c: g for cs, drawn in calls for c, g in zip(cs, drawn)}
@@ -604,9 +604,9 @@ def test_searched_targets(explore):
 
 
 def test_subtree_labels_are_exact_where_the_search_listed_every_line():
-    """The stub writes every legal line below the root, so a subtree's verdict is exact: a state labelled 1 has a
-    solution (brute force), one labelled 0 has none; the root (a solution found below) and the dead child (every
-    line from it ended unsolved) are among them."""
+    """The stub writes every legal line below the root, so subtrees are searched to their ends: a state labelled 1
+    has a solution (brute force), one labelled 0 has none, the dead child (every legal line from it ended unsolved)
+    among them; the root is left out (its label is the game's outcome)."""
     from azlib.countdown.play import subtree_labels
 
     settings = CountdownSearchSettings(candidates=2, simulations=12)
@@ -616,24 +616,26 @@ def test_subtree_labels_are_exact_where_the_search_listed_every_line():
     for text, label in labels.items():
         state = state_of(text)
         assert label == float(brute_solvable(state.target, list(state.numbers))), text
-    assert labels[node_state(Episode.start(ROOT))["text"]] == 1.0 and 0.0 in labels.values()
+    assert node_state(Episode.start(ROOT))["text"] not in labels
+    assert 0.0 in labels.values() and 1.0 in labels.values()
 
 
 def test_searched_games_carry_each_states_subtree_label_once():
-    """play_searched's moves carry their searches' labels: a 1 only where the state can be solved (brute force),
-    each state once a game."""
-    _, games, _ = searched_games(explore=True)
+    """play_searched's moves carry their searches' labels, each exact (brute force), each state once a game: with
+    2 sampled lines a node, a state whose every searched line ended unsolved is labelled only where those were all
+    its legal lines."""
+    _, games, _ = searched_games(explore=True, candidates=16, simulations=12)
     labelled = [text for g in games for m in g.moves for text, _ in m.labels]
     assert labelled and len(labelled) == len(set(labelled))
     for g in games:
         for m in g.moves:
             for text, label in m.labels:
                 state = state_of(text)
-                assert label in (0.0, 1.0) and (label == 0.0 or brute_solvable(state.target, list(state.numbers)))
+                assert label == float(brute_solvable(state.target, list(state.numbers))), text
 
 
 def test_alphazero_update_reads_searched_moves():
-    policy, games, _ = searched_games(explore=True)
+    policy, games, _ = searched_games(explore=True, candidates=16, simulations=12)
     moves = [m for g in games for m in g.moves]
     assert any(m.labels for m in moves), "the value's rows include the searches' labels"
     assert all(isinstance(l, str) for m in moves for l in m.lines) and all(isinstance(m.played, str) for m in moves)

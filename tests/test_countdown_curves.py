@@ -174,3 +174,32 @@ def test_the_reference_value_learns_solvability_from_the_oracles_labels():
     before, after = value_gate(untrained, problems, 0), value_gate(trained, problems, 0)
     assert len(history) == 150
     assert after["value_gate_auc_1"] > 0.7 > before["value_gate_auc_1"]
+
+
+class FixedLines:
+    """Writes the given lines, in order, at every state; values 0.5."""
+
+    legal_only = True
+
+    def __init__(self, lines: list[str]):
+        self.fixed = lines
+
+    def lines(self, contexts, n, temperature, generator=None, legal=None):
+        from azlib.countdown.policy import Line
+        return [[Line(t, -1.0, len(t) + 1, True) for t in self.fixed] for _ in contexts], [0.5] * len(contexts)
+
+    def values(self, contexts):
+        return [0.5] * len(contexts)
+
+
+def test_sampled_lines_are_charged_in_the_order_drawn_and_the_answer_before_any_value_read():
+    """The first answer is marked at the first line that solves, as best-of-k's samples are: the line after it and
+    a separate net's read of the leaf come after the answer."""
+    problem = State(10, (2, 5))
+    text = problem_text(problem)
+    compute = Compute()
+    env = LineSearch(FixedLines(["2+5", "2*5", "5-2"]), CountdownSearchSettings(candidates=3), "learned",
+                     judge=FixedLines([]), compute=compute)
+    env.expand([node_state(Episode.start(problem))], random.Random(0))
+    assert compute.first_answer[text] == len(text) + len("2+5=") + len("*5=")
+    assert compute.spent[text] == len(text) + 4 + 3 + len("5-2=") + len(text)  # the judge reads the leaf again

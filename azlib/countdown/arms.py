@@ -196,7 +196,7 @@ def start_policy(shape_settings: PolicyShape, settings: ImitationSettings, size:
 def reference_value(shape_settings: PolicyShape, settings: ReferenceValueSettings, size: int, seed: int,
                     progress: Callable[[int], None] | None = None, device: str = "cpu",
                     legal_only: bool = True) -> tuple[Policy, list[dict]]:
-    """A fresh net trained only as a value (no policy term), on the exact oracle's labels of the states that 1 to
+    """A fresh net trained only as a value (no policy term), on the exact oracle's labels of the states that 0 to
     size - 2 uniformly random legal moves reach from training problems, fresh states every step: what a net of this
     shape learns of solvability from exact labels. A named reference for the self-play value; never a stand-in
     for it (no arm reads the oracle through it)."""
@@ -209,7 +209,7 @@ def reference_value(shape_settings: PolicyShape, settings: ReferenceValueSetting
         rows = []
         for problem in draw_training(settings.batch_size, size, rng):
             episode = Episode.start(problem)
-            for _ in range(rng.randint(1, max(1, size - 2))):
+            for _ in range(rng.randint(0, size - 2)):
                 move = str(rng.choice(legal_moves(episode.state)))
                 episode.play(Line(move, 0.0, len(move) + 1, True))
             label = float(episode.state.solved if episode.state.finished else solvable(episode.state))

@@ -9,7 +9,7 @@ by exact McNemar per problem at each budget, Holm over them all.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Literal, Sequence
 
 import torch
@@ -59,10 +59,11 @@ def _last_written(episode: Episode) -> int:
 def search_compute(policy: Policy, problems: Sequence[State], settings: CountdownSearchSettings, method: CurveMethod,
                    simulations: int, seed: int, reference: Policy | None = None) -> Compute:
     """One search from each problem (no move played: the tree is the solver), stopped at its first answer or after
-    `simulations`, solved subtrees never re-entered; every character the nets computed charged."""
+    `simulations`, exhausted subtrees never re-entered (below Gumbel's root, which keeps its own count); every
+    character the nets computed charged."""
     if method.value == "reference" and reference is None:
         raise ValueError("the reference value's search needs the reference net (reference=...)")
-    settings = CountdownSearchSettings(**{**vars(settings), "children": method.children, "rule": method.rule})
+    settings = replace(settings, children=method.children, rule=method.rule)
     compute = Compute()
     generator = torch.Generator(device=policy.device).manual_seed(seed)
     env = LineSearch(policy, settings, "learned" if method.value == "reference" else method.value, generator,

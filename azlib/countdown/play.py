@@ -135,8 +135,8 @@ class LineSearch:
     compares siblings by value before it visits them (the estimate is a child's first Q, not a visit); the expanded
     leaf's own value, read by the same forward pass that writes or scores its lines, is the simulation's one backup.
     One policy call and at most one value call per search step over every leaf; expansions are kept by text (the
-    net does not change while this env lives), so a later search from a child reuses its subtree and counts no
-    token twice. With `compute`, every character a net computes is charged to its problem (azlib.countdown.compute)
+    net does not change while this env lives), so a later search from a child reuses its expansions (not their
+    visits) and counts no token twice. With `compute`, every character a net computes is charged to its problem (azlib.countdown.compute)
     and each problem's first answer is marked there."""
 
     two_player = False
@@ -163,8 +163,8 @@ class LineSearch:
             by_text = {s["text"]: s for s in states}
             episodes = [episode_of(by_text[text]) for text in new]
             lines, own_values = self._lines(new, episodes)
-            leaf_values = self._leaf_values(new, episodes, own_values)
             children = [self._children(e, drawn) for e, drawn in zip(episodes, lines)]
+            leaf_values = self._leaf_values(new, episodes, own_values)
             values = self._values([child for _, child, _ in (c for group in children for c in group)])
             for text, episode, group, drawn, leaf_value in zip(new, episodes, children, lines, leaf_values):
                 # generated characters; listed lines are scored, not generated: their trie's characters
@@ -192,11 +192,25 @@ class LineSearch:
             lines, own_values = self.policy.lines(texts, self.settings.candidates, self.settings.temperature,
                                                   self.generator, offered(self.policy, [e.state for e in episodes]))
         if self.compute is not None:
-            for text, drawn in zip(texts, lines):
-                self.compute.charge(text)
-                for line in drawn:
-                    self.compute.charge(text + line.text + (MOVE_END if line.ended else ""))
+            for text, episode, drawn in zip(texts, episodes, lines):
+                self._charge(text, episode, drawn)
         return lines, own_values
+
+    def _charge(self, text: str, episode: Episode, drawn: list[Line]) -> None:
+        """What the policy computed at this leaf: its text, then its lines. Sampled lines are charged in the order
+        drawn, an answer marked at the first line that solves the problem (as best-of-k's samples are); listed lines
+        are scored in one pass, so all of them come before any answer among them."""
+        self.compute.charge(text)
+        answer = None
+        for line in drawn:
+            self.compute.charge(text + line.text + (MOVE_END if line.ended else ""))
+            after = step(episode.state, line.text) if line.ended else None
+            if answer is None and after is not None and after.solved:
+                answer = text + line.text
+                if self.settings.children == "sampled":
+                    self.compute.answered(answer)
+        if answer is not None:
+            self.compute.answered(answer)
 
     def _leaf_values(self, texts: list[str], episodes: list[Episode], own_values: list[float]) -> list[float]:
         if self.value == "oracle":
@@ -232,8 +246,6 @@ class LineSearch:
             child.play(same[0])
             if child.solved:
                 self.solved_found.add(child.text)
-                if self.compute is not None:
-                    self.compute.answered(child.text)
             out.append((line, child, (prior, {"line": line, "samples": len(same), "refused": child.refused,
                                               "solvable": not child.refused and solvable(child.state)})))
         return out
@@ -273,16 +285,20 @@ class SearchedMove(NamedTuple):
 
 
 def subtree_labels(tree) -> dict[str, float]:
-    """What a search's tree says of each state it expanded, by the text of the state: 1 where a solved end lies below
-    it (exact: the state can be solved), 0 where every line searched below it has ended without one (dead as far as
-    the search's lines go: exact where they were every legal line). A state whose subtree says neither is left out.
-    AlphaZero's value learns from these beside the game's outcome: tens of labels a game instead of one a move."""
+    """What a search's tree proves of each state it expanded below its root, by the text of the state: 1 where a
+    solved end lies below it, 0 where every legal line below it was searched to an end without one. Both exact; a
+    state whose subtree proves neither (some legal line not searched) is left out, and so is the root, whose label
+    is the game's outcome. AlphaZero's value learns from these beside the outcome: tens of labels a game instead of
+    one a move."""
     below = [False] * len(tree.nodes)  # a solved end at or below the node
+    exhausted = [False] * len(tree.nodes)  # every legal line below the node searched to an end
     for i in reversed(range(len(tree.nodes))):  # a child comes after its parent
         node = tree.nodes[i]
         below[i] = (node.terminal and node.info.get("terminal_value", 0.0) > 0) or any(below[c] for c in node.children)
+        exhausted[i] = node.terminal or (node.expanded and all(exhausted[c] for c in node.children) and
+                                         len(node.children) == len(legal_lines(episode_of(node.state).state)))
     return {node.state["text"]: float(below[i]) for i, node in enumerate(tree.nodes)
-            if node.expanded and not node.terminal and (below[i] or node.solved)}
+            if i > 0 and node.expanded and not node.terminal and (below[i] or exhausted[i])}
 
 
 @dataclass
