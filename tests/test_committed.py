@@ -32,6 +32,16 @@ def test_notebook_shows_the_outputs_of_its_code(path):
     assert not any(committed.WIDGET_VIEW in o.get("data", {}) for o in shown), "live views need a kernel"
 
 
+MARKDOWN_WORDS = 400  # at most, in one markdown cell: a reader meets an idea, then the code that shows it
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_markdown_cell_is_a_wall_of_text(path):
+    nb = nbformat.read(path, as_version=4)
+    words = {c.get("id"): len(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+    assert max(words.values()) <= MARKDOWN_WORDS, {i: w for i, w in words.items() if w > MARKDOWN_WORDS}
+
+
 def test_notebooks_fit_the_size_budget():
     sizes = {p.name: p.stat().st_size for p in NOTEBOOKS}
     assert sum(sizes.values()) <= committed.SIZE_BUDGET, sizes
