@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from azlib import config
+from azlib import committed, config
 
 ROOT = config.REPO_ROOT
 README = ROOT / "README.md"
@@ -82,6 +82,20 @@ def test_readme_notebooks_table_names_every_notebook():
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("|")]
     named = {m.group(0) for row in rows for m in [re.search(r"\d\d_\w+", row)] if m}
     assert named == {p.stem for p in config.NOTEBOOKS_DIR.glob("*.ipynb")}
+
+
+def test_readme_gives_each_notebooks_stored_run_time_and_memory():
+    """The quick-run minutes and peak GB in the README's table are those recorded in each stored notebook."""
+    section = README.read_text().split("## The notebooks", 1)[1].split("\n## ", 1)[0]
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        name = re.search(r"\d\d_\w+", cells[0]) if cells else None
+        if not name:
+            continue
+        nb = nbformat.read(config.NOTEBOOKS_DIR / f"{name.group(0)}.ipynb", as_version=4)
+        record = nb.metadata[committed.RECORD]["executed"]
+        assert (float(cells[2]), float(cells[3])) == (round(record["minutes"], 1),
+                                                      round(record["peak_rss_mb"] / 1000, 1)), name.group(0)
 
 
 HISTORY = re.compile(r"\bissues?\s+#?\d+\b|(?<![\w&/#])#\d+\b|\bthe (?:previous|first|second) run\b|\bwe changed\b"
