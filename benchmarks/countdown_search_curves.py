@@ -108,8 +108,8 @@ def main() -> None:
     parser.add_argument("--start", type=Path, help="a start.pt an earlier run wrote (skips the imitation)")
     parser.add_argument("--reference-steps", type=int, default=ReferenceValueSettings.steps)
     parser.add_argument("--iterations", type=int, default=10, help="the alphazero arm's (20,000 characters each)")
-    parser.add_argument("--samples", type=int, default=48, help="best-of-k's samples per problem (k at most this)")
-    parser.add_argument("--simulations", type=int, default=200, help="the search's at most, per problem")
+    parser.add_argument("--samples", type=int, default=160, help="best-of-k's samples per problem (k at most this)")
+    parser.add_argument("--simulations", type=int, default=400, help="the search's at most, per problem")
     parser.add_argument("--rules", default="puct,gumbel")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -120,6 +120,8 @@ def main() -> None:
         self_play, reference = pool.submit(train_self_play, args), pool.submit(train_reference, args)
         reference, self_play = reference.result(), self_play.result()
         print(f"trained at {time.perf_counter() - started:.0f} s", flush=True)
+        torch.save(self_play["trained"], args.out / "alphazero.pt")
+        torch.save(reference["state"], args.out / "reference.pt")
         chosen = methods(args.rules.split(","))
         halves = [chosen[0::2], chosen[1::2]]
         parts = [pool.submit(run_curves, args, self_play["trained"], reference["state"], half) for half in halves]

@@ -203,3 +203,22 @@ def test_sampled_lines_are_charged_in_the_order_drawn_and_the_answer_before_any_
     env.expand([node_state(Episode.start(problem))], random.Random(0))
     assert compute.first_answer[text] == len(text) + len("2+5=") + len("*5=")
     assert compute.spent[text] == len(text) + 4 + 3 + len("5-2=") + len(text)  # the judge reads the leaf again
+
+
+def test_the_curves_figure_draws_each_methods_solve_rate_against_compute():
+    import matplotlib
+    matplotlib.use("Agg")
+    from azlib.viz import plot_curves
+
+    result = {"budgets": [100, 200], "methods": {
+        "best_of": {"first_answer": [50, None, 150, 90]},
+        "mcts listed puct oracle": {"first_answer": [20, 30, None, 300]}}}
+    fig = plot_curves(result)
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert set(lines) == {"best_of", "listed puct oracle"}
+    x, y = lines["best_of"].get_data()
+    assert y[list(x).index(100)] == 0.5 and y[list(x).index(200)] == 0.75
+    assert lines["listed puct oracle"].get_linestyle() == "--"
+    only = plot_curves(result, methods=["best_of"])
+    assert [l.get_label() for l in only.axes[0].get_lines() if not l.get_label().startswith("_")] == ["best_of"]

@@ -9,7 +9,7 @@ same count of generated characters per iteration:
 
 Every arm trains the value head on its own episodes' outcomes (BCE at each state's text: P(solved from here)), so
 that each can be searched at test time; the AlphaZero arms also on what their searches' trees say of every state
-they expanded (a solved end below it, or every searched line ended without one). Only the model's characters carry
+they expanded (a solved end below it, or every legal line below it searched to an end without one). Only the model's characters carry
 the policy loss; the rules' never do.
 """
 

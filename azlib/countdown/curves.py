@@ -23,6 +23,7 @@ from azlib.evaluation import compare, holm
 from azlib.mcts.search import search
 
 BUDGETS = (300, 600, 1200)  # characters per problem
+BEST_OF_ROWS = 4096  # episodes played in lock-step at most
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,13 @@ def best_of_compute(policy: Policy, problems: Sequence[State], samples: int, see
     model wrote (the rules' check of the end needs no model), an answer marked where one is solved."""
     generator = torch.Generator(device=policy.device).manual_seed(seed)
     compute = Compute()
-    for group in play_episodes(policy, problems, samples, 1.0, generator):
-        for episode in group:
-            compute.charge(episode.text[:_last_written(episode) + 1])
-            if episode.solved:
-                compute.answered(episode.text)
+    per_call = max(1, BEST_OF_ROWS // samples)  # problems sampled at once: the key-value cache grows with the rows
+    for start in range(0, len(problems), per_call):
+        for group in play_episodes(policy, problems[start:start + per_call], samples, 1.0, generator):
+            for episode in group:
+                compute.charge(episode.text[:_last_written(episode) + 1])
+                if episode.solved:
+                    compute.answered(episode.text)
     return compute
 
 

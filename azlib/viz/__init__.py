@@ -4,7 +4,7 @@ JupyterLab widget), and widgets to play with (the bandit's knobs as sliders, tic
 only; every number it shows was computed elsewhere in azlib."""
 
 from azlib.viz.beside import plot_ensemble, plot_rlt, plot_training
-from azlib.viz.countdown import (describe_countdown_node, plot_beside, plot_learning, plot_methods,
+from azlib.viz.countdown import (describe_countdown_node, plot_beside, plot_curves, plot_learning, plot_methods,
                                  plot_value_precision, solvable_kind)
 from azlib.viz.curves import plot_seed_curves
 from azlib.viz.game import PlayTicTacToe
@@ -14,6 +14,7 @@ from azlib.viz.tree import (TEXT_KINDS, TreeWidget, branch_of, describe_board_no
                             node_details, proposer_of, save_tree, shown_nodes, tree_svg)
 
 __all__ = ["BanditSliders", "PlayTicTacToe", "TEXT_KINDS", "TreeWidget", "branch_of", "describe_board_node",
-           "describe_countdown_node", "describe_node", "describe_text_node", "node_details", "plot_beside", "plot_ensemble",
-           "plot_experiment", "plot_learning", "plot_methods", "plot_rlt", "plot_seed_curves", "plot_training",
-           "plot_value_precision", "proposer_of", "save_tree", "shown_nodes", "solvable_kind", "tree_svg"]
+           "describe_countdown_node", "describe_node", "describe_text_node", "node_details", "plot_beside",
+           "plot_curves", "plot_ensemble", "plot_experiment", "plot_learning", "plot_methods", "plot_rlt",
+           "plot_seed_curves", "plot_training", "plot_value_precision", "proposer_of", "save_tree", "shown_nodes",
+           "solvable_kind", "tree_svg"]

@@ -1,6 +1,7 @@
 """Notebook 08's pictures: each arm's learning curve against generated characters, the test-time methods side by
 side, the learned value's precision as a verifier over training, the solve rate against compute per problem (the
-test-time curves), and a Countdown search's nodes coloured by the exact oracle (solvable, dead, refused). Draws only: the numbers come from azlib.countdown."""
+test-time curves), and a Countdown search's nodes coloured by the exact oracle (solvable, dead, refused). Draws
+only: the numbers come from azlib.countdown."""
 
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ def plot_value_precision(result):
     right.axvline(0.9, color="k", linestyle="--", linewidth=1)
     right.axhline(0, color="grey", linewidth=0.8)
     right.set_xlabel("the value gate's AUC after one move, end of training")
-    right.set_ylabel("MCTS minus best-of-k, same characters")
+    right.set_ylabel("MCTS minus best-of-k at the search's characters\n(fewer where best-of-k's samples ran out)",
+                     fontsize=8)
     right.set_title("Does a better value make search pay? (unseen)")
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
@@ -152,13 +154,16 @@ def plot_beside(runs: dict[str, dict], split: str = "unseen"):
     return fig
 
 
-def plot_curves(result: dict, title: str = "Test time at equal compute"):
+def plot_curves(result: dict, title: str = "Test time at equal compute", methods: list[str] | None = None):
     """Solve rate against the characters a model computed per problem (azlib.countdown.curves): best-of-k and each
-    search, one line per method, the budgets marked; searches over sampled lines solid, over listed lines dashed."""
+    search (or those named in `methods`), one line per method, the budgets marked; searches over sampled lines
+    solid, over listed lines dashed."""
     budgets = result["budgets"]
     grid = np.linspace(0, max(budgets), 121)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for name, method in result["methods"].items():
+        if methods is not None and name not in methods:
+            continue
         first = np.array([np.inf if f is None else f for f in method["first_answer"]])
         style = "-" if "sampled" in name or name == "best_of" else "--"
         ax.plot(grid, [(first <= g).mean() for g in grid], style, color="k" if name == "best_of" else None,
