@@ -22,6 +22,8 @@ TRAINING = RESULTS_DIR / "training-cpu"
 RLT = RESULTS_DIR / "rlt-cpu"
 # notebook 08's comparison under the cpu profile (benchmarks/countdown_alphazero.py), azlib.countdown's summary
 COUNTDOWN = RESULTS_DIR / "countdown-cpu"
+# notebook 08's test-time curves at 4 numbers (benchmarks/countdown_search_curves.py), no profile's run
+COUNTDOWN_CURVES = RESULTS_DIR / "countdown-curves"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,16 @@ def provenance(folder: Path | str) -> Provenance:
     if not isinstance(recorded["set"], list) or not all(isinstance(a, str) for a in recorded["set"]):
         raise ValueError(f"{path}: set must be a list of NAME=VALUE strings, not {recorded['set']!r}")
     return Provenance(**{name: recorded[name] for name in names} | {"set": tuple(recorded["set"])})
+
+
+def shipped_results(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
+    """A shipped benchmark's results that no notebook profile made (its command says how), and its provenance."""
+    folder = Path(folder)
+    made = provenance(folder)
+    path = folder / made.results
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: {folder / 'provenance.json'} names it as the results")
+    return read_json(path), made
 
 
 def shipped_experiment(folder: Path | str = TREE_VS_SAMPLING) -> tuple[Experiment, Provenance]:

@@ -216,9 +216,9 @@ def test_the_curves_figure_draws_each_methods_solve_rate_against_compute():
     fig = plot_curves(result)
     (ax,) = fig.axes
     lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
-    assert set(lines) == {"best_of", "listed puct oracle"}
-    x, y = lines["best_of"].get_data()
+    assert set(lines) == {"best-of-k", "MCTS, listed lines, puct, the oracle"}
+    x, y = lines["best-of-k"].get_data()
     assert y[list(x).index(100)] == 0.5 and y[list(x).index(200)] == 0.75
-    assert lines["listed puct oracle"].get_linestyle() == "--"
+    assert lines["MCTS, listed lines, puct, the oracle"].get_linestyle() == "--"
     only = plot_curves(result, methods=["best_of"])
-    assert [l.get_label() for l in only.axes[0].get_lines() if not l.get_label().startswith("_")] == ["best_of"]
+    assert [l.get_label() for l in only.axes[0].get_lines() if not l.get_label().startswith("_")] == ["best-of-k"]

@@ -154,10 +154,17 @@ def plot_beside(runs: dict[str, dict], split: str = "unseen"):
     return fig
 
 
+CURVE_COLOURS = {"none": "0.55", "learned": "tab:blue", "reference": "tab:green", "oracle": "tab:red"}
+CURVE_VALUES = {"none": "no value", "learned": "self-play value", "reference": "reference value",
+                "oracle": "the oracle"}
+CURVE_STYLES = {("sampled", "puct"): "-", ("listed", "puct"): "--", ("sampled", "gumbel"): ":",
+                ("listed", "gumbel"): "-."}
+
+
 def plot_curves(result: dict, title: str = "Test time at equal compute", methods: list[str] | None = None):
-    """Solve rate against the characters a model computed per problem (azlib.countdown.curves): best-of-k and each
-    search (or those named in `methods`), one line per method, the budgets marked; searches over sampled lines
-    solid, over listed lines dashed."""
+    """Solve rate against the characters a model computed per problem (azlib.countdown.curves): best-of-k (black)
+    and each search (or those named in `methods`), its colour the value it read, its line style how its children
+    were made and chosen (sampled or listed; PUCT or Gumbel), the budgets marked."""
     budgets = result["budgets"]
     grid = np.linspace(0, max(budgets), 121)
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -165,9 +172,13 @@ def plot_curves(result: dict, title: str = "Test time at equal compute", methods
         if methods is not None and name not in methods:
             continue
         first = np.array([np.inf if f is None else f for f in method["first_answer"]])
-        style = "-" if "sampled" in name or name == "best_of" else "--"
-        ax.plot(grid, [(first <= g).mean() for g in grid], style, color="k" if name == "best_of" else None,
-                lw=2.5 if name == "best_of" else 1.3, label=name.replace("mcts ", ""))
+        if name == "best_of":
+            colour, style, width, label = "k", "-", 2.5, "best-of-k"
+        else:
+            _, children, rule, value = name.split()
+            colour, style, width = CURVE_COLOURS[value], CURVE_STYLES[children, rule], 1.4
+            label = f"MCTS, {children} lines, {rule}, {CURVE_VALUES[value]}"
+        ax.plot(grid, [(first <= g).mean() for g in grid], style, color=colour, lw=width, label=label)
     for b in budgets:
         ax.axvline(b, color="0.8", lw=0.8, zorder=0)
     ax.set_xlabel("characters the model computed per problem (each once)")
