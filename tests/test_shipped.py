@@ -167,3 +167,26 @@ def test_the_shipped_countdown_run_is_the_cpu_profiles_and_its_figure_draws_it(t
     drawn = [bar.get_height() for bar in greedy.containers[0]]
     assert drawn == [numbers["means"]["unseen"]["greedy"][a] for a in ["start", *params.arms]]
     assert sum(f.stat().st_size for f in COUNTDOWN.iterdir()) < 120_000, "shipped results stay small"
+
+
+def test_the_shipped_countdown_curves_read_back_and_their_rates_follow_from_the_first_answers():
+    from azlib.shipped import COUNTDOWN_CURVES, shipped_results
+    from azlib.viz import plot_curves
+
+    numbers, made = shipped_results(COUNTDOWN_CURVES)
+    assert made.label.startswith("shipped: OMP_NUM_THREADS=1 python benchmarks/countdown_search_curves.py")
+    assert made.notebook == "08_countdown_alphazero" and "+dirty" not in made.commit
+    curves = numbers["curves"]
+    problems = numbers["setting"]["problems"]
+    for name, method in curves["methods"].items():
+        assert len(method["first_answer"]) == len(method["spent"]) == problems
+        assert all(f is None or f <= s for f, s in zip(method["first_answer"], method["spent"])), name
+        for budget in curves["budgets"]:
+            solved = sum(f is not None and f <= budget for f in method["first_answer"])
+            assert numbers["rates"][name][str(budget)] == pytest.approx(solved / problems), (name, budget)
+    assert curves["methods"]["best_of"]["short"] == {str(b): 0 for b in curves["budgets"]}, \
+        "best-of-k never ran out of samples below a budget"
+    assert len(numbers["tests"]) == (len(curves["methods"]) - 1) * len(curves["budgets"])
+    fig = plot_curves(curves)
+    assert len([l for l in fig.axes[0].get_lines() if not l.get_label().startswith("_")]) == len(curves["methods"])
+    assert sum(f.stat().st_size for f in COUNTDOWN_CURVES.iterdir()) < 120_000, "shipped results stay small"
