@@ -89,7 +89,9 @@ def plot_value_precision(result):
             ("value_auc", middle, "AUC of the value, against the oracle", "P(v(solvable) > v(dead))")):
         for arm in result.setup.arms:
             x, values = _by_iteration(result.histories, arm, result.setup.seeds, key)
-            plot_seed_curves(ax, x / 1000, {arm: values}, title=title, xlabel="generated characters (thousands)",
+            # a precision is undefined where the value called no state solvable: said, not drawn as a blank line
+            label = f"{arm}: no v above 0.5" if np.isnan(values).all() else arm
+            plot_seed_curves(ax, x / 1000, {label: values}, title=title, xlabel="generated characters (thousands)",
                              ylabel=ylabel)
         ax.set_ylim(0, 1)
     left.axhline(0.9, color="k", linestyle="--", linewidth=1, label="the 90% bar (Chen et al. 2024)")
