@@ -9,8 +9,8 @@ same count of generated characters per iteration:
 
 Every arm trains the value head on its own episodes' outcomes (BCE at each state's text: P(solved from here)), so
 that each can be searched at test time; the AlphaZero arms also on what their searches' trees say of every state
-they expanded (a solved end below it, or every legal line below it searched to an end without one). Only the model's characters carry
-the policy loss; the rules' never do.
+they expanded (a solved end below it, or every legal line below it searched to an end without one). Only the
+model's characters carry the policy loss; the rules' never do.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from torch.nn import functional as F
 
 from azlib.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
-from azlib.countdown.policy import Line, Policy, PolicyValueNet, shape
+from azlib.countdown.policy import Policy, PolicyValueNet, shape
 from azlib.countdown.problems import draw_training, training_problems
 from azlib.countdown.rules import MOVE_END, State, legal_lines, legal_moves, solvable, solve
 from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape,
@@ -38,7 +38,7 @@ def solution_episode(problem: State, rng: random.Random) -> Episode:
     """The solver's solution as the text the model and the rules would write together."""
     episode = Episode.start(problem)
     for move in solve(problem, rng):
-        episode.play(Line(str(move), 0.0, len(str(move)) + 1, True))
+        episode.play_move(move)
     return episode
 
 
@@ -210,8 +210,7 @@ def reference_value(shape_settings: PolicyShape, settings: ReferenceValueSetting
         for problem in draw_training(settings.batch_size, size, rng):
             episode = Episode.start(problem)
             for _ in range(rng.randint(0, size - 2)):
-                move = str(rng.choice(legal_moves(episode.state)))
-                episode.play(Line(move, 0.0, len(move) + 1, True))
+                episode.play_move(rng.choice(legal_moves(episode.state)))
             label = float(episode.state.solved if episode.state.finished else solvable(episode.state))
             rows.append(WeightedText(episode.text, [False] * len(episode.text), [] if legal_only else None, 0.0,
                                      len(rows), ((len(episode.text) - 1, label),)))

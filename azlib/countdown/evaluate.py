@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 
 from azlib.countdown.play import Episode, play_episodes, play_searched
-from azlib.countdown.policy import Line, Policy
+from azlib.countdown.policy import Policy
 from azlib.countdown.rules import State, legal_moves, solvable
 from azlib.countdown.settings import CountdownSearchSettings, EvalSettings
 from azlib.evaluation import pass_at_k
@@ -73,8 +73,7 @@ def value_gate(policy: Policy, problems: Sequence[State], seed: int, walks: int 
                 moves = legal_moves(episode.state)
                 if not moves:
                     break
-                move = str(rng.choice(moves))
-                episode.play(Line(move, 0.0, len(move) + 1, True))
+                episode.play_move(rng.choice(moves))
                 if not episode.state.finished:
                     reached[depth].setdefault(episode.text, solvable(episode.state))
     out = {}

@@ -14,7 +14,7 @@ import torch
 
 from azlib.countdown.compute import Compute, trie_characters
 from azlib.countdown.policy import Line, Policy
-from azlib.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable, step, written_result
+from azlib.countdown.rules import MOVE_END, Move, State, legal_lines, problem_text, solvable, step, written_result
 from azlib.countdown.settings import CountdownSearchSettings
 from azlib.mcts.search import Child, Expansion, search
 from azlib.settings import SearchSettings
@@ -53,6 +53,11 @@ class Episode:
     def line_starts(self) -> list[tuple[int, State]]:
         """Where each line the model wrote begins, and the state it was written in."""
         return [(end + 1, state) for end, state in zip(self.state_ends, self.states) if end + 1 < len(self.text)]
+
+    def play_move(self, move: Move) -> None:
+        """A move written out as the model writes it (its characters counted as if generated): the solver's and a
+        random walk's moves."""
+        self.play(Line(str(move), 0.0, len(str(move)) + 1, True))
 
     def play(self, line: Line) -> None:
         """The model's line, then the rules' answer: the result and the numbers left, or a refusal (a loss)."""
@@ -115,6 +120,12 @@ def node_state(episode: Episode) -> dict:
             "tokens": episode.tokens}
 
 
+def _last_state(state: dict) -> State:
+    """A node state's current rules.State, without rebuilding its episode."""
+    target, numbers = state["states"][-1]
+    return State(target, tuple(numbers))
+
+
 def episode_of(state: dict) -> Episode:
     states = [State(t, tuple(n)) for t, n in state["states"]]
     return Episode(states[0], state["text"], list(state["written"]), list(state["state_ends"]), states,
@@ -136,8 +147,8 @@ class LineSearch:
     leaf's own value, read by the same forward pass that writes or scores its lines, is the simulation's one backup.
     One policy call and at most one value call per search step over every leaf; expansions are kept by text (the
     net does not change while this env lives), so a later search from a child reuses its expansions (not their
-    visits) and counts no token twice. With `compute`, every character a net computes is charged to its problem (azlib.countdown.compute)
-    and each problem's first answer is marked there."""
+    visits) and counts no token twice. With `compute`, every character a net computes is charged to its problem
+    (azlib.countdown.compute) and each problem's first answer is marked there."""
 
     two_player = False
 
@@ -199,18 +210,16 @@ class LineSearch:
     def _charge(self, text: str, episode: Episode, drawn: list[Line]) -> None:
         """What the policy computed at this leaf: its text, then its lines. Sampled lines are charged in the order
         drawn, an answer marked at the first line that solves the problem (as best-of-k's samples are); listed lines
-        are scored in one pass, so all of them come before any answer among them."""
+        are scored in one pass, so all of them come before any answer among them (Compute keeps the first mark)."""
         self.compute.charge(text)
-        answer = None
-        for line in drawn:
+        solves = [line.ended and (after := step(episode.state, line.text)) is not None and after.solved
+                  for line in drawn]
+        for line, solved in zip(drawn, solves):
             self.compute.charge(text + line.text + (MOVE_END if line.ended else ""))
-            after = step(episode.state, line.text) if line.ended else None
-            if answer is None and after is not None and after.solved:
-                answer = text + line.text
-                if self.settings.children == "sampled":
-                    self.compute.answered(answer)
-        if answer is not None:
-            self.compute.answered(answer)
+            if solved and self.settings.children == "sampled":
+                self.compute.answered(text)
+        if any(solves):
+            self.compute.answered(text)
 
     def _leaf_values(self, texts: list[str], episodes: list[Episode], own_values: list[float]) -> list[float]:
         if self.value == "oracle":
@@ -219,15 +228,17 @@ class LineSearch:
             return [NO_VALUE] * len(texts)
         if self.judge is None:
             return own_values
-        self.value_evaluations += len(texts)
-        return self._judged(texts)
+        return self._read_values(texts)
 
-    def _judged(self, texts: list[str]) -> list[float]:
-        """The separate value net's values of these texts, what it computed charged to each problem."""
+    def _read_values(self, texts: list[str]) -> list[float]:
+        """The value net's values of these texts (the judge's, else the policy's head) in one batched call, what it
+        computed charged to each problem under its own name."""
+        net, name = (self.policy, "policy") if self.judge is None else (self.judge, "judge")
         if self.compute is not None:
             for text in texts:
-                self.compute.charge(text, "judge")
-        return self.judge.values(texts)
+                self.compute.charge(text, name)
+        self.value_evaluations += len(texts)
+        return net.values(texts)
 
     def _children(self, episode: Episode, drawn: list[Line]) -> list[tuple[str, Episode, tuple[float, dict]]]:
         """The distinct lines among `drawn`, each applied by the rules: (line, the episode after it, (prior, info))."""
@@ -257,16 +268,7 @@ class LineSearch:
         if not self.settings.child_values:
             return iter([None] * len(children))
         open_children = [c.text for c in children if not c.over]
-        learned = iter([])
-        if self.value == "learned" and open_children:
-            if self.judge is not None:
-                learned = iter(self._judged(open_children))
-            else:
-                if self.compute is not None:
-                    for text in open_children:
-                        self.compute.charge(text)
-                learned = iter(self.policy.values(open_children))
-            self.value_evaluations += len(open_children)
+        learned = iter(self._read_values(open_children) if self.value == "learned" and open_children else [])
         return iter([float(c.solved) if c.over else float(solvable(c.state)) if self.value == "oracle"
                      else NO_VALUE if self.value == "none" else next(learned) for c in children])
 
@@ -296,7 +298,7 @@ def subtree_labels(tree) -> dict[str, float]:
         node = tree.nodes[i]
         below[i] = (node.terminal and node.info.get("terminal_value", 0.0) > 0) or any(below[c] for c in node.children)
         exhausted[i] = node.terminal or (node.expanded and all(exhausted[c] for c in node.children) and
-                                         len(node.children) == len(legal_lines(episode_of(node.state).state)))
+                                         len(node.children) == len(legal_lines(_last_state(node.state))))
     return {node.state["text"]: float(below[i]) for i, node in enumerate(tree.nodes)
             if i > 0 and node.expanded and not node.terminal and (below[i] or exhausted[i])}
 
@@ -322,6 +324,7 @@ class SearchedGames(NamedTuple):
 
 def search_settings(settings: CountdownSearchSettings, simulations: int, temperature: float,
                     stop_at_win: bool = False) -> SearchSettings:
+    # a search that stops at its first answer is a solver: it never re-enters a subtree searched to its ends
     return SearchSettings(num_simulations=simulations, max_depth=16, rule=settings.rule, c=settings.c,
                           q_transform=settings.q_transform, temperature=temperature, stop_at_win=stop_at_win,
                           skip_solved=stop_at_win)

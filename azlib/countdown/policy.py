@@ -55,6 +55,15 @@ def _only(logits: torch.Tensor, allowed: Sequence[list[int] | None]) -> torch.Te
     return logits.masked_fill(~keep, -torch.inf)
 
 
+def _rows_with_room(caches: list[list[torch.Tensor]], index: torch.Tensor, room: int) -> None:
+    """Each block's prefilled cache made into one row per entry of `index` (the context it continues), with `room`
+    empty positions after the context for what the rows append (Block.forward's [keys, values, length] form)."""
+    for cache in caches:
+        keys, values = (t[index] for t in cache)
+        empty = keys.new_zeros(len(index), keys.shape[1], room, keys.shape[3])
+        cache[:] = [torch.cat([keys, empty], 2), torch.cat([values, empty], 2), keys.shape[2]]
+
+
 class Line(NamedTuple):
     """One line the policy wrote: its text without the end mark (what the rules parse), the log-probability of
     the text and its end under the model at temperature 1 (renormalised over the legal characters where the engine
@@ -150,10 +159,7 @@ class Policy:
         logits, value = self.net(batch.ids, positions=batch.positions, mask=batch.mask, caches=caches)
         rows = len(contexts) * n
         logits = logits[:, -1].repeat_interleave(n, 0)
-        for cache in caches:  # each row's keys and values, with room for the line
-            keys, values = (t.repeat_interleave(n, 0) for t in cache)
-            room = keys.new_zeros(rows, keys.shape[1], MAX_MOVE_CHARS, keys.shape[3])
-            cache[:] = [torch.cat([keys, room], 2), torch.cat([values, room], 2), keys.shape[2]]
+        _rows_with_room(caches, torch.arange(len(contexts), device=self.device).repeat_interleave(n), MAX_MOVE_CHARS)
         real = batch.real.repeat_interleave(n, 0)
         position = batch.positions[:, -1].repeat_interleave(n, 0)
         written = torch.full((rows, MAX_MOVE_CHARS), PAD, dtype=torch.long, device=self.device)
@@ -212,10 +218,7 @@ class Policy:
         L = max(map(len, flat))
         if batch.ids.shape[1] + L > self.block_size:
             raise ValueError(f"a context and its line exceed the policy's block_size {self.block_size}")
-        for cache in caches:  # each line reads its context's keys and values, with room for its own
-            keys, values = (t[index] for t in cache)
-            room = keys.new_zeros(len(flat), keys.shape[1], L, keys.shape[3])
-            cache[:] = [torch.cat([keys, room], 2), torch.cat([values, room], 2), keys.shape[2]]
+        _rows_with_room(caches, index, L)  # each line reads its context's keys and values
         ids = torch.full((len(flat), L), PAD, dtype=torch.long)
         for r, line in enumerate(flat):
             ids[r, :len(line)] = torch.tensor(encode(line))
