@@ -100,9 +100,16 @@ class SearchSettings:
     # single-agent, with an exact check of the end: a root's search stops at its first terminal of value >= 1 (an
     # answer found); the rest of its simulations are not spent
     stop_at_win: bool = False
+    # Progressive widening, where the environment samples a node's children and leaves moves out (Expansion.complete
+    # False): the node draws more (Environment.widen) each time its visits grow by widen_after, and whenever every
+    # child it has is solved. 0: a node keeps the children of its expansion (Sampled MuZero).
+    widen_after: Annotated[int, Ge(0)] = 0
 
     def __post_init__(self):
         check_fields(self)
+        if self.rule == "gumbel" and self.widen_after:
+            raise ValueError("rule 'gumbel' does not widen (widen_after=0): sequential halving shares its simulations "
+                             "among the root actions it considered at the start")
         if self.rule == "gumbel" and (self.leaves_per_step != 1 or self.dirichlet_fraction):
             raise ValueError("rule 'gumbel' takes one leaf per tree per step (leaves_per_step=1) and explores by "
                              f"its Gumbel noise (dirichlet_fraction=0), got {self.leaves_per_step}, "

@@ -1,7 +1,7 @@
 """Where search can win on Countdown: 4-number problems, solve rate against the characters a model computes per
-problem, best-of-k against the search over sampled and over listed lines, each with no value, the self-play value,
-the oracle-labelled reference value and the exact oracle (azlib.countdown.curves); the value gate of each learned
-value; exact McNemar per problem at each budget, Holm over all. One policy: the start by imitation, then the
+problem, best-of-k against the search over sampled lines (kept as first drawn, or widened as visits grow) and over
+listed lines, each with no value, the self-play value, the oracle-labelled reference value and the exact oracle
+(azlib.countdown.curves); the value gate of each learned value; exact McNemar per problem at each budget, Holm over all. One policy: the start by imitation, then the
 alphazero arm from it (its value head is the self-play value). Goals and their measured outcome: docs/results.md.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/countdown_search_curves.py [--out outputs/bench-countdown-curves]
@@ -37,9 +37,16 @@ VALUES = ("none", "learned", "reference", "oracle")
 TEST_SEARCH = CountdownSearchSettings(child_values=False, q_transform="parent_value")
 
 
-def methods(rules: list[str]) -> list[CurveMethod]:
-    return [CurveMethod()] + [CurveMethod(children, value, rule) for rule in rules
-                              for children in ("sampled", "listed") for value in VALUES]
+def methods(rules: list[str], widen_after: int) -> list[CurveMethod]:
+    """Best-of-k, then per rule the search over sampled lines, over sampled lines widened (PUCT only), and over
+    listed lines, each with every value."""
+    out = [CurveMethod()]
+    for rule in rules:
+        searches = [("sampled", 0), ("listed", 0)]
+        if widen_after and rule == "puct":  # Gumbel's sequential halving keeps the root lines it chose first
+            searches.insert(1, ("sampled", widen_after))
+        out += [CurveMethod(children, value, rule, widen) for children, widen in searches for value in VALUES]
+    return out
 
 
 def _policy(state: dict) -> Policy:
@@ -111,6 +118,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=160, help="best-of-k's samples per problem (k at most this)")
     parser.add_argument("--simulations", type=int, default=400, help="the search's at most, per problem")
     parser.add_argument("--rules", default="puct,gumbel")
+    parser.add_argument("--widen-after", type=int, default=16,
+                        help="also search sampled lines widened by 8 more each time a node's visits grow by this "
+                             "(PUCT; 0: not)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +132,7 @@ def main() -> None:
         print(f"trained at {time.perf_counter() - started:.0f} s", flush=True)
         torch.save(self_play["trained"], args.out / "alphazero.pt")
         torch.save(reference["state"], args.out / "reference.pt")
-        chosen = methods(args.rules.split(","))
+        chosen = methods(args.rules.split(","), args.widen_after)
         halves = [chosen[0::2], chosen[1::2]]
         parts = [pool.submit(run_curves, args, self_play["trained"], reference["state"], half) for half in halves]
         parts = [p.result() for p in parts]

@@ -222,3 +222,32 @@ def test_the_curves_figure_draws_each_methods_solve_rate_against_compute():
     assert lines["MCTS, listed lines, puct, the oracle"].get_linestyle() == "--"
     only = plot_curves(result, methods=["best_of"])
     assert [l.get_label() for l in only.axes[0].get_lines() if not l.get_label().startswith("_")] == ["best-of-k"]
+
+
+def test_widening_samples_more_lines_where_a_draw_left_legal_lines_out_until_it_has_them_all():
+    """Progressive widening over sampled lines: the root draws `candidates` more lines as its visits grow, each child's
+    prior its share of every line drawn there (Sampled MuZero's beta-hat), every drawn character generated once; a
+    state with every legal line drawn widens no more. Without it the root keeps its first draw."""
+    policy = tiny_policy()
+    state, root_text = STATES[0], problem_text(STATES[0])
+    kept = LineSearch(policy, CountdownSearchSettings(), "none", torch.Generator().manual_seed(0))
+    (fixed,) = search(kept, [node_state(Episode.start(state))], search_settings(CountdownSearchSettings(), 40, 0.0),
+                      random.Random(0))
+    assert len(kept.drawn[root_text]) == 8 and fixed.tree.root.widen_at is None
+    settings = CountdownSearchSettings(widen_after=4)
+    env = LineSearch(policy, settings, "none", torch.Generator().manual_seed(0))
+    (result,) = search(env, [node_state(Episode.start(state))], search_settings(settings, 40, 0.0), random.Random(0))
+    tree, drawn = result.tree, env.drawn[root_text]
+    children = [tree.nodes[i] for i in tree.root.children]
+    assert len(drawn) > 8 and len(drawn) % 8 == 0 and len(children) > len(fixed.tree.root.children)
+    assert [c.action for c in children[:len(fixed.tree.root.children)]] == fixed.actions, "the first draw kept"
+    assert sum(c.info["samples"] for c in children) == len(drawn)
+    assert [c.prior for c in children] == pytest.approx([c.info["samples"] / len(drawn) for c in children])
+    assert env.tokens == sum(line.tokens for lines in env.drawn.values() for line in lines)
+    assert {c.action + MOVE_END for c in children} < set(legal_lines(state)), "4 numbers: some lines not drawn yet"
+    env = LineSearch(policy, settings, "none", torch.Generator().manual_seed(0))
+    (result,) = search(env, [node_state(Episode.start(STATES[2]))], search_settings(settings, 200, 0.0),
+                       random.Random(0))
+    root = result.tree.root
+    assert {result.tree.nodes[i].action + MOVE_END for i in root.children} == set(legal_lines(STATES[2]))
+    assert root.widen_at is None, "3 numbers: every legal line drawn, the root widens no more"

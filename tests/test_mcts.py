@@ -428,6 +428,85 @@ def test_solved_subtrees_are_skipped_and_search_stops_when_everything_is_solved(
     assert by_state["aa"].terminal, "a node with nothing to expand is a dead end"
 
 
+class NeedleEnv:
+    """Ten first moves, each followed by three forced moves "x"; only "7xxx" wins. Each draw at the root gives three first
+    moves not given before, in order, with priors proportional to their number + 1 over all the moves given: the
+    first draw leaves the needle out."""
+
+    two_player = False
+    MOVES = "0123456789"
+
+    def __init__(self, per_draw: int = 3):
+        self.given, self.per_draw = 0, per_draw
+        self.widened = 0
+
+    def _root(self) -> Expansion:
+        moves = self.MOVES[:self.given]
+        total = sum(int(m) + 1 for m in moves)
+        return Expansion([Child(m, m, (int(m) + 1) / total) for m in moves], 0.5,
+                         complete=len(moves) == len(self.MOVES))
+
+    def expand(self, states, rng):
+        self.given = max(self.given, 3)
+        return [self._root() if state == "" else Expansion([Child("x", state + "x", 1.0)], 0.5) for state in states]
+
+    def widen(self, states, rng):
+        assert states == [""], "only the root leaves moves out"
+        self.widened += 1
+        self.given = min(len(self.MOVES), self.given + self.per_draw)
+        return [self._root()]
+
+    def is_terminal(self, state):
+        return len(state) == 4
+
+    def terminal_value(self, state):
+        return float(state == "7xxx")
+
+
+def test_without_widening_a_sampled_root_is_exhausted_and_the_search_stops_short():
+    config = SearchSettings(num_simulations=50, max_depth=5, skip_solved=True, stop_at_win=True)
+    (result,) = search(NeedleEnv(), [""], config, random.Random(0))
+    assert [result.tree.nodes[i].action for i in result.tree.root.children] == list("012")
+    assert result.tree.root.solved and result.simulations == 10, "the root, then each drawn line: nothing left"
+
+
+def test_widening_draws_more_children_when_the_drawn_ones_are_exhausted_until_it_finds_the_needle():
+    env = NeedleEnv()
+    config = SearchSettings(num_simulations=50, max_depth=5, skip_solved=True, stop_at_win=True, widen_after=1000)
+    (result,) = search(env, [""], config, random.Random(0), replay=True)
+    tree = result.tree
+    children = [tree.nodes[i] for i in tree.root.children]
+    assert [c.action for c in children] == list("012345678"), "three draws, the last with the needle"
+    assert env.widened == 2 and not tree.root.solved
+    assert any(n.state == "7xxx" for n in tree.nodes), "stopped at the win"
+    assert result.simulations == sum(n.expanded for n in tree.nodes) < 50, "a widening is no simulation"
+    assert [c.prior for c in children] == pytest.approx([(int(c.action) + 1) / 45 for c in children])
+    assert tree.root.widen_at is not None, "one move still unlisted"
+    assert_same_tree(tree_after(tree, len(tree.history)), tree)
+    assert [tree.nodes[i].info.get("made_at") for i in tree.root.children[::3]] == [None, 10, 19], \
+        "each draw once the lines before it were searched to their ends"
+    assert len(tree_after(tree, 10).root.children) == 3 and len(tree_after(tree, 11).root.children) == 6
+
+
+def test_widening_by_visits_and_a_complete_node_stops_widening():
+    env = NeedleEnv()
+    (result,) = search(env, [""], SearchSettings(num_simulations=60, max_depth=5, widen_after=5), random.Random(0))
+    root = result.tree.root
+    assert len(root.children) == 10 and root.widen_at is None and env.widened == 3, "complete after four draws"
+    made = [result.tree.nodes[i].info.get("made_at") for i in root.children[3::3]]
+    assert made == [5, 10, 15], "a draw each time the root's visits grow by 5, before its lines are exhausted"
+    with pytest.raises(ValueError, match="gumbel' does not widen"):
+        SearchSettings(rule="gumbel", widen_after=4)
+
+
+def test_a_draw_that_finds_nothing_new_where_every_child_is_solved_closes_the_node():
+    env = NeedleEnv(per_draw=0)
+    config = SearchSettings(num_simulations=50, max_depth=5, skip_solved=True, widen_after=1000)
+    (result,) = search(env, [""], config, random.Random(0))
+    assert env.widened == 1 and result.tree.root.widen_at is None
+    assert result.tree.root.solved and result.simulations == 10, "as without widening, after one fruitless draw"
+
+
 def test_alphazero_targets_and_symmetries():
     from azlib.mcts import alphazero as az
 

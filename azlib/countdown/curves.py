@@ -29,15 +29,20 @@ BEST_OF_ROWS = 4096  # episodes played in lock-step at most
 @dataclass(frozen=True)
 class CurveMethod:
     """One test-time method: best-of-k (children None), or the search over `children` lines by `rule` with `value`
-    ("learned": the policy's head; "reference": the separate reference net; "oracle"; "none")."""
+    ("learned": the policy's head; "reference": the separate reference net; "oracle"; "none"), sampled lines
+    widened as visits grow where `widen_after` (CountdownSearchSettings.widen_after; named "sampled-widened")."""
 
     children: Literal["sampled", "listed"] | None = None
     value: Literal["learned", "reference", "oracle", "none"] = "none"
     rule: Literal["puct", "gumbel"] = "puct"
+    widen_after: int = 0
 
     @property
     def name(self) -> str:
-        return "best_of" if self.children is None else f"mcts {self.children} {self.rule} {self.value}"
+        if self.children is None:
+            return "best_of"
+        children = f"{self.children}-widened" if self.widen_after else self.children
+        return f"mcts {children} {self.rule} {self.value}"
 
 
 def best_of_compute(policy: Policy, problems: Sequence[State], samples: int, seed: int) -> Compute:
@@ -66,7 +71,7 @@ def search_compute(policy: Policy, problems: Sequence[State], settings: Countdow
     character the nets computed charged."""
     if method.value == "reference" and reference is None:
         raise ValueError("the reference value's search needs the reference net (reference=...)")
-    settings = replace(settings, children=method.children, rule=method.rule)
+    settings = replace(settings, children=method.children, rule=method.rule, widen_after=method.widen_after)
     compute = Compute()
     generator = torch.Generator(device=policy.device).manual_seed(seed)
     env = LineSearch(policy, settings, "learned" if method.value == "reference" else method.value, generator,

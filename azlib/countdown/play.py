@@ -158,6 +158,7 @@ class LineSearch:
         self.policy, self.settings, self.value, self.generator = policy, settings, value, generator
         self.judge, self.compute = judge, compute
         self.cache: dict[str, Expansion] = {}
+        self.drawn: dict[str, list[Line]] = {}  # every line sampled at a state, by its text (what widen adds to)
         self.tokens = 0  # generated characters over the env's life
         self.value_evaluations = 0  # states the value head was asked about (forward passes, no generated characters)
         self.solved_found = set()  # texts of solved states any expansion reached
@@ -182,14 +183,45 @@ class LineSearch:
                 tokens = sum(line.tokens for line in drawn) if self.settings.children == "sampled" else \
                     trie_characters([line.text + MOVE_END for line in drawn])
                 self.tokens += tokens
+                self.drawn[text] = drawn
                 self.cache[text] = Expansion([Child(line, node_state(child), prior, info, value=next(values))
-                                              for line, child, (prior, info) in group], leaf_value, tokens)
-        out = []
-        for s in states:  # a state expanded before (another tree, an earlier search) costs no tokens again
-            expansion = self.cache[s["text"]]
-            out.append(expansion)
-            self.cache[s["text"]] = expansion._replace(tokens=0)
-        return out
+                                              for line, child, (prior, info) in group], leaf_value, tokens,
+                                             self._complete(episode, group))
+        return [self._reuse(s["text"]) for s in states]
+
+    def _reuse(self, text: str) -> Expansion:
+        """A state's expansion; expanded before (another tree, an earlier search), it costs no tokens again."""
+        expansion = self.cache[text]
+        self.cache[text] = expansion._replace(tokens=0)
+        return expansion
+
+    def _complete(self, episode: Episode, group: list) -> bool:
+        """Whether these children are every line there is: listed, or (under the legal mask) every legal line drawn."""
+        return self.settings.children == "listed" or (
+            self.policy.legal_only and len(group) == len(legal_lines(episode.state)))
+
+    def widen(self, states: Sequence[dict], rng: random.Random) -> list[Expansion]:
+        """`candidates` more lines sampled at each state (progressive widening): the children as before, their
+        priors now each line's share of all the samples drawn there, then the new distinct lines (each new child
+        valued as a child of expand is)."""
+        texts = list(dict.fromkeys(s["text"] for s in states))
+        by_text = {s["text"]: s for s in states}
+        episodes = [episode_of(by_text[text]) for text in texts]
+        lines, _ = self._lines(texts, episodes)
+        groups = [self._children(e, self.drawn[text] + drawn) for text, e, drawn in zip(texts, episodes, lines)]
+        old = [len(self.cache[text].children) for text in texts]
+        values = self._values([child for group, n in zip(groups, old) for _, child, _ in group[n:]])
+        for text, episode, group, drawn, n in zip(texts, episodes, groups, lines, old):
+            tokens = sum(line.tokens for line in drawn)
+            self.tokens += tokens
+            self.drawn[text] = self.drawn[text] + drawn
+            before = self.cache[text]
+            children = [c._replace(prior=prior, info=c.info | info_now)
+                        for c, (_, _, (prior, info_now)) in zip(before.children, group)]
+            children += [Child(line, node_state(child), prior, info, value=next(values))
+                         for line, child, (prior, info) in group[n:]]
+            self.cache[text] = Expansion(children, before.value, tokens, self._complete(episode, group))
+        return [self._reuse(s["text"]) for s in states]
 
     def _lines(self, texts: list[str], episodes: list[Episode]) -> tuple[list[list[Line]], list[float]]:
         """Each leaf's lines, sampled or listed and scored, and the policy's value of the leaf (the same forward);
@@ -327,7 +359,7 @@ def search_settings(settings: CountdownSearchSettings, simulations: int, tempera
     # a search that stops at its first answer is a solver: it never re-enters a subtree searched to its ends
     return SearchSettings(num_simulations=simulations, max_depth=16, rule=settings.rule, c=settings.c,
                           q_transform=settings.q_transform, temperature=temperature, stop_at_win=stop_at_win,
-                          skip_solved=stop_at_win)
+                          skip_solved=stop_at_win, widen_after=settings.widen_after)
 
 
 def play_searched(policy: Policy, problems: Sequence[State], settings: CountdownSearchSettings,

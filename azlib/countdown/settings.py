@@ -77,12 +77,19 @@ class CountdownSearchSettings:
     # How PUCT reads an unvisited child's Q (azlib.settings.SearchSettings.q_transform): "raw" (0 where it has no
     # value of its own), "parent_value" (its parent's value: first-play urgency), "mctx".
     q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
+    # Sampled children only: a node samples `candidates` more lines each time its visits grow by widen_after, and
+    # whenever every line it has was searched to its end, until it has every legal line (progressive widening;
+    # azlib.settings.SearchSettings.widen_after). 0: a node keeps its first draw (Sampled MuZero). Not with gumbel.
+    widen_after: Annotated[int, Ge(0)] = 0
     # Self-play moves to the child sampled by visit shares; later moves (and every test-time move) to the most
     # visited. 0: always the most visited.
     exploratory_moves: Annotated[int, Ge(0)] = 1
 
     def __post_init__(self):
         check_fields(self)
+        if self.rule == "gumbel" and self.widen_after:
+            raise ValueError("rule 'gumbel' does not widen (widen_after=0): sequential halving shares its simulations "
+                             "among the root lines it considered at the start")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,9 @@ class Expansion(NamedTuple):
     children: list[Child]
     value: float
     tokens: int = 0
+    # Whether `children` are every move there is. A sampled expansion may leave moves out; with
+    # SearchSettings.widen_after the search asks Environment.widen for more of them later.
+    complete: bool = True
 
 
 class Environment(Protocol):
@@ -50,6 +53,11 @@ class Environment(Protocol):
         """Expand many leaves at once (one batched model call for text)."""
 
     def is_terminal(self, state: Any) -> bool: ...
+
+    def widen(self, states: Sequence[Any], rng: random.Random) -> list[Expansion]:
+        """More children for states this environment expanded before, whose expansion was not complete (only asked
+        with SearchSettings.widen_after): each state's whole list, the children it gave before first and in the
+        same order (their priors may change), then the new ones; the value as before, the tokens of this draw."""
 
     def terminal_value(self, state: Any) -> float:
         """Value of a terminal (or depth-capped) state for the player to move there."""
@@ -323,11 +331,11 @@ RULES: dict[str, Callable[[SearchSettings, bool], Policy]] = {
 
 
 def _select(tree: Tree, policy: Policy, skip_solved: bool) -> list[int]:
-    """Root-to-leaf path: descend by the policy until an unexpanded or terminal node."""
+    """Root-to-leaf path: descend by the policy until an unexpanded or terminal node, or one due to widen."""
     nodes, path = tree.nodes, [0]
     node = nodes[0]
     select = policy.select
-    while node.expanded and not node.terminal and node.children:
+    while node.expanded and not node.terminal and node.children and not _due_to_widen(node, nodes):
         children = [nodes[i] for i in node.children]
         candidates = None
         if skip_solved:  # a solved child is entered once, so that its value is backed up
@@ -337,6 +345,13 @@ def _select(tree: Tree, policy: Policy, skip_solved: bool) -> list[int]:
         path.append(node.children[best])
         node = children[best]
     return path
+
+
+def _due_to_widen(node: Node, nodes: list[Node]) -> bool:
+    """Progressive widening (Couetoux et al. 2011) for sampled children: a node whose expansion left moves out draws
+    more once its visits reach node.widen_at, or once every child it has is solved (nothing else to search there)."""
+    return node.widen_at is not None and (node.visits >= node.widen_at or
+                                          all(nodes[i].solved for i in node.children))
 
 
 def selection_terms(tree: Tree, parent: int) -> list[tuple[float, float]] | None:
@@ -363,7 +378,8 @@ def _apply(tree: Tree, path: list[int], visits: int, value: float, two_player: b
 def _mark_solved(tree: Tree, path: list[int]) -> None:
     for i in reversed(path):
         node = tree.nodes[i]
-        node.solved = node.terminal or (node.expanded and all(tree.nodes[c].solved for c in node.children))
+        node.solved = node.terminal or (node.expanded and node.widen_at is None and
+                                        all(tree.nodes[c].solved for c in node.children))
         if not node.solved:
             break
 
@@ -372,18 +388,51 @@ def _add_children(tree: Tree, leaf: int, expansion: Expansion, env: Environment,
                   simulation: int) -> list[int]:
     node = tree.nodes[leaf]
     node.expanded, node.expanded_at = True, simulation
+    added = _new_children(tree, leaf, expansion.children, env, settings)
+    if not expansion.children:  # nothing to continue with: a dead end is terminal
+        node.terminal, node.solved = True, True
+        node.info["terminal_value"] = expansion.value
+    _set_widen_at(node, expansion, settings, closes=False)
+    return added
+
+
+def _new_children(tree: Tree, leaf: int, children: Sequence[Child], env: Environment,
+                  settings: SearchSettings) -> list[int]:
     added = []
-    for child in expansion.children:
+    for child in children:
         terminal = tree.nodes[leaf].depth + 1 >= settings.max_depth or env.is_terminal(child.state)
         info = dict(child.info)
         if terminal:
             info["terminal_value"] = env.terminal_value(child.state)
         added.append(tree.add_child(leaf, child.state, child.action, child.prior, terminal=terminal, solved=terminal,
                                     info=info, estimate=child.value))
-    if not expansion.children:  # nothing to continue with: a dead end is terminal
-        node.terminal, node.solved = True, True
-        node.info["terminal_value"] = expansion.value
     return added
+
+
+def _set_widen_at(node: Node, expansion: Expansion, settings: SearchSettings, closes: bool) -> None:
+    """When the node draws more children next: widen_after visits from now, while its environment leaves moves out;
+    never (None) once it has every move, or when `closes` (a draw made because every child was solved found no new
+    one: the policy puts its samples on what was searched)."""
+    open_ = settings.widen_after and not expansion.complete and not node.terminal and not closes
+    node.widen_at = node.visits + settings.widen_after if open_ else None
+
+
+def _widen(tree: Tree, path: list[int], expansion: Expansion, env: Environment, settings: SearchSettings,
+           simulation: int) -> None:
+    """The node at the path's end with its environment's longer list: its children's priors and info as now given,
+    the new children added (made at `simulation`, for tree_after); no simulation, no backup."""
+    node = tree.nodes[path[-1]]
+    old = len(node.children)
+    exhausted = all(tree.nodes[i].solved for i in node.children)
+    if [c.action for c in expansion.children[:old]] != [tree.nodes[i].action for i in node.children]:
+        raise ValueError("Environment.widen must return the children it gave before first, in the same order")
+    for i, child in zip(node.children, expansion.children):
+        tree.nodes[i].prior = child.prior
+        tree.nodes[i].info.update(child.info)
+    for i in _new_children(tree, path[-1], expansion.children[old:], env, settings):
+        tree.nodes[i].info["made_at"] = simulation
+    _set_widen_at(node, expansion, settings, closes=exhausted and len(expansion.children) == old)
+    _mark_solved(tree, path)
 
 
 def _expansion_backups(path: list[int], expansion: Expansion, added: list[int]) -> list[Backup]:
@@ -412,9 +461,10 @@ def tree_after(tree: Tree, simulations: int) -> Tree:
     done = tree.history[:simulations]
     walked = {i for backups in done for backup in backups for i in backup.path}
 
-    def existed(i: int) -> bool:  # the root, on a path walked by then, or a child of a node expanded by then
+    def existed(i: int) -> bool:  # the root, on a path walked by then, or a child of a node expanded (widened) by then
         node = tree.nodes[i]
-        return node.parent < 0 or i in walked or 0 <= tree.nodes[node.parent].expanded_at < simulations
+        return node.parent < 0 or i in walked or (0 <= tree.nodes[node.parent].expanded_at < simulations and
+                                                  node.info.get("made_at", -1) < simulations)
 
     then = replace(tree, nodes=[replace(n, visits=0, value_sum=0.0, children=[c for c in n.children if existed(c)],
                                         expanded=n.expanded and 0 <= n.expanded_at < simulations)
@@ -468,6 +518,7 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
         if not active or out_of_budget:
             break
         pending: list[tuple[int, list[int]]] = []
+        widening: list[tuple[int, list[int]]] = []
         for t in active:
             tree, claimed = trees[t], set()
             for _ in range(min(settings.leaves_per_step, settings.num_simulations - simulations[t])):
@@ -481,11 +532,22 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
                     if won[t]:
                         break
                     continue
+                if leaf.expanded:  # due to widen: its new children first (one draw per tree per step)
+                    widening.append((t, path))
+                    break
                 if path[-1] in claimed:
                     break
                 claimed.add(path[-1])
                 _apply(tree, path, 1, -settings.virtual_loss, False)  # discourages the next selection
                 pending.append((t, path))
+        if widening:
+            for (t, path), expansion in zip(widening, env.widen([trees[t].nodes[p[-1]].state for t, p in widening],
+                                                                 rng)):
+                _widen(trees[t], path, expansion, env, settings, simulations[t])
+                tokens[t] += expansion.tokens
+                won[t] |= settings.stop_at_win and any(trees[t].nodes[i].terminal and
+                                                       trees[t].nodes[i].info["terminal_value"] >= 1
+                                                       for i in trees[t].nodes[path[-1]].children)
         if pending:
             expansions = env.expand([trees[t].nodes[path[-1]].state for t, path in pending], rng)
             for (t, path), expansion in zip(pending, expansions):

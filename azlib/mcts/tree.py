@@ -27,6 +27,7 @@ class Node:
     info: dict[str, Any] = field(default_factory=dict)  # environment extras (rewards, proposer, text)
     expanded_at: int = -1  # the simulation that expanded it (an index into Tree.history); -1: never expanded
     estimate: float | None = None  # the environment's value of it when made (azlib.mcts.search.Child.value)
+    widen_at: int | None = None  # visits at which it draws more children (azlib.mcts.search widens); None: never
 
     @property
     def q(self) -> float:

@@ -159,8 +159,9 @@ def plot_beside(runs: dict[str, dict], split: str = "unseen"):
 CURVE_COLOURS = {"none": "0.55", "learned": "tab:blue", "reference": "tab:green", "oracle": "tab:red"}
 CURVE_VALUES = {"none": "no value", "learned": "self-play value", "reference": "reference value",
                 "oracle": "the oracle"}
-CURVE_STYLES = {("sampled", "puct"): "-", ("listed", "puct"): "--", ("sampled", "gumbel"): ":",
-                ("listed", "gumbel"): "-."}
+CURVE_CHILDREN = {"sampled": "sampled lines", "sampled-widened": "sampled lines widened", "listed": "listed lines"}
+CURVE_STYLES = {("sampled", "puct"): "-", ("sampled-widened", "puct"): (0, (5, 1, 1, 1, 1, 1)),
+                ("listed", "puct"): "--", ("sampled", "gumbel"): ":", ("listed", "gumbel"): "-."}
 
 
 def plot_curves(result: dict, title: str = "Test time at equal compute", methods: list[str] | None = None):
@@ -179,7 +180,7 @@ def plot_curves(result: dict, title: str = "Test time at equal compute", methods
         else:
             _, children, rule, value = name.split()
             colour, style, width = CURVE_COLOURS[value], CURVE_STYLES[children, rule], 1.4
-            label = f"MCTS, {children} lines, {rule}, {CURVE_VALUES[value]}"
+            label = f"MCTS, {CURVE_CHILDREN[children]}, {rule}, {CURVE_VALUES[value]}"
         ax.plot(grid, [(first <= g).mean() for g in grid], style, color=colour, lw=width, label=label)
     for b in budgets:
         ax.axvline(b, color="0.8", lw=0.8, zorder=0)
