@@ -107,6 +107,9 @@ class SearchSettings:
 
     def __post_init__(self):
         check_fields(self)
+        if self.widen_after and self.dirichlet_fraction:
+            raise ValueError("widening replaces a root's priors with the environment's, its Dirichlet noise with them: "
+                             f"widen_after={self.widen_after} takes dirichlet_fraction=0")
         if self.rule == "gumbel" and self.widen_after:
             raise ValueError("rule 'gumbel' does not widen (widen_after=0): sequential halving shares its simulations "
                              "among the root actions it considered at the start")

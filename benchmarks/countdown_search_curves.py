@@ -84,6 +84,16 @@ def train_reference(args) -> dict:
     return {"state": _state(net), "history": history[::50], "minutes": (time.perf_counter() - started) / 60}
 
 
+def trained_before(folder: Path) -> tuple[dict, dict]:
+    """What train_self_play and train_reference returned in the run that wrote `folder`."""
+    training = json.loads((folder / "summary.json").read_text())["training"]
+    load = lambda name: torch.load(folder / name, weights_only=True)  # noqa: E731
+    return ({"start": load("start.pt"), "trained": load("alphazero.pt"), "history": training["history"],
+             "start_minutes": training["start_minutes"], "minutes": training["self_play_minutes"]},
+            {"state": load("reference.pt"), "history": training["reference_history"],
+             "minutes": training["reference_minutes"]})
+
+
 def run_curves(args, policy_state: dict, reference_state: dict, chosen: list[CurveMethod]) -> dict:
     torch.set_num_threads(1)
     problems = list(heldout(args.size, "unseen"))[:args.problems]
@@ -119,16 +129,23 @@ def main() -> None:
     parser.add_argument("--simulations", type=int, default=400, help="the search's at most, per problem")
     parser.add_argument("--rules", default="puct,gumbel")
     parser.add_argument("--widen-after", type=int, default=16,
-                        help="also search sampled lines widened by 8 more each time a node's visits grow by this "
-                             "(PUCT; 0: not)")
+                        help="also search sampled lines widened (PUCT): a node samples its candidates again each "
+                             "time its visits grow by this; 0: not")
+    parser.add_argument("--trained", type=Path,
+                        help="a folder an earlier run wrote (start.pt, alphazero.pt, reference.pt, summary.json) "
+                             "at the same settings: its nets and training record, no training")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
-        self_play, reference = pool.submit(train_self_play, args), pool.submit(train_reference, args)
-        reference, self_play = reference.result(), self_play.result()
+        if args.trained is not None:
+            self_play, reference = trained_before(args.trained)
+            torch.save(self_play["start"], args.out / "start.pt")
+        else:
+            self_play, reference = pool.submit(train_self_play, args), pool.submit(train_reference, args)
+            reference, self_play = reference.result(), self_play.result()
         print(f"trained at {time.perf_counter() - started:.0f} s", flush=True)
         torch.save(self_play["trained"], args.out / "alphazero.pt")
         torch.save(reference["state"], args.out / "reference.pt")

@@ -235,15 +235,18 @@ def test_widening_samples_more_lines_where_a_draw_left_legal_lines_out_until_it_
                       random.Random(0))
     assert len(kept.drawn[root_text]) == 8 and fixed.tree.root.widen_at is None
     settings = CountdownSearchSettings(widen_after=4)
-    env = LineSearch(policy, settings, "none", torch.Generator().manual_seed(0))
-    (result,) = search(env, [node_state(Episode.start(state))], search_settings(settings, 40, 0.0), random.Random(0))
+    env = LineSearch(policy, settings, "oracle", torch.Generator().manual_seed(0))
+    result, twin = search(env, [node_state(Episode.start(state))] * 2, search_settings(settings, 40, 0.0),
+                          random.Random(0))
     tree, drawn = result.tree, env.drawn[root_text]
     children = [tree.nodes[i] for i in tree.root.children]
     assert len(drawn) > 8 and len(drawn) % 8 == 0 and len(children) > len(fixed.tree.root.children)
     assert [c.action for c in children[:len(fixed.tree.root.children)]] == fixed.actions, "the first draw kept"
     assert sum(c.info["samples"] for c in children) == len(drawn)
     assert [c.prior for c in children] == pytest.approx([c.info["samples"] / len(drawn) for c in children])
-    assert env.tokens == sum(line.tokens for lines in env.drawn.values() for line in lines)
+    assert env.tokens == sum(line.tokens for lines in env.drawn.values() for line in lines) == \
+        result.tokens + twin.tokens, "two trees of one problem: each drawn line generated once"
+    assert all(c.estimate == float(c.info["solvable"]) for c in children), "drawn children valued as they are made"
     assert {c.action + MOVE_END for c in children} < set(legal_lines(state)), "4 numbers: some lines not drawn yet"
     env = LineSearch(policy, settings, "none", torch.Generator().manual_seed(0))
     (result,) = search(env, [node_state(Episode.start(STATES[2]))], search_settings(settings, 200, 0.0),

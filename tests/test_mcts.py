@@ -429,15 +429,15 @@ def test_solved_subtrees_are_skipped_and_search_stops_when_everything_is_solved(
 
 
 class NeedleEnv:
-    """Ten first moves, each followed by three forced moves "x"; only "7xxx" wins. Each draw at the root gives three first
-    moves not given before, in order, with priors proportional to their number + 1 over all the moves given: the
-    first draw leaves the needle out."""
+    """Ten first moves, each followed by `forced` forced moves "x"; only "7" then those wins. Each draw at the root
+    gives `per_draw` first moves not given before, in order, with priors proportional to their number + 1 over all
+    the moves given: the first draw (three moves) leaves the needle out."""
 
     two_player = False
     MOVES = "0123456789"
 
-    def __init__(self, per_draw: int = 3):
-        self.given, self.per_draw = 0, per_draw
+    def __init__(self, per_draw: int = 3, forced: int = 3):
+        self.given, self.per_draw, self.forced = 0, per_draw, forced
         self.widened = 0
 
     def _root(self) -> Expansion:
@@ -453,14 +453,15 @@ class NeedleEnv:
     def widen(self, states, rng):
         assert states == [""], "only the root leaves moves out"
         self.widened += 1
+        assert self.widened < 100, "drawn again and again with no simulation between"
         self.given = min(len(self.MOVES), self.given + self.per_draw)
         return [self._root()]
 
     def is_terminal(self, state):
-        return len(state) == 4
+        return len(state) == 1 + self.forced
 
     def terminal_value(self, state):
-        return float(state == "7xxx")
+        return float(state == "7" + "x" * self.forced)
 
 
 def test_without_widening_a_sampled_root_is_exhausted_and_the_search_stops_short():
@@ -497,6 +498,58 @@ def test_widening_by_visits_and_a_complete_node_stops_widening():
     assert made == [5, 10, 15], "a draw each time the root's visits grow by 5, before its lines are exhausted"
     with pytest.raises(ValueError, match="gumbel' does not widen"):
         SearchSettings(rule="gumbel", widen_after=4)
+
+
+@pytest.mark.parametrize("simulations", [3, 5, 6, 9, 12, 20])
+def test_the_replay_of_a_widened_search_is_the_search_stopped_there_priors_included(simulations):
+    config = SearchSettings(num_simulations=30, max_depth=5, widen_after=5)
+    (long,) = search(NeedleEnv(), [""], config, random.Random(0), replay=True)
+    (short,) = search(NeedleEnv(), [""], replace(config, num_simulations=simulations), random.Random(0))
+    assert_same_tree(tree_after(long.tree, simulations), short.tree)
+
+
+def test_a_draw_that_finds_the_win_stops_the_search_and_the_replay_keeps_it():
+    env = NeedleEnv(forced=0)
+    config = SearchSettings(num_simulations=50, max_depth=5, skip_solved=True, stop_at_win=True, widen_after=1000)
+    (result,) = search(env, [""], config, random.Random(0), replay=True)
+    assert env.widened == 2 and result.simulations == 7, "each drawn move entered once, then the needle's draw"
+    assert "7" in result.actions
+    assert_same_tree(tree_after(result.tree, len(result.tree.history)), result.tree)
+
+
+class Endless:
+    """Every draw gives one move more, each a terminal loss: no end to the moves, none worth anything."""
+
+    two_player = False
+
+    def __init__(self):
+        self.given = 0
+
+    def _all(self):
+        return Expansion([Child(i, f"m{i}", 1 / self.given) for i in range(self.given)], 0.0, complete=False)
+
+    def expand(self, states, rng):
+        self.given = 1
+        return [self._all() for _ in states]
+
+    def widen(self, states, rng):
+        self.given += 1
+        assert self.given < 100, "drawn again and again with no simulation between"
+        return [self._all() for _ in states]
+
+    def is_terminal(self, state):
+        return state != ""
+
+    def terminal_value(self, state):
+        return 0.0
+
+
+def test_a_node_whose_draws_bring_only_ends_draws_once_per_simulation():
+    env = Endless()
+    (result,) = search(env, [""], SearchSettings(num_simulations=20, max_depth=3, widen_after=3), random.Random(0))
+    assert result.simulations == 20 and env.given <= 21, "a drawn terminal is entered before the node draws again"
+    with pytest.raises(ValueError, match="takes dirichlet_fraction=0"):
+        SearchSettings(widen_after=3, dirichlet_fraction=0.25)
 
 
 def test_a_draw_that_finds_nothing_new_where_every_child_is_solved_closes_the_node():

@@ -37,6 +37,10 @@ class CurveMethod:
     rule: Literal["puct", "gumbel"] = "puct"
     widen_after: int = 0
 
+    def __post_init__(self):
+        if self.widen_after and self.children != "sampled":
+            raise ValueError(f"only sampled lines are widened, not {self.children or 'best-of-k'}'s")
+
     @property
     def name(self) -> str:
         if self.children is None:

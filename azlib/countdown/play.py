@@ -145,7 +145,8 @@ class LineSearch:
     if solved, else 0. With settings.child_values each child is evaluated as it is made, so that the search
     compares siblings by value before it visits them (the estimate is a child's first Q, not a visit); the expanded
     leaf's own value, read by the same forward pass that writes or scores its lines, is the simulation's one backup.
-    One policy call and at most one value call per search step over every leaf; expansions are kept by text (the
+    One policy call and at most one value call per search step over every leaf (and as many again for the nodes
+    the step widens: settings.widen_after draws `candidates` more lines there); expansions are kept by text (the
     net does not change while this env lives), so a later search from a child reuses its expansions (not their
     visits) and counts no token twice. With `compute`, every character a net computes is charged to its problem
     (azlib.countdown.compute) and each problem's first answer is marked there."""
@@ -197,17 +198,18 @@ class LineSearch:
 
     def _complete(self, episode: Episode, group: list) -> bool:
         """Whether these children are every line there is: listed, or (under the legal mask) every legal line drawn."""
+        accepted = {line + MOVE_END for line, _, (_, info) in group if not info["refused"]}
         return self.settings.children == "listed" or (
-            self.policy.legal_only and len(group) == len(legal_lines(episode.state)))
+            self.policy.legal_only and accepted == set(legal_lines(episode.state)))
 
     def widen(self, states: Sequence[dict], rng: random.Random) -> list[Expansion]:
         """`candidates` more lines sampled at each state (progressive widening): the children as before, their
         priors now each line's share of all the samples drawn there, then the new distinct lines (each new child
         valued as a child of expand is)."""
-        texts = list(dict.fromkeys(s["text"] for s in states))
         by_text = {s["text"]: s for s in states}
+        texts = [text for text in by_text if not self.cache[text].complete]  # another tree may have completed it
         episodes = [episode_of(by_text[text]) for text in texts]
-        lines, _ = self._lines(texts, episodes)
+        lines, _ = self._lines(texts, episodes) if texts else ([], [])
         groups = [self._children(e, self.drawn[text] + drawn) for text, e, drawn in zip(texts, episodes, lines)]
         old = [len(self.cache[text].children) for text in texts]
         values = self._values([child for group, n in zip(groups, old) for _, child, _ in group[n:]])

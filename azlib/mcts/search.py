@@ -1,5 +1,6 @@
 """One Monte Carlo tree search for games and for text: select (PUCT, UCT or Gumbel), expand a batch of
-leaves with ONE environment call, back up. Pure function of environment, roots, settings and rng.
+leaves with ONE environment call (and widen, where the settings ask, with one more), back up. Pure function of
+environment, roots, settings and rng.
 
 The shape follows mctx: `search(env, roots, settings, rng) -> [SearchResult(action, action_weights, tree)]`, its
 rules functions that the search calls (a Q transform, a score, or Gumbel MuZero's policy), named by the settings
@@ -348,10 +349,16 @@ def _select(tree: Tree, policy: Policy, skip_solved: bool) -> list[int]:
 
 
 def _due_to_widen(node: Node, nodes: list[Node]) -> bool:
-    """Progressive widening (Couetoux et al. 2011) for sampled children: a node whose expansion left moves out draws
-    more once its visits reach node.widen_at, or once every child it has is solved (nothing else to search there)."""
-    return node.widen_at is not None and (node.visits >= node.widen_at or
-                                          all(nodes[i].solved for i in node.children))
+    """Progressive widening (Couetoux et al. 2011, on a linear schedule: one more draw per widen_after visits) for
+    sampled children: a node whose expansion left moves out draws more once its visits reach node.widen_at, or once
+    it is exhausted."""
+    return node.widen_at is not None and (node.visits >= node.widen_at or _exhausted(node, nodes))
+
+
+def _exhausted(node: Node, nodes: list[Node]) -> bool:
+    """Every child solved and entered: nothing left to search under the node. (A child solved when it was made, a
+    terminal, counts once a simulation has backed up its value, so that each draw is followed by a simulation.)"""
+    return all(nodes[i].solved and nodes[i].visits for i in node.children)
 
 
 def selection_terms(tree: Tree, parent: int) -> list[tuple[float, float]] | None:
@@ -423,10 +430,12 @@ def _widen(tree: Tree, path: list[int], expansion: Expansion, env: Environment, 
     the new children added (made at `simulation`, for tree_after); no simulation, no backup."""
     node = tree.nodes[path[-1]]
     old = len(node.children)
-    exhausted = all(tree.nodes[i].solved for i in node.children)
+    exhausted = _exhausted(node, tree.nodes)
     if [c.action for c in expansion.children[:old]] != [tree.nodes[i].action for i in node.children]:
         raise ValueError("Environment.widen must return the children it gave before first, in the same order")
     for i, child in zip(node.children, expansion.children):
+        if tree.nodes[i].prior != child.prior:  # the prior until now, for tree_after
+            tree.nodes[i].info.setdefault("priors_before", []).append((simulation, tree.nodes[i].prior))
         tree.nodes[i].prior = child.prior
         tree.nodes[i].info.update(child.info)
     for i in _new_children(tree, path[-1], expansion.children[old:], env, settings):
@@ -453,21 +462,27 @@ def _back_up(tree: Tree, backups: list[Backup], replay: bool) -> None:
 def tree_after(tree: Tree, simulations: int) -> Tree:
     """The tree as it stood after its first `simulations` simulations, rebuilt from tree.history (a search run with
     replay=True) by the search's own backup: the same node indices, those not created yet left out of every
-    `children` list, and visits and values as they were then. The search's final tree is
-    tree_after(tree, len(tree.history)) (tested)."""
+    `children` list, and visits, values and priors as they were then (a widening draw made after simulation k
+    counts after it). The search's final tree is tree_after(tree, len(tree.history)) (tested), whatever it did after
+    its last simulation."""
     if simulations > len(tree.history):
         raise ValueError(f"the tree recorded {len(tree.history)} simulations, asked for the tree after {simulations} "
                          "(search with replay=True records every simulation)")
     done = tree.history[:simulations]
     walked = {i for backups in done for backup in backups for i in backup.path}
+    final = simulations == len(tree.history)
 
     def existed(i: int) -> bool:  # the root, on a path walked by then, or a child of a node expanded (widened) by then
         node = tree.nodes[i]
         return node.parent < 0 or i in walked or (0 <= tree.nodes[node.parent].expanded_at < simulations and
-                                                  node.info.get("made_at", -1) < simulations)
+                                                  (final or node.info.get("made_at", -1) < simulations))
+
+    def prior(node: Node) -> float:  # the first prior a later draw replaced, else the one it has
+        later = [p for made, p in node.info.get("priors_before", ()) if made >= simulations]
+        return later[0] if later and not final else node.prior
 
     then = replace(tree, nodes=[replace(n, visits=0, value_sum=0.0, children=[c for c in n.children if existed(c)],
-                                        expanded=n.expanded and 0 <= n.expanded_at < simulations)
+                                        expanded=n.expanded and 0 <= n.expanded_at < simulations, prior=prior(n))
                                 for n in tree.nodes], history=[])
     for backups in done:
         _back_up(then, backups, replay=True)
