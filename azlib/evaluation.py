@@ -110,17 +110,23 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - correct + 1, n + 1))
 
 
+MIN_SEEDS_FOR_INTERVAL = 3  # fewer seeds measure their spread too poorly for an interval to mean anything
+
+
 def comparison_table(per_seed: dict[str, list[float]], pairs: list[tuple[str, str]],
                      mcnemar_p: dict[tuple[str, str], list[float]]) -> list[dict]:
-    """One row per pair (a, b) of arms: b - a across seeds with its t-interval (`seed_difference`).
+    """One row per pair (a, b) of arms: b - a across seeds with its t-interval (`seed_difference`); with fewer
+    than MIN_SEEDS_FOR_INTERVAL seeds no interval (-inf, inf): two seeds' t-interval runs from about -80 to +80
+    points, or to a single point where they happen to tie.
     A pair's p-value is the two-sided paired t-test of its per-seed differences (1.0 with one seed);
     Holm's correction runs over the pairs, and a difference is significant when p_holm < 0.05.
     The per-seed exact McNemar p-values (`mcnemar_p[a, b]`, one per seed) are carried alongside."""
     differences = [seed_difference(per_seed[a], per_seed[b]) for a, b in pairs]
     adjusted = holm([d["p"] for d in differences])
-    return [{"a": a, "b": b, "difference": d["difference"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
-             "p": d["p"], "p_holm": p_holm, "significant": p_holm < 0.05, "seeds": d["n"], "mcnemar_p": mcnemar_p[a, b]}
-            for (a, b), d, p_holm in zip(pairs, differences, adjusted)]
+    shown = [d["n"] >= MIN_SEEDS_FOR_INTERVAL for d in differences]
+    return [{"a": a, "b": b, "difference": d["difference"], "ci_low": d["ci_low"] if ok else -math.inf,
+             "ci_high": d["ci_high"] if ok else math.inf, "p": d["p"], "p_holm": p_holm, "significant": p_holm < 0.05, "seeds": d["n"], "mcnemar_p": mcnemar_p[a, b]}
+            for (a, b), d, p_holm, ok in zip(pairs, differences, adjusted, shown)]
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:

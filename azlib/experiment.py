@@ -5,6 +5,7 @@ set, and compare with statistics that separate methods. No plotting (the noteboo
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.data.gsm8k import GSM8K_TEST_PROBLEMS
-from azlib.evaluation import compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.evaluation import MIN_SEEDS_FOR_INTERVAL, compare, comparison_table, evaluate, load_records, pass_at_k
 from azlib.models.generation import Backend, Resource
 from azlib.models.loading import free_memory
 from azlib.prompts import PROMPT_TOKENS, chat_prompt
@@ -348,8 +349,10 @@ def verdict(rows: Sequence[dict], budget: int) -> str:
     lines = []
     for r in shown:
         side = "above" if r["difference"] > 0 else "below" if r["difference"] < 0 else "level with"
-        lines.append(f"{r['set']}: {r['b']} is {side} {r['a']} by {abs(r['difference']) * 100:.1f} points "
-                     f"(mean of {r['seeds']} seeds, 95% CI {r['ci_low'] * 100:+.1f} to {r['ci_high'] * 100:+.1f}; "
+        gap = f" by {abs(r['difference']) * 100:.1f} points" if r["difference"] else ""
+        interval = (f"95% CI {r['ci_low'] * 100:+.1f} to {r['ci_high'] * 100:+.1f}" if math.isfinite(r["ci_low"])
+                    else f"no interval: it needs {MIN_SEEDS_FOR_INTERVAL} seeds or more")
+        lines.append(f"{r['set']}: {r['b']} is {side} {r['a']}{gap} (mean of {r['seeds']} seeds, {interval}; "
                      f"above in {r['b_above_a_in']} of {r['seeds']}; Holm p = {r['p_holm']:.3g}: "
                      f"{'significant' if r['significant'] else 'not significant'}).")
     return f"{head}, {', '.join(pairs)} on {' and '.join(sets)}: " + " ".join(lines)

@@ -217,6 +217,10 @@ def test_comparison_table_tests_pairs_across_seeds_then_holm():
     one_seed = ev.comparison_table({"grpo": [0.40], "tree": [0.90]}, [("grpo", "tree")], {("grpo", "tree"): [1e-9]})
     assert (one_seed[0]["p"], one_seed[0]["p_holm"], one_seed[0]["significant"]) == (1.0, 1.0, False), \
         "one seed: however large the gain, nothing is significant across seeds"
+    two = ev.comparison_table({"grpo": [0.40, 0.50], "tree": [0.45, 0.55]}, [("grpo", "tree")], {("grpo", "tree"): [1, 1]})
+    assert (two[0]["ci_low"], two[0]["ci_high"]) == (-math.inf, math.inf), \
+        "two seeds that tie in their gain: no single-point interval, no interval at all"
+    assert two[0]["difference"] == pytest.approx(0.05) and two[0]["p"] == pytest.approx(0.5), "the sign test's p"
 
 
 def test_compare_pairs_records_by_id():

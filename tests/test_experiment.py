@@ -205,3 +205,20 @@ def test_the_reported_comparisons_are_each_arm_against_the_tree_then_against_the
     assert comparison_pairs(["tree", "rft", "grpo"]) == [("rft", "tree"), ("grpo", "tree"), ("base", "tree"),
                                                          ("base", "rft"), ("base", "grpo")]
     assert comparison_pairs(["rft", "grpo"]) == [("base", "rft"), ("base", "grpo")], "no tree: nothing against it"
+
+
+def test_the_verdict_gives_no_interval_below_three_seeds_and_no_gap_for_a_tie():
+    from azlib.evaluation import comparison_table
+    from azlib.experiment import verdict
+
+    def rows(seeds):
+        table = comparison_table({"base": [0.5] * seeds, "tree": [0.5] * seeds, "rft": [0.4 + 0.01 * s for s in
+                                                                                          range(seeds)]},
+                                 [("base", "tree"), ("rft", "tree")], {("base", "tree"): [1] * seeds,
+                                                                       ("rft", "tree"): [1] * seeds})
+        return [r | {"set": "heldout", "b_above_a_in": 0} for r in table]
+
+    two, three = verdict(rows(2), 100), verdict(rows(3), 100)
+    assert "tree is level with base (" in two and "by 0.0 points" not in two
+    assert two.count("no interval: it needs 3 seeds or more") == 2 and "95% CI" not in two
+    assert three.count("95% CI") == 2 and "tree is above rft by 9.0 points" in three
