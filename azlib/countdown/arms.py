@@ -32,6 +32,7 @@ from azlib.countdown.rules import MOVE_END, State, legal_lines, legal_moves, sol
 from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape,
                                       ReferenceValueSettings)
 from azlib.grpo import group_advantages
+from azlib.models.gpt import cosine_schedule
 
 
 def solution_episode(problem: State, rng: random.Random) -> Episode:
@@ -162,15 +163,6 @@ class Learner:
         return self.update(rows, "unit", rng, self.settings.epochs)
 
 
-def imitation_rate(step: int, settings: ImitationSettings) -> float:
-    """Linear warmup over the first 5% of the steps, then cosine decay to 10% (nanoGPT's schedule)."""
-    warmup = max(1, settings.steps // 20)
-    if step < warmup:
-        return settings.learning_rate * (step + 1) / warmup
-    progress = (step - warmup) / max(1, settings.steps - warmup)
-    return settings.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 def start_policy(shape_settings: PolicyShape, settings: ImitationSettings, size: int, seed: int,
                  progress: Callable[[int], None] | None = None, device: str = "cpu",
                  legal_only: bool = True) -> tuple[Policy, list[dict]]:
@@ -184,7 +176,8 @@ def start_policy(shape_settings: PolicyShape, settings: ImitationSettings, size:
     history = []
     for step in range(settings.steps):
         for group in learner.optimizer.param_groups:
-            group["lr"] = imitation_rate(step, settings)
+            # nanoGPT's schedule, warming up over the first 5% of the steps
+            group["lr"] = cosine_schedule(step, settings.steps, max(1, settings.steps // 20), settings.learning_rate)
         batch = [solutions[r] for r in rng.sample(range(len(solutions)), min(settings.batch_size, len(solutions)))]
         logs = learner.update(episode_rows(policy, batch, [1.0] * len(batch)), "characters", rng)
         history.append({"step": step + 1, "policy_loss": logs["policy_loss"]})

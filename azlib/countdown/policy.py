@@ -1,4 +1,4 @@
-"""The language-model policy that plays Countdown: a character-level GPT (azlib.referee.gpt) with a value head on
+"""The language-model policy that plays Countdown: a character-level GPT (azlib.models.gpt) with a value head on
 its last hidden state, AlphaZero's f(s) -> (p, v) over text. It samples the lines a model writes (batched, with a
 key-value cache), scores given lines, and values states. Not the search (azlib.countdown.play) nor the losses
 (azlib.countdown.arms).
@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from azlib.countdown.rules import MAX_MOVE_CHARS, MOVE_END
-from azlib.referee.gpt import GPT
+from azlib.models.gpt import GPT
 from azlib.settings import GPTSettings
 
 # Every character the rules and the model write; one more id pads a batch's rows on the left (never read).

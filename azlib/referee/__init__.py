@@ -1,8 +1,8 @@
 """A small GPT trained from scratch by RL against a referee model (avataRL) beside cross-entropy (notebook 07).
 Char-level corpus, model, losses and the lock-step loop; no notebook parameters are read here."""
 
+from azlib.models.gpt import GPT
 from azlib.referee.data import CharCorpus, load_corpus
-from azlib.referee.gpt import GPT
 from azlib.referee.objective import ce_loss, referee_rl_loss, referee_rewards
 from azlib.referee.train import Arms, ArmSpec
 from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from azlib.models.gpt import GPT, cosine_schedule
 from azlib.parallel import local_device, world
 from azlib.referee.data import CharCorpus
-from azlib.referee.gpt import GPT
 from azlib.referee.objective import ce_loss, referee_rl_loss
 from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings
 
@@ -28,14 +28,6 @@ class ArmSpec:
     referee: str | None = None
     rl: RefereeRLSettings = field(default_factory=RefereeRLSettings)
     init_seed: int = 0
-
-
-def learning_rate(step: int, cfg: RefereeTrainSettings) -> float:
-    """Linear warmup, then cosine decay to 10% (nanoGPT's schedule)."""
-    if step < cfg.warmup_steps:
-        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 @torch.no_grad()
@@ -86,7 +78,7 @@ class Arms:
         x, y = self.corpus.batch(self.step_count, cfg.batch_size, self.specs[0].model.block_size, cfg.seed)
         local = slice(rank * cfg.batch_size // n, (rank + 1) * cfg.batch_size // n)
         x, y = x[local].to(self.device), y[local].to(self.device)
-        lr = learning_rate(self.step_count, cfg)
+        lr = cosine_schedule(self.step_count, cfg.steps, cfg.warmup_steps, cfg.learning_rate)
         referee_logits, record = {}, {"step": self.step_count + 1}
         for s in self.specs:
             start = time.perf_counter()

@@ -1,5 +1,6 @@
-"""A small decoder-only GPT (nanoGPT style): token + position embeddings, pre-norm blocks, tied head.
-Only the network; losses live in objective.py, the loop in train.py."""
+"""A small decoder-only GPT (nanoGPT style): token + position embeddings, pre-norm blocks, tied head; and
+nanoGPT's learning-rate schedule. The network only: notebook 07's losses and loop are in azlib.referee, notebook
+08's policy and value heads in azlib.countdown.policy."""
 
 from __future__ import annotations
 
@@ -95,3 +96,12 @@ class GPT(nn.Module):
             nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
+
+
+def cosine_schedule(step: int, steps: int, warmup_steps: int, peak: float) -> float:
+    """nanoGPT's learning rate at `step` of `steps`: a linear warmup over `warmup_steps`, then cosine decay to 10% of
+    `peak`."""
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, steps - warmup_steps)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
