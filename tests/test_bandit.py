@@ -136,3 +136,23 @@ def test_training_is_reproducible_from_the_seed():
     a, b = (bandit.train(PROBLEM, algo, group_size=4, num_updates=30, learning_rate=0.1, num_runs=2, seed=7)
             for _ in range(2))
     assert np.array_equal(a.metrics["reward"], b.metrics["reward"])
+
+
+def test_seed_curves_lying_on_each_other_show_through_and_say_so():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from azlib.viz import plot_seed_curves
+
+    x = np.arange(5)
+    rising = np.linspace(0, 1, 10).reshape(5, 2)
+    fig, ax = plt.subplots()
+    plot_seed_curves(ax, x, {"REINFORCE": rising, "REINFORCE + baseline": rising.copy(), "GRPO": rising ** 2},
+                     title="t", xlabel="x", ylabel="y")
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == ["REINFORCE", "REINFORCE + baseline (identical to REINFORCE)",
+                                                    "GRPO"]
+    assert len({line.get_linestyle() for line in lines}) == 3
+    plt.close(fig)

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
+STYLES = ("-", "--", "-.", ":")  # one per curve in turn, so that a curve lying on another shows through it
+
 
 def plot_seed_curves(ax, x: np.ndarray, curves: dict[str, np.ndarray], *, title: str, xlabel: str, ylabel: str):
-    """One line per label: mean over the seed axis with a +-1 std band."""
-    for label, values in curves.items():
+    """One line per label: mean over the seed axis with a +-1 std band, each in its own colour and line style; a
+    curve whose mean equals an earlier one's says so in its label."""
+    means: dict[str, np.ndarray] = {}
+    for k, (label, values) in enumerate(curves.items()):
         mean, std = values.mean(1), values.std(1)
-        (line,) = ax.plot(x, mean, label=label)
+        same = next((other for other, m in means.items() if m.shape == mean.shape and np.allclose(m, mean)), None)
+        shown = f"{label} (identical to {same})" if same else label
+        (line,) = ax.plot(x, mean, STYLES[k % len(STYLES)], label=shown, lw=2.4 if k == 0 else 1.6)
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
+        means[label] = mean
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
