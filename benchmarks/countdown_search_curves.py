@@ -115,6 +115,21 @@ def shipped_form(summary: dict, result: dict) -> dict:
     return summary | {"training": training, "curves": {"budgets": result["budgets"], "methods": methods}}
 
 
+HEADLINE = ["best_of", "mcts sampled-widened puct learned", "mcts sampled-widened puct oracle"]
+
+
+def save_figures(result: dict, size: int, problems: int, folder: Path) -> None:
+    """Every method's curve (countdown-curves.png), and the headline: best-of-k against the widened search with the
+    self-play value and with the oracle (countdown-search-headline.png)."""
+    title = f"Countdown, {size} numbers, {problems} unseen-target problems"
+    plot_curves(result, title).savefig(folder / "countdown-curves.png", dpi=90)
+    fig = plot_curves(result, title, methods=[m for m in HEADLINE if m in result["methods"]])
+    fig.set_size_inches(7.5, 3.6)
+    fig.axes[0].legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(folder / "countdown-search-headline.png", dpi=90)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("outputs/bench-countdown-curves"))
@@ -135,8 +150,13 @@ def main() -> None:
                         help="a folder an earlier run wrote (start.pt, alphazero.pt, reference.pt, summary.json) "
                              "at the same settings: its nets and training record, no training")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replot", type=Path, help="only draw the figures of a folder's metrics.json (a shipped one)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replot is not None:
+        shipped = json.loads((args.replot / "metrics.json").read_text())
+        save_figures(shipped["curves"], shipped["setting"]["size"], shipped["setting"]["problems"], args.out)
+        return
     started = time.perf_counter()
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
@@ -174,8 +194,7 @@ def main() -> None:
                "minutes": minutes}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     (args.out / "metrics.json").write_text(json.dumps(shipped_form(summary, result)))
-    plot_curves(result, f"Countdown, {args.size} numbers, {args.problems} unseen-target problems").savefig(
-        args.out / "08_curves.png", dpi=90)
+    save_figures(result, args.size, args.problems, args.out)
     print(json.dumps({k: summary[k] for k in ("greedy_unseen", "value_gate", "rates", "spent_median")}, indent=1))
     for row in result["tests"]:
         print(f"{row['method']:32s} {row['budget']:5d}  best-of {row['best_of']:.3f}  search {row['rate']:.3f}  "

@@ -212,11 +212,14 @@ def test_the_curves_figure_draws_each_methods_solve_rate_against_compute():
 
     result = {"budgets": [100, 200], "methods": {
         "best_of": {"first_answer": [50, None, 150, 90]},
-        "mcts listed puct oracle": {"first_answer": [20, 30, None, 300]}}}
+        "mcts listed puct oracle": {"first_answer": [20, 30, None, 300]},
+        "mcts sampled-widened puct learned": {"first_answer": [None, 30, None, 120]}}}
     fig = plot_curves(result)
     (ax,) = fig.axes
     lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
-    assert set(lines) == {"best-of-k", "MCTS, listed lines, puct, the oracle"}
+    assert set(lines) == {"best-of-k", "MCTS, listed lines, puct, the oracle",
+                          "MCTS, sampled lines widened, puct, self-play value"}
+    assert len({(line.get_linestyle(), line.get_marker()) for line in lines.values()}) == 3
     x, y = lines["best-of-k"].get_data()
     assert y[list(x).index(100)] == 0.5 and y[list(x).index(200)] == 0.75
     assert lines["MCTS, listed lines, puct, the oracle"].get_linestyle() == "--"

@@ -160,14 +160,15 @@ CURVE_COLOURS = {"none": "0.55", "learned": "tab:blue", "reference": "tab:green"
 CURVE_VALUES = {"none": "no value", "learned": "self-play value", "reference": "reference value",
                 "oracle": "the oracle"}
 CURVE_CHILDREN = {"sampled": "sampled lines", "sampled-widened": "sampled lines widened", "listed": "listed lines"}
-CURVE_STYLES = {("sampled", "puct"): "-", ("sampled-widened", "puct"): (0, (5, 1, 1, 1, 1, 1)),
-                ("listed", "puct"): "--", ("sampled", "gumbel"): ":", ("listed", "gumbel"): "-."}
+CURVE_STYLES = {("sampled", "puct"): "-", ("sampled-widened", "puct"): "-", ("listed", "puct"): "--",
+                ("sampled", "gumbel"): ":", ("listed", "gumbel"): "-."}
+CURVE_MARKERS = {"sampled-widened": "o"}  # widened sampled lines: solid, dotted with markers
 
 
 def plot_curves(result: dict, title: str = "Test time at equal compute", methods: list[str] | None = None):
     """Solve rate against the characters a model computed per problem (azlib.countdown.curves): best-of-k (black)
-    and each search (or those named in `methods`), its colour the value it read, its line style how its children
-    were made and chosen (sampled or listed; PUCT or Gumbel), the budgets marked."""
+    and each search (or those named in `methods`), its colour the value it read, its line style (and markers) how
+    its children were made and chosen (sampled, widened or listed; PUCT or Gumbel), the budgets marked."""
     budgets = result["budgets"]
     grid = np.linspace(0, max(budgets), 121)
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -176,12 +177,14 @@ def plot_curves(result: dict, title: str = "Test time at equal compute", methods
             continue
         first = np.array([np.inf if f is None else f for f in method["first_answer"]])
         if name == "best_of":
-            colour, style, width, label = "k", "-", 2.5, "best-of-k"
+            colour, style, marker, width, label = "k", "-", "", 2.5, "best-of-k"
         else:
             _, children, rule, value = name.split()
             colour, style, width = CURVE_COLOURS[value], CURVE_STYLES[children, rule], 1.4
+            marker = CURVE_MARKERS.get(children, "")
             label = f"MCTS, {CURVE_CHILDREN[children]}, {rule}, {CURVE_VALUES[value]}"
-        ax.plot(grid, [(first <= g).mean() for g in grid], style, color=colour, lw=width, label=label)
+        ax.plot(grid, [(first <= g).mean() for g in grid], style, color=colour, lw=width, label=label, marker=marker,
+                markersize=3.5, markevery=10)
     for b in budgets:
         ax.axvline(b, color="0.8", lw=0.8, zorder=0)
     ax.set_xlabel("characters the model computed per problem (each once)")
