@@ -371,9 +371,9 @@ def test_04_the_direction_bonus_counts_only_in_the_combined_reward():
 
 
 def test_04_a_bonus_every_answer_earns_moves_nothing_and_the_notebook_says_so():
-    """04's "Your own reward": the bonus without its correctness test, on a group of wrong answers. Under its 25-word
-    limit every answer of the quick size's earns it: equal rewards, zero advantages, no step; a limit inside the
-    answers' lengths splits the group. The notebook says which size to run instead."""
+    """04's "Your own reward": the bonus without its correctness test, on a group of short wrong answers. Under its
+    25-word limit every answer earns it: equal rewards, zero advantages, no step; a limit inside the answers' lengths
+    splits the group. The notebook says when a bonus moves nothing, and which size to run instead."""
     import torch
 
     from azlib import grpo
@@ -385,7 +385,7 @@ def test_04_a_bonus_every_answer_earns_moves_nothing_and_the_notebook_says_so():
         assert bool(grpo.group_advantages(rewards, groups).abs().sum() > 0) == moves, limit
     nb = nbformat.read(NOTEBOOKS["04"], as_version=4)
     (text,) = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Your own reward")]
-    assert "Not at this quick size" in text and "`train.steps = 10`" in text
+    assert "or none does" in text and "nothing moves" in text and "`train.steps = 10`" in text
 
 
 def test_05_one_step_task_has_one_step_problems():
