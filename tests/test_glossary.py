@@ -19,7 +19,7 @@ ORDINARY = {"CPU", "GPU", "GPUs", "HTTP", "NaN", "GLOSSARY"}
 DEFINED = ("adapter", "profile", "Jaccard", "Dirichlet", "arena", "bits/char", "rollout", "prior", "visit count",
            "advantage", "logit", "softmax", "temperature", "greedy", "exponential moving average", "benched",
            "label smoothing", "distillation", "checkpoint", "held-out", "minimax", "entropy", "importance sampling",
-           "trie")
+           "trie", "progressive widening")
 
 _TERM = re.compile(r"(?<![\w-])(?:[A-Za-z]+-)?[A-Za-z]*[A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*")
 _CITED = re.compile(r"\b([A-Z][a-z]+) (?:et al\.|\(?\d{4}\b)")

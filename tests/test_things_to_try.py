@@ -117,6 +117,9 @@ TRIES = [
     Try("08", "`size = 4` with `imitation.steps = 1200`", ("size=4", "imitation.steps=1200"),
         effect="test_08_a_four_number_game_takes_three_moves"),
     Try("08", "`legal_only = False`", ("legal_only=false",), effect="test_08_without_the_mask_the_rules_refuse_lines"),
+    Try("08", "`search.widen_after = 16`", ("search.widen_after=16",),
+        effect="tests/test_countdown_curves.py::"
+               "test_widening_samples_more_lines_where_a_draw_left_legal_lines_out_until_it_has_them_all"),
     Try("08", '`search.children = "listed"`', ("search.children=listed",),
         effect="tests/test_countdown_curves.py::"
                "test_a_listed_expansion_has_every_legal_line_as_a_child_at_the_models_probability"),
