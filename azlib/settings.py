@@ -421,7 +421,7 @@ class RefereeRLSettings:
 class RefereeTrainSettings:
     """The loop, every arm alike. Defaults: notebook 07's quick run."""
 
-    steps: Annotated[int, Ge(1)] = 150  # optimiser steps, the same for every arm (so the same tokens)
+    steps: Annotated[int, Ge(1)] = 110  # optimiser steps, the same for every arm (so the same tokens)
     batch_size: Annotated[int, Ge(1)] = 16  # global: sequences per optimiser step, split over the processes
     learning_rate: Annotated[float, Gt(0)] = 2e-3  # AdamW's peak: linear warmup, then cosine decay to 10%
     warmup_steps: Annotated[int, Ge(0)] = 20
