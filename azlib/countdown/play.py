@@ -176,19 +176,26 @@ class LineSearch:
             by_text = {s["text"]: s for s in states}
             episodes = [episode_of(by_text[text]) for text in new]
             lines, own_values = self._lines(new, episodes)
-            children = [self._children(e, drawn) for e, drawn in zip(episodes, lines)]
-            leaf_values = self._leaf_values(new, episodes, own_values)
-            values = self._values([child for _, child, _ in (c for group in children for c in group)])
-            for text, episode, group, drawn, leaf_value in zip(new, episodes, children, lines, leaf_values):
-                # generated characters; listed lines are scored, not generated: their trie's characters
-                tokens = sum(line.tokens for line in drawn) if self.settings.children == "sampled" else \
-                    trie_characters([line.text + MOVE_END for line in drawn])
-                self.tokens += tokens
-                self.drawn[text] = drawn
-                self.cache[text] = Expansion([Child(line, node_state(child), prior, info, value=next(values))
-                                              for line, child, (prior, info) in group], leaf_value, tokens,
-                                             self._complete(episode, group))
+            self._grow(new, episodes, lines, self._leaf_values(new, episodes, own_values))
         return [self._reuse(s["text"]) for s in states]
+
+    def _grow(self, texts: list[str], episodes: list[Episode], lines: list[list[Line]], leaf_values: list[float]
+              ) -> None:
+        """Each state's expansion from the lines drawn there so far and these: the children it had (their priors now
+        from all the lines), then the new distinct lines, each valued as it is made; what the policy computed
+        (generated characters; listed lines are scored, not generated: their trie's characters) counted."""
+        groups = [self._children(e, self.drawn.get(text, []) + drawn) for text, e, drawn in zip(texts, episodes, lines)]
+        kept = [self.cache[text].children if text in self.cache else [] for text in texts]
+        values = self._values([child for group, had in zip(groups, kept) for _, child, _ in group[len(had):]])
+        for text, episode, group, drawn, had, leaf_value in zip(texts, episodes, groups, lines, kept, leaf_values):
+            tokens = sum(line.tokens for line in drawn) if self.settings.children == "sampled" else \
+                trie_characters([line.text + MOVE_END for line in drawn])
+            self.tokens += tokens
+            self.drawn[text] = self.drawn.get(text, []) + drawn
+            children = [c._replace(prior=prior, info=c.info | info) for c, (_, _, (prior, info)) in zip(had, group)]
+            children += [Child(line, node_state(child), prior, info, value=next(values))
+                         for line, child, (prior, info) in group[len(had):]]
+            self.cache[text] = Expansion(children, leaf_value, tokens, self._complete(episode, group))
 
     def _reuse(self, text: str) -> Expansion:
         """A state's expansion; expanded before (another tree, an earlier search), it costs no tokens again."""
@@ -208,21 +215,10 @@ class LineSearch:
         valued as a child of expand is)."""
         by_text = {s["text"]: s for s in states}
         texts = [text for text in by_text if not self.cache[text].complete]  # another tree may have completed it
-        episodes = [episode_of(by_text[text]) for text in texts]
-        lines, _ = self._lines(texts, episodes) if texts else ([], [])
-        groups = [self._children(e, self.drawn[text] + drawn) for text, e, drawn in zip(texts, episodes, lines)]
-        old = [len(self.cache[text].children) for text in texts]
-        values = self._values([child for group, n in zip(groups, old) for _, child, _ in group[n:]])
-        for text, episode, group, drawn, n in zip(texts, episodes, groups, lines, old):
-            tokens = sum(line.tokens for line in drawn)
-            self.tokens += tokens
-            self.drawn[text] = self.drawn[text] + drawn
-            before = self.cache[text]
-            children = [c._replace(prior=prior, info=c.info | info_now)
-                        for c, (_, _, (prior, info_now)) in zip(before.children, group)]
-            children += [Child(line, node_state(child), prior, info, value=next(values))
-                         for line, child, (prior, info) in group[n:]]
-            self.cache[text] = Expansion(children, before.value, tokens, self._complete(episode, group))
+        if texts:
+            episodes = [episode_of(by_text[text]) for text in texts]
+            lines, _ = self._lines(texts, episodes)
+            self._grow(texts, episodes, lines, [self.cache[text].value for text in texts])
         return [self._reuse(s["text"]) for s in states]
 
     def _lines(self, texts: list[str], episodes: list[Episode]) -> tuple[list[list[Line]], list[float]]:

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt
 
-from azlib.settings import GPTSettings, check_fields
+from azlib.settings import GPTSettings, SearchSettings, check_fields
 
 ARMS = ("rft", "grpo", "alphazero", "alphazero_oracle")  # the training arms, in the order they are shown
 
@@ -87,9 +87,8 @@ class CountdownSearchSettings:
 
     def __post_init__(self):
         check_fields(self)
-        if self.rule == "gumbel" and self.widen_after:
-            raise ValueError("rule 'gumbel' does not widen (widen_after=0): sequential halving shares its simulations "
-                             "among the root lines it considered at the start")
+        # the engine's own checks of these (azlib.settings.SearchSettings: gumbel does not widen)
+        SearchSettings(rule=self.rule, c=self.c, q_transform=self.q_transform, widen_after=self.widen_after)
 
 
 @dataclass(frozen=True)

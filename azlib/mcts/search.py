@@ -444,6 +444,11 @@ def _widen(tree: Tree, path: list[int], expansion: Expansion, env: Environment, 
     _mark_solved(tree, path)
 
 
+def _wins(tree: Tree, nodes: Sequence[int]) -> bool:
+    """Whether one of these nodes is a terminal of value >= 1 (an answer found, for stop_at_win)."""
+    return any(tree.nodes[i].terminal and tree.nodes[i].info["terminal_value"] >= 1 for i in nodes)
+
+
 def _expansion_backups(path: list[int], expansion: Expansion, added: list[int]) -> list[Backup]:
     """The leaf's value estimate, or, when the environment evaluated the new children itself, each
     child's evaluations through that child."""
@@ -543,7 +548,7 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
                     _back_up(tree, [Backup(path, 1, leaf.info["terminal_value"])], replay)
                     simulations[t] += 1
                     _mark_solved(tree, path)
-                    won[t] |= settings.stop_at_win and leaf.info["terminal_value"] >= 1
+                    won[t] |= settings.stop_at_win and _wins(tree, path[-1:])
                     if won[t]:
                         break
                     continue
@@ -560,9 +565,7 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
                                                                  rng)):
                 _widen(trees[t], path, expansion, env, settings, simulations[t])
                 tokens[t] += expansion.tokens
-                won[t] |= settings.stop_at_win and any(trees[t].nodes[i].terminal and
-                                                       trees[t].nodes[i].info["terminal_value"] >= 1
-                                                       for i in trees[t].nodes[path[-1]].children)
+                won[t] |= settings.stop_at_win and _wins(trees[t], trees[t].nodes[path[-1]].children)
         if pending:
             expansions = env.expand([trees[t].nodes[path[-1]].state for t, path in pending], rng)
             for (t, path), expansion in zip(pending, expansions):
@@ -574,8 +577,7 @@ def search(env: Environment, roots: Sequence[Any], settings: SearchSettings, rng
                 simulations[t] += 1
                 _mark_solved(tree, path)
                 tokens[t] += expansion.tokens
-                won[t] |= settings.stop_at_win and any(tree.nodes[i].terminal and
-                                                       tree.nodes[i].info["terminal_value"] >= 1 for i in added)
+                won[t] |= settings.stop_at_win and _wins(tree, added)
 
     results = []
     for tree, done, spent in zip(trees, simulations, tokens):
