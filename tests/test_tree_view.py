@@ -166,3 +166,30 @@ def test_a_countdown_tree_is_coloured_by_the_oracle_and_labelled_by_its_lines(tm
     saved = save_tree(tree, tmp_path, "08_countdown", "t", describe_countdown_node, colour_by=solvable_kind)
     assert Tree.load(tmp_path / "08_countdown.json").nodes[1].state == tree.nodes[1].state
     assert set(fills(saved.read_text())[1]) <= set(kinds)
+
+
+def test_a_wide_tree_is_drawn_whole_and_shown_at_page_width():
+    """Every visited node of an 800-simulation tree is drawn, in a picture scaled to the page: its viewBox keeps
+    the drawing's own size, its width and height are that size scaled down to PAGE_WIDTH."""
+    from azlib.viz.tree import PAGE_WIDTH
+
+    tree = ttt_search(800)
+    svg = ET.fromstring(tree_svg(tree, "wide", describe_board_node, top_k=None))
+    _, _, width, height = map(float, svg.get("viewBox").split())
+    assert width > 2 * PAGE_WIDTH and float(svg.get("width")) == PAGE_WIDTH
+    assert float(svg.get("height")) == pytest.approx(height * PAGE_WIDTH / width, abs=1)
+    assert len(svg.findall(f"{SVG}circle[@class='azlib-node']")) == len(shown_nodes(tree))
+    narrow = ET.fromstring(tree_svg(ttt_search(3), "narrow", describe_board_node))
+    assert narrow.get("width") == narrow.get("viewBox").split()[2] == "900"
+
+
+def test_a_tree_whose_every_q_is_equal_says_so_instead_of_a_scale_from_a_value_to_itself():
+    tree = ttt_search(3)
+    tree.two_player = False
+    for node in tree.nodes:
+        node.value_sum = 0.0
+    tree.history = []
+    drawn = ET.fromstring(tree_svg(tree, "flat"))
+    legend = " ".join(t.text or "" for t in drawn.find(f"{SVG}g[@class='azlib-legend']").iter(f"{SVG}text"))
+    assert "the mean reward of the simulations through the node: every visited node's is +0.00" in legend
+    assert legend.count("+0.00") == 1, "no scale from +0.00 to +0.00"

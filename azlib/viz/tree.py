@@ -25,6 +25,7 @@ Kind = Callable[[Node], str | None]  # node -> the kind it is coloured by (None:
 VALUE_COLOURS = colormaps["RdYlGn"]
 KIND_COLOURS = colormaps["tab10"]
 LEGEND_HEIGHT = 64  # pixels under the tree
+PAGE_WIDTH = 1000  # pixels: a wider tree is drawn at its own size and shown scaled down to this width
 
 
 def describe_node(node: Node) -> tuple[str, str]:
@@ -190,8 +191,10 @@ def tree_svg(tree: Tree, title: str, describe: Describe = describe_node, *, step
     status = f"after {step} of {len(tree.history)} simulations; " if step is not None else ""
     rule = (f"the {top_k} most visited children of each node" if top_k else
             "all children" if unvisited else "the visited children")
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + LEGEND_HEIGHT}" '
-             f'font-family="sans-serif" font-size="9">',
+    shown_width = min(width, PAGE_WIDTH)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{shown_width}" '
+             f'height="{(height + LEGEND_HEIGHT) * shown_width / width:.0f}" '
+             f'viewBox="0 0 {width} {height + LEGEND_HEIGHT}" font-family="sans-serif" font-size="9">',
              f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
              f'<text x="{width / 2}" y="30" text-anchor="middle" fill="#555">{status}showing {len(shown)} of '
              f'{existing} nodes: {rule}</text>']
@@ -232,12 +235,18 @@ def _legend(tree: Tree, top: float, low: float, high: float, radius: Callable[[i
     else:
         whose = ("Q for the player who moved into the node (the one to move at its parent): the sign flips each ply"
                  if tree.two_player else "Q, the mean reward of the simulations through the node")
-        for k in range(10):
-            value = low + (high - low) * (k + 0.5) / 10
-            out.append(f'<rect x="{45 + 12 * k}" y="1" width="12" height="12" '
-                       f'fill="{colors.to_hex(VALUE_COLOURS(colors.Normalize(low, high)(value)))}"/>')
-        out += [f'<text x="45" y="24">{low:+.2f}</text>', f'<text x="165" y="24" text-anchor="end">{high:+.2f}</text>',
-                f'<text x="175" y="10">{html.escape(whose)}; grey: not visited yet</text>']
+        if high - low < 1e-6:  # one value everywhere: a swatch and the value, not a scale from it to itself
+            out += [f'<rect x="45" y="1" width="12" height="12" fill="{colors.to_hex(VALUE_COLOURS(0.0))}"/>',
+                    f'<text x="62" y="10">{html.escape(whose)}: every visited node\'s is {low:+.2f}; grey: not '
+                    'visited yet</text>']
+        else:
+            for k in range(10):
+                value = low + (high - low) * (k + 0.5) / 10
+                out.append(f'<rect x="{45 + 12 * k}" y="1" width="12" height="12" '
+                           f'fill="{colors.to_hex(VALUE_COLOURS(colors.Normalize(low, high)(value)))}"/>')
+            out += [f'<text x="45" y="24">{low:+.2f}</text>',
+                    f'<text x="165" y="24" text-anchor="end">{high:+.2f}</text>',
+                    f'<text x="175" y="10">{html.escape(whose)}; grey: not visited yet</text>']
     out.append('<text x="0" y="48">size:</text>')
     x = 45
     for visits in sorted({1, max(tree.root.visits // 10, 1), max(tree.root.visits, 1)}):
