@@ -698,3 +698,21 @@ def test_the_value_gate_judges_states_random_moves_reach_against_the_oracle():
     assert gate["value_gate_precision_1"] == gate["value_gate_precision_2"] == 1.0
     assert 0 < gate["value_gate_base_rate_1"] < 1 and 30 < gate["value_gate_states_1"] <= 120
     assert value_gate(OracleValue(-1), problems, seed=0)["value_gate_auc_1"] == 0.0
+
+
+def test_arms_at_matched_optimiser_steps_by_hand():
+    """Per seed the budget is the fewest steps any arm took in all; every arm is read at its last iteration within
+    it (the arm that took the fewest at its end), and an arm whose first iteration already overshoots is refused."""
+    from azlib.countdown.experiment import matched_steps
+
+    def rows(steps, rates):
+        return [{"optimizer_steps": s, "greedy_unseen": r} for s, r in zip(steps, rates)]
+
+    histories = {"rft": [rows([70, 70, 70, 70], [0.1, 0.2, 0.3, 0.4]), rows([60, 60, 60, 60], [0.5, 0.6, 0.7, 0.8])],
+                 "alphazero": [rows([50, 50, 50, 50], [0.9, 0.8, 0.7, 0.6]), rows([40, 40, 50, 50], [0.1, 0.2, 0.3, 0.35])]}
+    matched = matched_steps(histories)
+    assert matched["budget"] == [200, 180]
+    assert matched["steps"] == {"rft": [140, 180], "alphazero": [200, 180]}
+    assert matched["greedy_unseen"] == {"rft": [0.2, 0.7], "alphazero": [0.6, 0.35]}
+    with pytest.raises(ValueError, match="first iteration"):
+        matched_steps({"rft": [rows([300], [0.1])], "alphazero": [rows([50], [0.2])]})

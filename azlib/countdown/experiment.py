@@ -86,10 +86,14 @@ def train_start(setup: CountdownSetup, progress: Callable[[int], None] | None = 
     return start_policy(setup.policy, setup.imitation, setup.size, setup.seed, progress, setup.device, setup.legal_only)
 
 
-def _arm_job(setup: CountdownSetup, seed: int, arm: str, start_state: dict) -> tuple[list[dict], dict, int, int]:
+def _job(setup: CountdownSetup, arm: str, seed: int, start_state: dict):
+    """One worker's job, on one torch thread: the start's test (arm "start"), or an arm trained from the start
+    under a training seed and tested (its history, test results, generated characters and value evaluations)."""
     torch.set_num_threads(1)
     start = Policy(PolicyValueNet(shape(**vars(setup.policy))), setup.device, setup.legal_only)
     start.net.load_state_dict(start_state)
+    if arm == "start":
+        return evaluate_policy(start, setup, seed)
     stream = ProblemStream(setup.size, seed)
     curve = heldout_problems(setup, "unseen")[:setup.curve_problems]
     run = train_arm(arm, start, setup.training, setup.search, stream, seed, evaluate=lambda p: curve_point(p, curve))
@@ -143,19 +147,42 @@ class CountdownResult:
 
 def run_arms(setup: CountdownSetup, start: Policy, start_history: list[dict],
              progress: Callable[[str], None] | None = None) -> CountdownResult:
-    """The start evaluated, then every (arm, seed) trained from it and evaluated, in `setup.workers` processes."""
+    """The start's test and every (arm, seed) trained from the start and tested, as jobs in `setup.workers`
+    processes (the start's test beside the first arms)."""
     result = CountdownResult(setup, start_history=start_history)
-    result.start = evaluate_policy(start, setup, setup.seed)
-    if progress:
-        progress("start")
-    jobs = [(arm, seed) for seed in setup.seeds for arm in setup.arms]
+    jobs = [("start", setup.seed)] + [(arm, seed) for seed in setup.seeds for arm in setup.arms]
     state = {k: v.cpu() for k, v in start.net.state_dict().items()}
     run = _in_process if setup.workers == 0 else _in_pool(setup.workers)
-    for (arm, seed), out in zip(jobs, run(_arm_job, [(setup, s, a, state) for a, s in jobs], progress, jobs)):
+    outs = run(_job, [(setup, a, s, state) for a, s in jobs], progress, [("start",), *jobs[1:]])
+    result.start = outs[0]
+    for (arm, seed), out in zip(jobs[1:], outs[1:]):
         history, results, tokens, evaluations = out
         result.histories[arm, seed], result.results[arm, seed] = history, results
         result.tokens[arm, seed], result.value_evaluations[arm, seed] = tokens, evaluations
     return result
+
+
+def matched_steps(histories: dict[str, Sequence[list[dict]]], key: str = "greedy_unseen") -> dict:
+    """The arms at matched optimiser steps: `histories` maps each arm to its seeds' rows per iteration (seed k of
+    every arm the same training seed). Per seed, the budget is the fewest steps any arm took in all; each arm is read
+    at its last iteration within that budget (the arm that took the fewest, at its end). Returns the budget per seed,
+    the steps each arm had taken there and its `key` (by default the greedy solve rate on the curve problems)."""
+    totals = {arm: [sum(row["optimizer_steps"] for row in rows) for rows in runs] for arm, runs in histories.items()}
+    budget = [min(by_seed) for by_seed in zip(*totals.values())]
+    steps, values = {}, {}
+    for arm, runs in histories.items():
+        steps[arm], values[arm] = [], []
+        for rows, most in zip(runs, budget):
+            taken, at = 0, None
+            for row in rows:
+                if taken + row["optimizer_steps"] > most:
+                    break
+                taken, at = taken + row["optimizer_steps"], row[key]
+            if at is None:
+                raise ValueError(f"{arm}'s first iteration took more than {most} optimiser steps: no row to match")
+            steps[arm].append(taken)
+            values[arm].append(at)
+    return {"budget": budget, "steps": steps, key: values}
 
 
 def _in_process(job, args_list, progress, names):

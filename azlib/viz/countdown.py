@@ -10,7 +10,7 @@ import numpy as np
 
 from azlib.countdown.evaluate import rate
 from azlib.mcts.tree import Node
-from azlib.viz.curves import plot_seed_curves
+from azlib.viz.curves import STYLES, plot_seed_curves
 
 METHOD_LABELS = {"greedy": "greedy", "best_of": "best-of-N", "best_of_at_mcts_tokens": "best-of-k at MCTS tokens",
                  "mcts": "MCTS, learned value", "mcts_oracle": "MCTS, oracle value"}
@@ -44,13 +44,28 @@ def _by_iteration(histories: dict, arm: str, seeds, key: str) -> tuple[np.ndarra
 
 
 def plot_learning(result, key: str = "greedy_unseen", ylabel: str = "greedy solve rate, unseen targets"):
-    """Each arm's curve over the characters it generated (mean over seeds, +-1 std band), the start at 0."""
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for arm in result.setup.arms:
+    """Each arm's curve (mean over seeds, +-1 std band) against the characters it generated (left) and against the
+    optimiser steps it took (right, mean over seeds; dotted, the fewest steps any arm took: the arms at matched
+    steps, azlib.countdown.experiment.matched_steps)."""
+    fig, (by_characters, by_steps) = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    fewest = []
+    for k, arm in enumerate(result.setup.arms):
         x, values = _by_iteration(result.histories, arm, result.setup.seeds, key)
-        plot_seed_curves(ax, x / 1000, {arm: values}, title=f"{ylabel} while training", xlabel="generated characters "
-                         "(thousands, per arm and seed)", ylabel=ylabel)
-    ax.legend()
+        _, steps = _by_iteration(result.histories, arm, result.setup.seeds, "optimizer_steps")
+        steps = steps.cumsum(0).mean(1)
+        fewest.append(steps[-1])
+        for ax, at, xlabel in ((by_characters, x / 1000, "generated characters (thousands, per arm and seed)"),
+                               (by_steps, steps, "optimiser steps (per arm and seed)")):
+            mean, std = values.mean(1), values.std(1)
+            (line,) = ax.plot(at, mean, STYLES[k % len(STYLES)], label=arm, marker=".")
+            ax.fill_between(at, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
+            ax.set_xlabel(xlabel)
+    by_steps.axvline(min(fewest), color="grey", linestyle=":", linewidth=1)
+    by_characters.set(title="at equal generated characters", ylabel=ylabel)
+    by_steps.set_title(f"at equal optimiser steps (dotted: {min(fewest):.0f}, the fewest any arm took)")
+    for ax in (by_characters, by_steps):
+        ax.grid(alpha=0.3)
+    by_characters.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
