@@ -23,7 +23,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSeriali
                       ValidationError, field_validator, model_validator)
 
 from azlib.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, CountdownSearchSettings, EvalSettings,
-                                      ImitationSettings, PolicyShape)
+                                      ImitationSettings)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, repo_path
@@ -116,7 +116,7 @@ GRPO = section(GRPOSettings)
 Train = section(TrainSettings, fixed=("seed",))
 RLT = section(RLTSettings)
 Fork = section(ForkSettings)
-CountdownPolicy = section(PolicyShape)
+CountdownPolicy = section(GPTShape, fixed=("block_size",))
 Imitation = section(ImitationSettings)
 CountdownArms = section(ArmSettings)
 CountdownSearch = section(CountdownSearchSettings)
@@ -337,9 +337,9 @@ class BaseVsTrainedParams(TrainingParams):
                     "tree with forks written by the teacher ensemble (teachers or teacher_tier), PUCT MCTS, "
                     "rejection-sampling fine-tuning, plain GRPO, TRL's GRPOTrainer")
     seeds: list[int] = Field([0, 1], min_length=1, description="training seeds: every arm is trained once per seed")
-    calibration_problems: int = Field(1, ge=0, description="problems per step count in the calibration table (0: none)")
+    calibration_problems: int = Field(0, ge=0, description="problems per step count in the calibration table (0: none, the shipped table only)")
     calibration_samples: int = Field(8, ge=1, description="sampled answers per problem for the calibration's pass@k")
-    eval_problems: int = Field(24, ge=1, description="problems in each held-out set: in-template and transfer "
+    eval_problems: int = Field(16, ge=1, description="problems in each held-out set: in-template and transfer "
                                                  "(arithmetic), or the first of GSM8K's test split")
     eval_gsm8k_problems: int = Field(0, ge=0, description="GSM8K test problems with the fewest steps, also "
                                                        "evaluated (0: none)")
@@ -432,7 +432,7 @@ class CountdownParams(NotebookParams):
     arms: list[Literal[COUNTDOWN_ARMS]] = Field(min_length=1, description="rft, grpo, alphazero, alphazero_oracle")
     methods: list[Literal["greedy", "sample", "best_of", "mcts", "mcts_oracle"]] = Field(
         min_length=1, description="test-time methods on the start and every trained policy")
-    policy: CountdownPolicy = Field(description="azlib.countdown.settings.PolicyShape fields: the GPT's shape")
+    policy: CountdownPolicy = Field(description="azlib.settings.GPTShape fields but block_size: the GPT's shape")
     imitation: Imitation = Field(description="ImitationSettings fields: the start's solutions, steps and rate")
     training: CountdownArms = Field(description="ArmSettings fields: iterations, characters per iteration, ...")
     search: CountdownSearch = Field(description="CountdownSearchSettings fields: candidates, simulations, prior, ...")

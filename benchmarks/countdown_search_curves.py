@@ -25,10 +25,11 @@ from azlib.countdown.arms import ProblemStream, reference_value, start_policy, t
 from azlib.countdown.curves import BUDGETS, CurveMethod, against_best_of, curves, rates  # noqa: E402
 from azlib.countdown.evaluate import value_gate  # noqa: E402
 from azlib.countdown.play import play_episodes  # noqa: E402
-from azlib.countdown.policy import Policy, PolicyValueNet, shape  # noqa: E402
+from azlib.countdown.policy import Policy, PolicyValueNet  # noqa: E402
 from azlib.countdown.problems import heldout  # noqa: E402
 from azlib.countdown.settings import (  # noqa: E402
-    ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape, ReferenceValueSettings)
+    ArmSettings, CountdownSearchSettings, ImitationSettings, ReferenceValueSettings)
+from azlib.settings import GPTShape  # noqa: E402
 from azlib.viz.countdown import plot_curves  # noqa: E402
 
 VALUES = ("none", "learned", "reference", "oracle")
@@ -50,7 +51,7 @@ def methods(rules: list[str], widen_after: int) -> list[CurveMethod]:
 
 
 def _policy(state: dict) -> Policy:
-    policy = Policy(PolicyValueNet(shape(**vars(PolicyShape()))))
+    policy = Policy(PolicyValueNet())
     policy.net.load_state_dict(state)
     return policy
 
@@ -66,7 +67,7 @@ def train_self_play(args) -> dict:
     if args.start is not None:  # a start this script's imitation wrote before (start.pt), at the same settings
         start = _policy(torch.load(args.start, weights_only=True))
     else:
-        start, _ = start_policy(PolicyShape(), ImitationSettings(problems=args.imitation_problems,
+        start, _ = start_policy(GPTShape(), ImitationSettings(problems=args.imitation_problems,
                                                                  steps=args.imitation_steps), args.size, args.seed)
     torch.save(_state(start), args.out / "start.pt")
     start_minutes = (time.perf_counter() - started) / 60
@@ -79,7 +80,7 @@ def train_self_play(args) -> dict:
 def train_reference(args) -> dict:
     torch.set_num_threads(1)
     started = time.perf_counter()
-    net, history = reference_value(PolicyShape(), ReferenceValueSettings(steps=args.reference_steps), args.size,
+    net, history = reference_value(GPTShape(), ReferenceValueSettings(steps=args.reference_steps), args.size,
                                    args.seed)
     return {"state": _state(net), "history": history[::50], "minutes": (time.perf_counter() - started) / 60}
 

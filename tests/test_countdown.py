@@ -15,7 +15,7 @@ import torch
 
 from azlib.countdown import problems as problems_module
 from azlib.countdown.play import Episode, LineSearch, node_state, play_episodes, play_searched, search_settings
-from azlib.countdown.policy import Line, Policy, PolicyValueNet, shape
+from azlib.countdown.policy import Line, Policy, PolicyValueNet
 from azlib.countdown.problems import (HELDOUT_SIZE, MAX_TARGET, MIN_TARGET, heldout, make_heldout, target_split,
                                      training_problems)
 from azlib.countdown.rules import (Move, State, apply, legal_moves, parse_move, reachable, solvable,
@@ -23,7 +23,7 @@ from azlib.countdown.rules import (Move, State, apply, legal_moves, parse_move, 
 from azlib.countdown.arms import Learner
 from azlib.countdown.settings import ArmSettings, CountdownSearchSettings
 from azlib.mcts.search import Child, Expansion, search
-from azlib.settings import SearchSettings
+from azlib.settings import GPTShape, SearchSettings
 
 torch.set_num_threads(1)
 
@@ -305,7 +305,7 @@ def test_training_problems_leave_heldout_out_in_any_order():
 
 def tiny_policy(seed: int = 0, legal_only: bool = False) -> Policy:
     torch.manual_seed(seed)
-    return Policy(PolicyValueNet(shape(n_layer=1, n_head=2, n_embd=16)), legal_only=legal_only)
+    return Policy(PolicyValueNet(GPTShape(n_layer=1, n_head=2, n_embd=16)), legal_only=legal_only)
 
 
 CONTEXTS = ["3 8 11 5 -> 52\n", "2 5 3 -> 10\n", "3 8 11 5 -> 52\n8*5=40 (3 11 40)\n", "7 7 -> 49\n"]

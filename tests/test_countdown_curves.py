@@ -16,10 +16,11 @@ from azlib.countdown.compute import Compute, trie_characters
 from azlib.countdown.curves import CurveMethod, best_of_compute, curves, search_compute
 from azlib.countdown.evaluate import value_gate
 from azlib.countdown.play import Episode, LineSearch, node_state, search_settings
-from azlib.countdown.policy import Policy, PolicyValueNet, shape
+from azlib.countdown.policy import Policy, PolicyValueNet
 from azlib.countdown.problems import heldout
 from azlib.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable
-from azlib.countdown.settings import CountdownSearchSettings, PolicyShape, ReferenceValueSettings
+from azlib.countdown.settings import CountdownSearchSettings, ReferenceValueSettings
+from azlib.settings import GPTShape
 from azlib.mcts.search import search
 
 torch.set_num_threads(1)
@@ -27,7 +28,7 @@ torch.set_num_threads(1)
 
 def tiny_policy(seed: int = 0) -> Policy:
     torch.manual_seed(seed)
-    return Policy(PolicyValueNet(shape(n_layer=2, n_head=2, n_embd=32)))
+    return Policy(PolicyValueNet(GPTShape(n_layer=2, n_head=2, n_embd=32)))
 
 
 STATES = [State(52, (3, 8, 11, 5)), State(20, (4, 5)), State(24, (2, 3, 4))]
@@ -168,8 +169,8 @@ def test_a_reference_value_without_its_net_is_refused():
 
 def test_the_reference_value_learns_solvability_from_the_oracles_labels():
     problems = list(heldout(3, "unseen"))[:100]
-    untrained, _ = reference_value(PolicyShape(2, 2, 32), ReferenceValueSettings(steps=0), 3, seed=0)
-    trained, history = reference_value(PolicyShape(2, 2, 32), ReferenceValueSettings(steps=150, batch_size=64), 3,
+    untrained, _ = reference_value(GPTShape(n_layer=2, n_head=2, n_embd=32), ReferenceValueSettings(steps=0), 3, seed=0)
+    trained, history = reference_value(GPTShape(n_layer=2, n_head=2, n_embd=32), ReferenceValueSettings(steps=150, batch_size=64), 3,
                                        seed=0)
     before, after = value_gate(untrained, problems, 0), value_gate(trained, problems, 0)
     assert len(history) == 150

@@ -586,10 +586,11 @@ RUN_EFFECTS = {
 
 
 def _tiny_countdown_policy(legal_only: bool):
-    from azlib.countdown.policy import Policy, PolicyValueNet, shape
+    from azlib.countdown.policy import Policy, PolicyValueNet
+    from azlib.settings import GPTShape
 
     torch.manual_seed(0)
-    return Policy(PolicyValueNet(shape(n_layer=1, n_head=2, n_embd=16)), legal_only=legal_only)
+    return Policy(PolicyValueNet(GPTShape(n_layer=1, n_head=2, n_embd=16)), legal_only=legal_only)
 
 
 def test_08_more_candidates_show_the_root_more_first_moves():

@@ -134,12 +134,13 @@ def countdown_tree():
     import torch
 
     from azlib.countdown.play import play_searched
-    from azlib.countdown.policy import Policy, PolicyValueNet, shape
+    from azlib.countdown.policy import Policy, PolicyValueNet
+    from azlib.settings import GPTShape
     from azlib.countdown.rules import State
     from azlib.countdown.settings import CountdownSearchSettings
 
     torch.manual_seed(0)
-    policy = Policy(PolicyValueNet(shape(n_layer=1, n_head=2, n_embd=16)))
+    policy = Policy(PolicyValueNet(GPTShape(n_layer=1, n_head=2, n_embd=16)))
     played = play_searched(policy, [State(10, (2, 5, 3))], CountdownSearchSettings(candidates=8, simulations=12),
                            "learned", random.Random(0), explore=False, keep_trees=True,
                            generator=torch.Generator().manual_seed(0))

@@ -26,12 +26,13 @@ import torch
 from torch.nn import functional as F
 
 from azlib.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
-from azlib.countdown.policy import Policy, PolicyValueNet, shape
+from azlib.countdown.policy import Policy, PolicyValueNet
 from azlib.countdown.problems import draw_training, training_problems
 from azlib.countdown.rules import MOVE_END, State, legal_lines, legal_moves, solvable, solve
-from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings, PolicyShape,
+from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings,
                                       ReferenceValueSettings)
 from azlib.grpo import group_advantages
+from azlib.settings import GPTShape
 from azlib.models.gpt import cosine_schedule
 
 
@@ -163,14 +164,14 @@ class Learner:
         return self.update(rows, "unit", rng, self.settings.epochs)
 
 
-def start_policy(shape_settings: PolicyShape, settings: ImitationSettings, size: int, seed: int,
+def start_policy(shape_settings: GPTShape, settings: ImitationSettings, size: int, seed: int,
                  progress: Callable[[int], None] | None = None, device: str = "cpu",
                  legal_only: bool = True) -> tuple[Policy, list[dict]]:
     """A fresh net trained to imitate solver-written solutions of `settings.problems` training problems (the rules'
     characters masked from the loss); its value head is left untrained (every solution is solved)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    policy = Policy(PolicyValueNet(shape(**vars(shape_settings))), device, legal_only)
+    policy = Policy(PolicyValueNet(shape_settings), device, legal_only)
     solutions = [solution_episode(p, rng) for p in training_problems(settings.problems, size, seed)]
     learner = Learner(policy, ArmSettings(batch_size=settings.batch_size, value_weight=0.0), settings.learning_rate)
     history = []
@@ -186,7 +187,7 @@ def start_policy(shape_settings: PolicyShape, settings: ImitationSettings, size:
     return policy, history
 
 
-def reference_value(shape_settings: PolicyShape, settings: ReferenceValueSettings, size: int, seed: int,
+def reference_value(shape_settings: GPTShape, settings: ReferenceValueSettings, size: int, seed: int,
                     progress: Callable[[int], None] | None = None, device: str = "cpu",
                     legal_only: bool = True) -> tuple[Policy, list[dict]]:
     """A fresh net trained only as a value (no policy term), on the exact oracle's labels of the states that 0 to
@@ -195,7 +196,7 @@ def reference_value(shape_settings: PolicyShape, settings: ReferenceValueSetting
     for it (no arm reads the oracle through it)."""
     torch.manual_seed(seed)
     rng = random.Random(f"reference value {seed}")
-    policy = Policy(PolicyValueNet(shape(**vars(shape_settings))), device, legal_only)
+    policy = Policy(PolicyValueNet(shape_settings), device, legal_only)
     learner = Learner(policy, ArmSettings(batch_size=settings.batch_size), settings.learning_rate)
     history = []
     for step in range(settings.steps):

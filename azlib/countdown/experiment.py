@@ -17,12 +17,12 @@ import torch
 from azlib.countdown.arms import ProblemStream, start_policy, train_arm
 from azlib.countdown.evaluate import METHODS, evaluate, rate, value_quality
 from azlib.countdown.play import play_episodes
-from azlib.countdown.policy import Policy, PolicyValueNet, shape
+from azlib.countdown.policy import Policy, PolicyValueNet
 from azlib.countdown.problems import heldout
 from azlib.countdown.rules import State
-from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings,
-                                      PolicyShape)
+from azlib.countdown.settings import ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings
 from azlib.evaluation import compare, comparison_table
+from azlib.settings import GPTShape
 
 SPLITS = ("seen", "unseen")
 VALUE_GATE = 0.9  # AUC and precision at recall 0.5 a value must reach after the first move (Chen et al. 2024's bar)
@@ -36,7 +36,7 @@ class CountdownSetup:
     seed: int = 0  # the start's (imitation's) seed; every arm and training seed starts from that one policy
     seeds: tuple[int, ...] = (0, 1, 2)  # training seeds of the arms
     arms: tuple[str, ...] = ARMS
-    policy: PolicyShape = PolicyShape()
+    policy: GPTShape = GPTShape()  # the character-level GPT with a value head (about 0.8M parameters)
     imitation: ImitationSettings = ImitationSettings()
     training: ArmSettings = ArmSettings()
     search: CountdownSearchSettings = CountdownSearchSettings()
@@ -90,7 +90,7 @@ def _job(setup: CountdownSetup, arm: str, seed: int, start_state: dict):
     """One worker's job, on one torch thread: the start's test (arm "start"), or an arm trained from the start
     under a training seed and tested (its history, test results, generated characters and value evaluations)."""
     torch.set_num_threads(1)
-    start = Policy(PolicyValueNet(shape(**vars(setup.policy))), setup.device, setup.legal_only)
+    start = Policy(PolicyValueNet(setup.policy), setup.device, setup.legal_only)
     start.net.load_state_dict(start_state)
     if arm == "start":
         return evaluate_policy(start, setup, seed)

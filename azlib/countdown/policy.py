@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from azlib.countdown.rules import MAX_MOVE_CHARS, MOVE_END
 from azlib.models.gpt import GPT
-from azlib.settings import GPTSettings
+from azlib.settings import GPTShape
 
 # Every character the rules and the model write; one more id pads a batch's rows on the left (never read).
 VOCAB = "\n ()*+-/0123456789=>"
@@ -77,23 +77,17 @@ class Line(NamedTuple):
 
 class PolicyValueNet(nn.Module):
     """f(text) -> (next-character logits at every position, value logit at every position). The value of a state
-    is read at its text's last character: P(the episode from here is solved), as a logit."""
+    is read at its text's last character: P(the episode from here is solved), as a logit. The shape's block_size
+    (128 by default) holds a 4-number episode of numbers up to 99: at most 101 characters."""
 
-    def __init__(self, shape: GPTSettings):
+    def __init__(self, shape: GPTShape = GPTShape()):
         super().__init__()
-        self.gpt = GPT(shape)
+        self.gpt = GPT(shape.gpt(len(VOCAB) + 1))  # Countdown's characters and the pad
         self.value = nn.Linear(shape.n_embd, 1)
 
     def forward(self, idx: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.gpt.hidden(idx, **kwargs)
         return self.gpt.head(h), self.value(h).squeeze(-1)
-
-
-def shape(n_layer: int = 4, n_head: int = 4, n_embd: int = 128, block_size: int = 128) -> GPTSettings:
-    """The network's shape over Countdown's characters (block_size 128 holds a 4-number episode of numbers up to
-    99: at most 101 characters)."""
-    return GPTSettings(vocab_size=len(VOCAB) + 1, block_size=block_size, n_layer=n_layer, n_head=n_head,
-                       n_embd=n_embd)
 
 
 class Batch(NamedTuple):

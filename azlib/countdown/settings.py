@@ -1,4 +1,4 @@
-"""The knobs of notebook 08 (Countdown): the policy's shape, its start by imitation, the search, the training arms
+"""The knobs of notebook 08 (Countdown) but the policy's shape (azlib.settings.GPTShape): its start by imitation, the search, the training arms
 at equal tokens and the evaluation. Each field's default is its one home; light (no torch), so that the notebook
 schema imports it."""
 
@@ -9,22 +9,9 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt
 
-from azlib.settings import GPTSettings, SearchSettings, check_fields
+from azlib.settings import SearchSettings, check_fields
 
 ARMS = ("rft", "grpo", "alphazero", "alphazero_oracle")  # the training arms, in the order they are shown
-
-
-@dataclass(frozen=True)
-class PolicyShape:
-    """The character-level GPT with a value head (about 0.8M parameters at the defaults)."""
-
-    n_layer: Annotated[int, Ge(1)] = 4
-    n_head: Annotated[int, Ge(1)] = 4
-    n_embd: Annotated[int, Ge(8)] = 128
-
-    def __post_init__(self):
-        check_fields(self)
-        GPTSettings(vocab_size=1, n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd)  # its own checks
 
 
 @dataclass(frozen=True)
