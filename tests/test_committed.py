@@ -35,6 +35,14 @@ def test_notebook_shows_the_outputs_of_its_code(path):
 MARKDOWN_WORDS = 400  # at most, in one markdown cell: a reader meets an idea, then the code that shows it
 
 
+PROSE_08 = 1808  # words of markdown in notebook 08 at most: its longest notebook, kept to a read of minutes
+
+
+def test_notebook_08s_prose_stays_within_its_budget():
+    nb = nbformat.read(config.NOTEBOOKS_DIR / "08_countdown_alphazero.ipynb", as_version=4)
+    assert sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown") <= PROSE_08
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_markdown_cell_is_a_wall_of_text(path):
     nb = nbformat.read(path, as_version=4)
