@@ -153,7 +153,7 @@ def run_arms(setup: CountdownSetup, start: Policy, start_history: list[dict],
     jobs = [("start", setup.seed)] + [(arm, seed) for seed in setup.seeds for arm in setup.arms]
     state = {k: v.cpu() for k, v in start.net.state_dict().items()}
     run = _in_process if setup.workers == 0 else _in_pool(setup.workers)
-    outs = run(_job, [(setup, a, s, state) for a, s in jobs], progress, [("start",), *jobs[1:]])
+    outs = run(_job, [(setup, a, s, state) for a, s in jobs], progress, jobs)
     result.start = outs[0]
     for (arm, seed), out in zip(jobs[1:], outs[1:]):
         history, results, tokens, evaluations = out

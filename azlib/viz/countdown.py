@@ -10,7 +10,7 @@ import numpy as np
 
 from azlib.countdown.evaluate import rate
 from azlib.mcts.tree import Node
-from azlib.viz.curves import STYLES, plot_seed_curves
+from azlib.viz.curves import plot_seed_curves
 
 METHOD_LABELS = {"greedy": "greedy", "best_of": "best-of-N", "best_of_at_mcts_tokens": "best-of-k at MCTS tokens",
                  "mcts": "MCTS, learned value", "mcts_oracle": "MCTS, oracle value"}
@@ -54,17 +54,12 @@ def plot_learning(result, key: str = "greedy_unseen", ylabel: str = "greedy solv
         _, steps = _by_iteration(result.histories, arm, result.setup.seeds, "optimizer_steps")
         steps = steps.cumsum(0).mean(1)
         fewest.append(steps[-1])
-        for ax, at, xlabel in ((by_characters, x / 1000, "generated characters (thousands, per arm and seed)"),
-                               (by_steps, steps, "optimiser steps (per arm and seed)")):
-            mean, std = values.mean(1), values.std(1)
-            (line,) = ax.plot(at, mean, STYLES[k % len(STYLES)], label=arm, marker=".")
-            ax.fill_between(at, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
-            ax.set_xlabel(xlabel)
+        plot_seed_curves(by_characters, x / 1000, {arm: values}, title="at equal generated characters",
+                         xlabel="generated characters (thousands, per arm and seed)", ylabel=ylabel, style=k)
+        plot_seed_curves(by_steps, steps, {arm: values}, title="", xlabel="optimiser steps (per arm and seed)",
+                         ylabel=ylabel, style=k)
     by_steps.axvline(min(fewest), color="grey", linestyle=":", linewidth=1)
-    by_characters.set(title="at equal generated characters", ylabel=ylabel)
     by_steps.set_title(f"at equal optimiser steps (dotted: {min(fewest):.0f}, the fewest any arm took)")
-    for ax in (by_characters, by_steps):
-        ax.grid(alpha=0.3)
     by_characters.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -102,12 +97,12 @@ def plot_value_precision(result):
     for key, ax, title, ylabel in (
             ("value_precision", left, "Precision of the value, against the oracle", "P(solvable | v > 0.5)"),
             ("value_auc", middle, "AUC of the value, against the oracle", "P(v(solvable) > v(dead))")):
-        for arm in result.setup.arms:
+        for k, arm in enumerate(result.setup.arms):
             x, values = _by_iteration(result.histories, arm, result.setup.seeds, key)
             # a precision is undefined where the value called no state solvable: said, not drawn as a blank line
             label = f"{arm}: no v above 0.5" if np.isnan(values).all() else arm
             plot_seed_curves(ax, x / 1000, {label: values}, title=title, xlabel="generated characters (thousands)",
-                             ylabel=ylabel)
+                             ylabel=ylabel, style=k)
         ax.set_ylim(0, 1)
     left.axhline(0.9, color="k", linestyle="--", linewidth=1, label="the 90% bar (Chen et al. 2024)")
     middle.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="chance")

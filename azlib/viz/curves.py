@@ -8,11 +8,13 @@ import numpy as np
 STYLES = ("-", "--", "-.", ":")  # one per curve in turn, so that a curve lying on another shows through it
 
 
-def plot_seed_curves(ax, x: np.ndarray, curves: dict[str, np.ndarray], *, title: str, xlabel: str, ylabel: str):
-    """One line per label: mean over the seed axis with a +-1 std band, each in its own colour and line style; a
-    curve whose mean equals an earlier one's says so in its label."""
+def plot_seed_curves(ax, x: np.ndarray, curves: dict[str, np.ndarray], *, title: str, xlabel: str, ylabel: str,
+                     style: int = 0):
+    """One line per label: mean over the seed axis with a +-1 std band, each in its own colour and line style (from
+    the `style`-th, for curves drawn on one axes a call at a time); a curve whose mean equals an earlier one's says so
+    in its label."""
     means: dict[str, np.ndarray] = {}
-    for k, (label, values) in enumerate(curves.items()):
+    for k, (label, values) in enumerate(curves.items(), start=style):
         mean, std = values.mean(1), values.std(1)
         same = next((other for other, m in means.items() if m.shape == mean.shape and np.allclose(m, mean)), None)
         shown = f"{label} (identical to {same})" if same else label
