@@ -226,7 +226,11 @@ class TeacherEnsembleParams(StudentParams, SearchParams, GSM8KParams):
     """Notebook 03: the teacher ensemble proposing right and wrong chunks (see azlib.teachers)."""
 
     task: Literal["arithmetic", "gsm8k"]
+    arithmetic_steps: ArithmeticSteps = Field(description="step counts of the arithmetic task, within 1..4")
     num_problems: int = Field(ge=1, description="problems searched one after another (weights adapt between)")
+    greedy_solved_only: bool = Field(description="search first the problems, of the first 8 x num_problems, whose "
+                                                 "greedy answer the student gets right (a solved search is what "
+                                                 "moves a weight)")
     teacher_tier: Literal[tuple(TIERS)] = Field(
         description="preset used when teachers is []")
     teachers: list[TeacherSpec] = Field(description="explicit teachers; [] takes the tier's preset")

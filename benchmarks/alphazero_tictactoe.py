@@ -5,7 +5,7 @@ is due, against minimax, and every game against perfect play as X and as O; the 
 Goal: a move of minimax's optimal set in every position (so 0 losing moves, and no won position let go
 as a draw), all games drawn as X and as O. Writes nothing.
 
-    .venv/bin/python benchmarks/alphazero_tictactoe.py [--profile cpu] [--seed 0] [--threads 1]
+    .venv/bin/python benchmarks/alphazero_tictactoe.py [--profile cpu] [--seed 0] [--simulations 64] [--threads 1]
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="cpu", choices=config.PROFILES)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--simulations", type=int, help="simulations per move (default: the profile's az_simulations)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads: the net is tiny, Python search dominates")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     params, _ = config.resolve(config.NOTEBOOKS_DIR / "02_mcts_tree.ipynb", args.profile,
                                config.REPO_ROOT / "outputs" / "unused")
     settings = AlphaZeroSettings(iterations=params.az_iterations, games_per_iteration=params.az_games,
-                                 simulations=params.az_simulations, arena_games=params.az_arena_games,
+                                 simulations=args.simulations or params.az_simulations, arena_games=params.az_arena_games,
                                  random_opening=params.az_random_opening)
     seed = params.seed if args.seed is None else args.seed
     print(f"profile {args.profile}, seed {seed}: {settings}")

@@ -108,6 +108,19 @@ def test_03_the_weights_demo_says_whether_they_moved_and_shows_the_shipped_searc
     assert re.search(r"shipped: .*: [1-9]\d* of \d+ searches found a right answer through a teacher's child", shown)
 
 
+def test_03_a_search_credits_a_teacher_and_a_weight_moves():
+    shown = printed("03_teacher_ensemble", "moved = float(")
+    credited, moved = re.search(r"(\d+) of \d+ searches found a right answer through a teacher's child; the largest "
+                                r"change of a weight was (\d+\.\d+)", shown).groups()
+    assert int(credited) > 0 and float(moved) > 0
+
+
+def test_04_the_drawn_forking_tree_has_a_right_answer():
+    shown = printed("04_gsm8k_run", "forking.grow(")
+    assert re.search(r"problem \d+: \d+ answers \([1-9]\d* correct\)", shown)
+    assert "no right answer in any of these trees" not in shown
+
+
 def test_04_the_opened_step_has_a_verified_answer_and_a_loss():
     shown = printed("04_gsm8k_run", "demo = mcts.search(")
     verified = int(re.search(r"imitation loss of its (\d+) verified answers", shown).group(1))

@@ -45,9 +45,9 @@ TRIES = [
         ("search.rule=gumbel", "search.leaves_per_step=1"), run="02-gumbel",
         effect="tests/test_mcts.py::test_gumbel_wins_and_blocks_on_tictactoe"),
     Try("02", "Fewer `ttt_simulations` (50, 200)", ("ttt_simulations=50", "ttt_position=X...O...X"),
-        effect="test_02_few_simulations_choose_a_losing_move_where_one_move_saves"),
+        effect="test_02_few_simulations_choose_a_losing_move_where_a_corner_loses"),
     Try("02", "Fewer `ttt_simulations` (50, 200)", ("ttt_simulations=200", "ttt_position=X...O...X"),
-        effect="test_02_few_simulations_choose_a_losing_move_where_one_move_saves"),
+        effect="test_02_few_simulations_choose_a_losing_move_where_a_corner_loses"),
     Try("02", "- `search.leaves_per_step = 1`", ("search.leaves_per_step=1",),
         effect="test_02_one_leaf_per_step_takes_more_model_steps"),
     Try("02", "`az_simulations = 32`", ("az_simulations=32",),
@@ -285,7 +285,7 @@ def test_02_uct_grows_a_wider_tree():
     assert len(trees["uct"].tree.nodes) > len(trees["puct"].tree.nodes) and least["uct"] > least["puct"], least
 
 
-def test_02_few_simulations_choose_a_losing_move_where_one_move_saves():
+def test_02_few_simulations_choose_a_losing_move_where_a_corner_loses():
     from azlib.mcts.envs import tictactoe
 
     def losing(board: str, simulations: int) -> int:

@@ -70,20 +70,24 @@ def plot_methods(result, split: str = "unseen"):
     the generated characters per problem each method spent."""
     arms = ["start", *result.setup.arms]
     methods = [m for m in METHOD_LABELS if m in result.start[split]]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(12, 4))
     width = 0.8 / len(methods)
     for k, method in enumerate(methods):
         rates = np.array([[rate(result.source(a, s)[split][method]) for s in result.setup.seeds] for a in arms])
         tokens = np.mean([[result.source(a, s)[split][method]["tokens"] for s in result.setup.seeds] for a in arms])
         x = np.arange(len(arms)) + (k - (len(methods) - 1) / 2) * width
-        ax.bar(x, rates.mean(1), width, label=f"{METHOD_LABELS[method]} (~{tokens:.0f} chars/problem)")
+        capped = method == "best_of_at_mcts_tokens" and any(
+            result.source(a, s)[split][method]["capped"] for a in arms for s in result.setup.seeds)
+        label = f"{METHOD_LABELS[method]} (~{tokens:.0f} chars/problem" + (
+            ", capped at N: fewer than the search's)" if capped else ")")
+        ax.bar(x, rates.mean(1), width, label=label)
         for j, seed_rates in enumerate(rates):
             ax.plot([x[j]] * len(seed_rates), seed_rates, "k.", markersize=3)
     ax.set_xticks(np.arange(len(arms)), arms)
     ax.set_ylabel(f"solve rate, {split} targets")
     ax.set_ylim(0, 1)
     ax.set_title(f"Test time: each trained policy, each method ({split} targets; dots: seeds)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -131,38 +135,34 @@ def plot_value_precision(result):
 
 def plot_beside(runs: dict[str, dict], split: str = "unseen"):
     """Runs side by side (label -> azlib.countdown.experiment.summary(...), e.g. yours and the shipped cpu run): each
-    arm's mean greedy solve rate, and its search's rate minus best-of-k's at the search's characters (the title says
-    where best-of-k's samples ran out first, so that the two are not at equal characters)."""
+    arm's mean greedy solve rate, and its search's rate minus best-of-k's at the search's characters (a run's legend
+    entry says where best-of-k's samples ran out first, so that the two are not at equal characters)."""
     fig, (greedy, search) = plt.subplots(1, 2, figsize=(11, 4.4))
     width = 0.8 / len(runs)
-    short = []  # runs whose best-of-k spent less than 95% of the search's characters somewhere
     for k, (label, run) in enumerate(runs.items()):
         arms = ["start", *run["setup"]["arms"]]
         x = np.arange(len(arms)) + (k - (len(runs) - 1) / 2) * width
         means = run["means"][split]
-        greedy.bar(x, [means["greedy"][a] for a in arms], width, label=label)
         if "mcts" in means and "best_of_at_mcts_tokens" in means:
-            gain = [means["mcts"][a] - means["best_of_at_mcts_tokens"][a] for a in arms]
-            search.bar(x, gain, width, label=label)
             rates = [run["start"][split], *(by_seed[split] for seeds in run["arms"].values()
                                             for by_seed in seeds.values())]
             if any(r["best_of_at_mcts_tokens"]["tokens"] < 0.95 * r["mcts"]["tokens"] for r in rates):
-                short.append(label)
+                label += "\n(best-of-k capped below the search's characters)"
+            search.bar(x, [means["mcts"][a] - means["best_of_at_mcts_tokens"][a] for a in arms], width)
+        greedy.bar(x, [means["greedy"][a] for a in arms], width, label=label)
         for ax in (greedy, search):
             ax.set_xticks(np.arange(len(arms)), arms, fontsize=8, rotation=20)
     greedy.set_ylabel(f"greedy solve rate, {split} targets")
     greedy.set_ylim(0, 1)
-    greedy.set_title("Each arm's policy alone (mean over seeds)")
+    greedy.set_title("Each arm's policy alone (mean over seeds)", fontsize=10)
     search.axhline(0, color="grey", linewidth=0.8)
-    search.set_ylabel("MCTS minus best-of-k")
-    search.set_title("What the search adds at test time\n" + (
-        f"best-of-k capped below the search's characters: {', '.join(short)}" if short
-        else "best-of-k at the search's characters"), fontsize=10)
+    search.set_ylabel("MCTS minus best-of-k (solve rate)")
+    search.set_title("What the search adds at test time:\nMCTS minus best-of-k at the search's characters", fontsize=10)
     for ax in (greedy, search):
         ax.grid(axis="y", alpha=0.3)
     handles, labels = greedy.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(runs), fontsize=8)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
@@ -178,7 +178,8 @@ CURVE_MARKERS = {"sampled-widened": "o"}  # widened sampled lines: solid, dotted
 def plot_curves(result: dict, title: str = "Test time at equal compute", methods: list[str] | None = None):
     """Solve rate against the characters a model computed per problem (azlib.countdown.curves): best-of-k (black)
     and each search (or those named in `methods`), its colour the value it read, its line style (and markers) how
-    its children were made and chosen (sampled, widened or listed; PUCT or Gumbel), the budgets marked."""
+    its children were made and chosen (sampled, widened or listed; PUCT or Gumbel), the budgets marked; a line that
+    stays along the axis has its final rate in its legend entry."""
     budgets = result["budgets"]
     grid = np.linspace(0, max(budgets), 121)
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -193,8 +194,10 @@ def plot_curves(result: dict, title: str = "Test time at equal compute", methods
             colour, style, width = CURVE_COLOURS[value], CURVE_STYLES[children, rule], 1.4
             marker = CURVE_MARKERS.get(children, "")
             label = f"MCTS, {CURVE_CHILDREN[children]}, {rule}, {CURVE_VALUES[value]}"
-        ax.plot(grid, [(first <= g).mean() for g in grid], style, color=colour, lw=width, label=label, marker=marker,
-                markersize=3.5, markevery=10)
+        rates = [(first <= g).mean() for g in grid]
+        if rates[-1] < 0.05:  # a line along the axis: its legend entry says where it ends
+            label += f" ({rates[-1]:.1%} at {grid[-1]:,.0f})"
+        ax.plot(grid, rates, style, color=colour, lw=width, label=label, marker=marker, markersize=3.5, markevery=10)
     for b in budgets:
         ax.axvline(b, color="0.8", lw=0.8, zorder=0)
     ax.set_xlabel("characters the model computed per problem (each once)")
