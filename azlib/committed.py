@@ -13,7 +13,8 @@ from typing import Any
 
 from PIL import Image
 
-from azlib.runs import atomic_write_text, read_json
+from azlib.paths import atomic_write_text
+from azlib.runs import read_json
 
 RECORD = "azlib"  # the notebook metadata key of the record
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

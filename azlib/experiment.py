@@ -22,7 +22,7 @@ from azlib.models.generation import Backend, Resource
 from azlib.models.loading import free_memory
 from azlib.prompts import PROMPT_TOKENS, chat_prompt
 from azlib.rewards import complete_answer, extract_answer, is_correct
-from azlib.runs import atomic_write_text
+from azlib.paths import atomic_write_text
 from azlib.settings import arm_asks_teachers, arm_settings
 
 EXPERIMENT_FOLDER = "05-experiment"  # its folder in a run folder (notebook 05, `python -m azlib experiment`)

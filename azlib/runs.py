@@ -6,12 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import platform
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from datetime import datetime, timezone
 from importlib import metadata
@@ -20,22 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from azlib.paths import REPO_ROOT, repo_path
-
-CHECKPOINT_PREFIX = "step-"  # a training's checkpoints/step-NNNNNN folders
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
+from azlib.paths import REPO_ROOT, atomic_write_text, repo_path, saved_checkpoints
 
 def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
@@ -285,20 +268,6 @@ def _number(value: Any) -> str:
 def _cell(text: str) -> str:
     """Text that stays inside one Markdown table cell."""
     return " ".join(text.split()).replace("|", "\\|")
-
-
-def saved_checkpoints(folder: str | Path) -> list[Path]:
-    """The whole checkpoints in a trainer's checkpoints/ folder, oldest step first (a partial one, still hidden
-    under its staging name, is none)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """The step a checkpoint folder (checkpoints/step-NNNNNN) was saved after."""
-    return int(checkpoint.name.removeprefix(CHECKPOINT_PREFIX))
 
 
 def trainings_in(run_folder: str | Path) -> dict[Path, Path]:

@@ -32,7 +32,7 @@ from azlib.models.generation import Resource
 from azlib.models.student import Student
 from azlib.parallel import barrier, gather, local_device, shard, world
 from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_reward_function, reward_name
-from azlib.runs import CHECKPOINT_PREFIX, saved_checkpoints
+from azlib.paths import CHECKPOINT_PREFIX, saved_checkpoints
 from azlib.settings import (EXPLORER_OF, TRAINING_SEARCH, AnswerSampling, ForkSettings, GRPOSettings, LoraSettings,
                             SearchSettings, TextSearchSettings, TrainSettings)
 
