@@ -6,7 +6,7 @@ search over text and the forking tree (azlib.textsearch), the server's limits (a
 azlib.countdown.settings (its package's), and beside their one user tic-tac-toe's AlphaZero loop
 (azlib.mcts.alphazero.AlphaZeroSettings), the original system's reward weights (azlib.rewards.RewardWeights) and
 a teacher (azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
-Imports no azlib module, so that every layer may import it and azlib.config reads it without model libraries."""
+Imports no azlib module, so that every layer may import it and azlib.lab.config reads it without model libraries."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def check_fields(settings) -> None:
     """Raise ValueError naming the first field of a settings dataclass whose value its declared type refuses, with
     pydantic's reason: outside a bound (`Annotated[int, Ge(1)]`), not one of a Literal's values, not a number
     where one is declared. Pydantic's lax mode: an int passes where a float is declared, and the value is kept as
-    given. azlib.config checks parameters' types strictly before they get here."""
+    given. azlib.lab.config checks parameters' types strictly before they get here."""
     for name, field_type in _field_types(type(settings)).items():
         value = getattr(settings, name)
         try:
@@ -72,7 +72,7 @@ class AnswerSampling:
 @dataclass(frozen=True)
 class SearchSettings:
     """Budgets and the selection rule. Defaults follow the original system (60 iterations, depth 12,
-    c = 1.414); `NUM_MCTS_ITERATIONS`, `MAX_TREE_DEPTH`, `MAX_TOKENS` reach these through azlib.config."""
+    c = 1.414); `NUM_MCTS_ITERATIONS`, `MAX_TREE_DEPTH`, `MAX_TOKENS` reach these through azlib.lab.config."""
 
     num_simulations: Annotated[int, Ge(1)] = 60  # leaf evaluations per root; the root's own expansion is the first
     max_depth: Annotated[int, Ge(1)] = 12  # a node this deep is terminal

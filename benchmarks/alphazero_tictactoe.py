@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from azlib import config
+from azlib.lab import config
 from azlib.mcts.alphazero import POSITIONS, AlphaZeroSettings, alphazero
 
 GOAL_SECONDS = 300

@@ -30,7 +30,7 @@ second (540 s):
 - torchrun_experiment (120): `torchrun --nproc_per_node 1 -m azlib experiment` with one process, the grpo arm for
   one seed at about one step's budget, through the profile's generation;
 third (535 s), the hf phases:
-- plan (20): the plan of the h100 profile (azlib.plan) per notebook;
+- plan (20): the plan of the h100 profile (azlib.lab.plan) per notebook;
 - student (30): the 1.5B student in the chosen dtype with its LoRA and reference;
 - decode_32/64/128 (30 each): the hf decode loop's steady state at 32, 64 and 128 rows (--shape tiny: 4, 8, 16)
   with the answer-line stop on, against the plan's assumed rate;
@@ -113,7 +113,7 @@ SIZES = {"student": {"answer_tokens": 384, "step_tokens": 128, "micro_batch": 16
                      "decode_tokens": 128, "decode_rows": (32, 64, 128), "eval_problems": 64},
          "tiny": {"answer_tokens": 32, "step_tokens": 24, "micro_batch": 4, "lora_r": 16, "demo_answers": 16,
                   "decode_tokens": 16, "decode_rows": (4, 8, 16), "eval_problems": 8}}
-# The architecture of each vLLM teacher the h100 profiles name, for its dummy config (its shape: azlib.plan)
+# The architecture of each vLLM teacher the h100 profiles name, for its dummy config (its shape: azlib.lab.plan)
 TEACHER_TYPES = {"Qwen/Qwen2.5-7B-Instruct": "qwen2", "microsoft/Phi-3.5-mini-instruct": "phi3",
                  "meta-llama/Llama-3.1-8B-Instruct": "llama", "mistralai/Mistral-7B-Instruct-v0.3": "mistral",
                  "google/gemma-2-9b-it": "gemma2"}
@@ -157,12 +157,12 @@ def random_model(shape: dict, folder: Path, tokenizer_dir: str | None = None, dt
 
 def dummy_teacher(model: str, shape: str, dtype: str, tokenizer_dir: str, folder: Path) -> str:
     """A config.json of teacher `model`'s architecture, for vLLM's load_format="dummy" (random weights, nothing
-    read), and the student's tokenizer: the published shape (azlib.plan), or on the tiny shape the tiny sizes. The
+    read), and the student's tokenizer: the published shape (azlib.lab.plan), or on the tiny shape the tiny sizes. The
     vocabulary is at least the tokenizer's, so every prompt id has an embedding (Phi-3.5's 32,064 becomes 49,152)."""
     from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from azlib.plan import PUBLISHED_SHAPES
+    from azlib.lab.plan import PUBLISHED_SHAPES
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if shape == "tiny":  # head_dim named: Gemma 2's config would default to 256
@@ -332,7 +332,7 @@ class Check:
         return [f"device={'cuda' if self.cuda else 'cpu'}", *([f"dtype={self.args.dtype}"] if dtype else []), *more]
 
     def resolved(self, notebook: str, *assignments: str):
-        from azlib.config import resolve_library
+        from azlib.lab.config import resolve_library
 
         return resolve_library(notebook, PROFILE, self.work / "outputs", assignments)[0]
 
@@ -411,10 +411,10 @@ def engine_processes(started: set[int]) -> dict:
 
 
 def engine_report(name: str, backend, folder: str, cuda: bool) -> dict:
-    """One engine's KV cache as vLLM sized it, beside the plan's prediction: on a GPU azlib.plan.Engine's (its
+    """One engine's KV cache as vLLM sized it, beside the plan's prediction: on a GPU azlib.lab.plan.Engine's (its
     share of the GPU less its weights and vLLM's reserve), on the CPU the KV space given / the plan's bytes per
-    token (azlib.plan.ModelShape, at the dtype the engine runs)."""
-    from azlib.plan import GIB, Engine, model_shape
+    token (azlib.lab.plan.ModelShape, at the dtype the engine runs)."""
+    from azlib.lab.plan import GIB, Engine, model_shape
 
     kv = backend.kv_cache()
     dtype_bytes = getattr(torch, kv["dtype"]).itemsize
@@ -647,7 +647,7 @@ def phase_torchrun_experiment(check: Check, entry: dict) -> None:
 
 def phase_models(check: Check, entry: dict) -> None:
     """The 1.5B student's random model every later phase loads, built on the device in --dtype."""
-    from azlib.plan import model_shape
+    from azlib.lab.plan import model_shape
 
     args = check.args
     check.model_dir = random_model(SHAPES[args.shape], check.work / "model", args.tokenizer, args.dtype, args.device)
@@ -657,8 +657,8 @@ def phase_models(check: Check, entry: dict) -> None:
 
 def phase_plan(check: Check, entry: dict) -> None:
     """The plan of the h100 profile on an 80 GB card, per notebook: what the measured phases stand beside."""
-    from azlib.config import NOTEBOOKS_DIR, ParamsError
-    from azlib.plan import GIB, H100_GIB, notebook_plan
+    from azlib.lab.config import NOTEBOOKS_DIR, ParamsError
+    from azlib.lab.plan import GIB, H100_GIB, notebook_plan
 
     for path in sorted(NOTEBOOKS_DIR.glob("0*.ipynb")):
         try:  # the library's defaults under the profile: a field only the notebook's cell sets is named
@@ -684,7 +684,7 @@ def decode_phase(rows: int):
     def phase(check: Check, entry: dict) -> None:
         """Steady-state decode of `rows` rows in one batch, the answer-line stop on (a random model never writes an
         answer line, so every row runs to the limit), against the plan's assumed rate."""
-        from azlib.plan import RATES, model_shape
+        from azlib.lab.plan import RATES, model_shape
 
         backend = check.need_student().backend
         batch, backend.batch_size = backend.batch_size, rows
@@ -704,7 +704,7 @@ def decode_phase(rows: int):
 
 def phase_score_demo(check: Check, entry: dict) -> None:
     """Notebook 04's demo cell: two problems' answers scored by the policy and the reference, no gradient."""
-    from azlib.plan import model_shape, scoring_logits
+    from azlib.lab.plan import model_shape, scoring_logits
 
     student = check.need_student()
     rows, length = check.size["demo_answers"], check.size["answer_tokens"]
@@ -742,7 +742,7 @@ def update_phase(kind: str, ballast: bool = False):
         holds."""
         from azlib.grpo import GRPOSettings, PolicyUpdate
         from azlib.settings import AnswerSampling
-        from azlib.plan import GIB, H100_GIB, activations, model_shape, training_logits
+        from azlib.lab.plan import GIB, H100_GIB, activations, model_shape, training_logits
         from azlib.prompts import PROMPT_TOKENS
 
         student, size = check.need_student(), check.size
@@ -938,7 +938,7 @@ REFEREE_TINY = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.b
 
 def phase_notebook_07(check: Check, entry: dict) -> None:
     """Notebook 07's arms at the profile's shapes for a few dozen steps, on the repository's few GSM8K rows."""
-    from azlib.plan import GPT_CHARS
+    from azlib.lab.plan import GPT_CHARS
     from azlib.referee import load_corpus
     from azlib.referee.train import arms_from_params
 

@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from azlib.config import ENV_OVERRIDES
-from azlib.config import list_notebooks
-from azlib.runner import run
+from azlib.lab.config import ENV_OVERRIDES
+from azlib.lab.config import list_notebooks
+from azlib.lab.runner import run
 
 GOAL_MINUTES = {"05": 10.0}  # every other notebook: DEFAULT_GOAL
 DEFAULT_GOAL = 5.0

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from azlib.config import NOTEBOOKS_DIR, PROFILES, resolve  # noqa: E402
+from azlib.lab.config import NOTEBOOKS_DIR, PROFILES, resolve  # noqa: E402
 from azlib.referee import load_corpus  # noqa: E402
 from azlib.referee.train import arms_from_params  # noqa: E402
 

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from azlib.paths import REPO_ROOT
-from azlib.runner import run
-from azlib.runs import RunFolder
+from azlib.lab.runner import run
+from azlib.lab.run_folder import RunFolder
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ TABLE_FIGURE = "step-check-precision.png"
 
 
 def table(out: Path) -> None:
-    from azlib.shipped import shipped_experiment
+    from azlib.lab.shipped_results import shipped_experiment
     from azlib.step_precision import check_records, precision_table
 
     experiment, made = shipped_experiment()

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import azlib
-from azlib.config import resolve_library
+from azlib.lab.config import resolve_library
 from azlib.training import trainer_from_params, training_problems
 
 PACKAGE = str(Path(azlib.__file__).parent)

@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from azlib.config import ParamsError, resolve_library
+from azlib.lab.config import ParamsError, resolve_library
 from azlib.experiment import Experiment, calibration, calibration_sets, comparison_pairs, task_sets
 from azlib.settings import ARMS
 from azlib.models import make_backend

@@ -1,6 +1,6 @@
 """Worked solutions to the exercises of notebooks 01-08, written from the formulas (not by calling azlib), and
 the answers to their concept checks (CONCEPT_ANSWERS, at the end, each with its reasons). Open this file after
-you have tried: the graders in azlib/exercises.py check your own function or letter, not these.
+you have tried: the graders in azlib/lab/exercises.py check your own function or letter, not these.
 
     from solutions import group_advantages          # from notebooks/, or
     exercises.check_group_advantages(group_advantages)

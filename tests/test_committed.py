@@ -10,8 +10,8 @@ import sys
 import nbformat
 import pytest
 
-from azlib import committed, config
-from azlib.runner import PeakMemory
+from azlib.lab import config, stored_notebooks
+from azlib.lab.runner import PeakMemory
 
 NOTEBOOKS = sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 
@@ -24,12 +24,12 @@ def test_notebook_shows_the_outputs_of_its_code(path):
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1
     assert set(config.notebook_defaults(path)) == set(config.params_model(path.stem).model_fields)
-    assert committed.drift(path) == []
-    record = nb.metadata[committed.RECORD]["executed"]
+    assert stored_notebooks.drift(path) == []
+    record = nb.metadata[stored_notebooks.RECORD]["executed"]
     assert record["profile"] == "defaults" and record["minutes"] > 0 and record["peak_rss_mb"] > 0
     shown = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert any("image/png" in o.get("data", {}) for o in shown), "a notebook shows at least one figure"
-    assert not any(committed.WIDGET_VIEW in o.get("data", {}) for o in shown), "live views need a kernel"
+    assert not any(stored_notebooks.WIDGET_VIEW in o.get("data", {}) for o in shown), "live views need a kernel"
 
 
 MARKDOWN_WORDS = 400  # at most, in one markdown cell: a reader meets an idea, then the code that shows it
@@ -52,7 +52,7 @@ def test_no_markdown_cell_is_a_wall_of_text(path):
 
 def test_notebooks_fit_the_size_budget():
     sizes = {p.name: p.stat().st_size for p in NOTEBOOKS}
-    assert sum(sizes.values()) <= committed.SIZE_BUDGET, sizes
+    assert sum(sizes.values()) <= stored_notebooks.SIZE_BUDGET, sizes
     assert max(sizes.values()) <= 2_000_000, sizes
 
 
@@ -77,9 +77,9 @@ def _executed(notebook):
             count += 2 if count == 1 else 1
     ran["cells"][-1]["outputs"] = [
         {"output_type": "display_data", "metadata": {},
-         "data": {committed.WIDGET_VIEW: {"model_id": "m"}, "image/svg+xml": "<svg/>", "text/plain": "TreeWidget()"}},
+         "data": {stored_notebooks.WIDGET_VIEW: {"model_id": "m"}, "image/svg+xml": "<svg/>", "text/plain": "TreeWidget()"}},
         {"output_type": "display_data", "metadata": {},  # a progress bar: its text is its first state
-         "data": {committed.WIDGET_VIEW: {"model_id": "p"}, "text/plain": "steps:   0%|          | 0/3"}},
+         "data": {stored_notebooks.WIDGET_VIEW: {"model_id": "p"}, "text/plain": "steps:   0%|          | 0/3"}},
         {"output_type": "stream", "name": "stdout", "text": "4\n"}]
     ran["metadata"]["widgets"] = {"state": {"m": {}}}
     ran["metadata"]["papermill"] = {"input_path": "x"}
@@ -92,7 +92,7 @@ def test_store_grafts_the_outputs_and_the_record_onto_the_notebook_as_it_is_now(
     shown["cells"][0]["source"] = "# edited while it ran"  # markdown may change during a run
     target = tmp_path / "nb.ipynb"
     target.write_text(json.dumps(shown))
-    committed.store(tmp_path / "ran.ipynb", target, {"commit": "abc", "profile": "defaults"})
+    stored_notebooks.store(tmp_path / "ran.ipynb", target, {"commit": "abc", "profile": "defaults"})
     stored = json.loads(target.read_text())
     nbformat.validate(nbformat.reads(target.read_text(), as_version=4))
     assert stored["cells"][0]["source"] == "# edited while it ran"
@@ -103,22 +103,22 @@ def test_store_grafts_the_outputs_and_the_record_onto_the_notebook_as_it_is_now(
     assert "papermill" not in last["metadata"] and "execution" not in last["metadata"]
     assert "widgets" not in stored["metadata"]
     assert stored["metadata"]["azlib"]["executed"]["commit"] == "abc"
-    assert committed.drift(target) == []
+    assert stored_notebooks.drift(target) == []
 
     stored["cells"][0]["source"] = "# reworded later"
     target.write_text(json.dumps(stored))
-    assert committed.drift(target) == [], "markdown does not decide the outputs"
+    assert stored_notebooks.drift(target) == [], "markdown does not decide the outputs"
     stored["cells"].append(json.loads(json.dumps(nbformat.v4.new_code_cell(""))))  # a blank cell never runs
     target.write_text(json.dumps(stored))
-    assert committed.drift(target) == [], "an empty code cell is not the notebook's code"
+    assert stored_notebooks.drift(target) == [], "an empty code cell is not the notebook's code"
     for counts in ([1, None], [3, 1]):
         stored["cells"][1]["execution_count"], stored["cells"][2]["execution_count"] = counts
         target.write_text(json.dumps(stored))
-        assert committed.drift(target) == [f"nb.ipynb: code cells not all run, in order (execution counts {counts})"]
+        assert stored_notebooks.drift(target) == [f"nb.ipynb: code cells not all run, in order (execution counts {counts})"]
     stored["cells"][1]["execution_count"], stored["cells"][2]["execution_count"] = 1, 3
     stored["cells"][2]["source"] = "print(x * 3)"
     target.write_text(json.dumps(stored))
-    assert "code differs" in committed.drift(target)[0]
+    assert "code differs" in stored_notebooks.drift(target)[0]
 
 
 def test_store_refuses_a_copy_whose_code_changed_and_drift_names_what_is_wrong(tmp_path):
@@ -130,15 +130,15 @@ def test_store_refuses_a_copy_whose_code_changed_and_drift_names_what_is_wrong(t
     target.write_text(json.dumps(shown))
     before = target.read_text()
     with pytest.raises(ValueError, match="code changed"):
-        committed.store(tmp_path / "ran.ipynb", target, {})
+        stored_notebooks.store(tmp_path / "ran.ipynb", target, {})
     assert target.read_text() == before
-    assert "no record" in committed.drift(target)[0]
+    assert "no record" in stored_notebooks.drift(target)[0]
 
     ran["cells"][-1]["outputs"].append({"output_type": "error", "ename": "E", "evalue": "", "traceback": []})
     ran["cells"][-1]["source"] = "print(x + 1)"
     (tmp_path / "ran.ipynb").write_text(json.dumps(ran))
-    committed.store(tmp_path / "ran.ipynb", target, {})
-    assert "show an error" in committed.drift(target)[0]
+    stored_notebooks.store(tmp_path / "ran.ipynb", target, {})
+    assert "show an error" in stored_notebooks.drift(target)[0]
 
 
 def test_peak_memory_counts_the_children():
@@ -171,7 +171,7 @@ def test_a_stored_figure_is_a_smaller_png_of_the_same_picture(tmp_path):
     (tmp_path / "ran.ipynb").write_text(json.dumps(ran))
     target = tmp_path / "nb.ipynb"
     target.write_text(json.dumps(shown))
-    committed.store(tmp_path / "ran.ipynb", target, {})
+    stored_notebooks.store(tmp_path / "ran.ipynb", target, {})
     stored = base64.b64decode(json.loads(target.read_text())["cells"][-1]["outputs"][0]["data"]["image/png"])
     before = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
     after = Image.open(io.BytesIO(stored)).convert("RGB")
@@ -181,7 +181,7 @@ def test_a_stored_figure_is_a_smaller_png_of_the_same_picture(tmp_path):
 
 
 def test_make_notebooks_stores_every_notebook_it_can_and_says_which_it_cannot(tmp_path, monkeypatch, capsys):
-    from azlib import runner
+    from azlib.lab import runner
 
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
@@ -189,7 +189,7 @@ def test_make_notebooks_stores_every_notebook_it_can_and_says_which_it_cannot(tm
     for stem, nb in shown.items():
         (notebooks / f"{stem}.ipynb").write_text(json.dumps(nb))
 
-    def fake_run(profile, only=None, out=None):  # what azlib.runner.run leaves in its folder
+    def fake_run(profile, only=None, out=None):  # what azlib.lab.runner.run leaves in its folder
         out.mkdir(parents=True)
         for stem, nb in shown.items():
             (out / f"{stem}.ipynb").write_text(json.dumps(_executed(nb)))
@@ -206,11 +206,11 @@ def test_make_notebooks_stores_every_notebook_it_can_and_says_which_it_cannot(tm
     monkeypatch.setattr(runner, "run", fake_run)
     assert runner.store_notebooks() == 1
     said = capsys.readouterr()
-    assert committed.drift(notebooks / "01_a.ipynb") == [] and "stored 01_a" in said.out
+    assert stored_notebooks.drift(notebooks / "01_a.ipynb") == [] and "stored 01_a" in said.out
     assert "not stored 02_b" in said.err and "code changed" in said.err
     assert "not stored 03_c: environment variables changed its defaults" in said.err
     for stem in ("02_b", "03_c", "04_d"):
-        assert "no record" in committed.drift(notebooks / f"{stem}.ipynb")[0], stem
+        assert "no record" in stored_notebooks.drift(notebooks / f"{stem}.ipynb")[0], stem
 
 
 def test_a_widgets_still_form_reads_as_text_not_as_its_repr():

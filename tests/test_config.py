@@ -11,8 +11,8 @@ import pytest
 from pathlib import Path
 from pydantic import TypeAdapter
 
-from azlib import config
-from azlib.config import ParamsError
+from azlib.lab import config
+from azlib.lab.config import ParamsError
 from azlib.settings import AnswerSampling, SearchSettings, TextSearchSettings
 from azlib.training import TrainerSettings, TrainSettings
 

@@ -95,7 +95,7 @@ def test_a_notebooks_defaults_read_local_data_only(notebook, profile, monkeypatc
     """At its parameters cell's defaults and in the cpu and smoke profiles, a notebook's data is the kit's GSM8K
     copy or the embedded arithmetic problems, with no network; without the copy, arithmetic with a note naming
     the missing file (the hub is `gsm8k = "hub"`, a parameter away)."""
-    from azlib import config
+    from azlib.lab import config
     from azlib.referee import load_corpus
 
     params, _ = config.resolve(config.NOTEBOOKS_DIR / f"{notebook}.ipynb", profile, tmp_path / "run")

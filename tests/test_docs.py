@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from azlib import committed, config
+from azlib.lab import config, stored_notebooks
 
 ROOT = config.REPO_ROOT
 README = ROOT / "README.md"
@@ -93,7 +93,7 @@ def test_readme_gives_each_notebooks_stored_run_time_and_memory():
         if not name:
             continue
         nb = nbformat.read(config.NOTEBOOKS_DIR / f"{name.group(0)}.ipynb", as_version=4)
-        record = nb.metadata[committed.RECORD]["executed"]
+        record = nb.metadata[stored_notebooks.RECORD]["executed"]
         assert (float(cells[2]), float(cells[3])) == (round(record["minutes"], 1),
                                                       round(record["peak_rss_mb"] / 1000, 1)), name.group(0)
 

@@ -1,4 +1,4 @@
-"""The exercise graders (azlib.exercises): every check passes the worked solution (notebooks/solutions.py),
+"""The exercise graders (azlib.lab.exercises): every check passes the worked solution (notebooks/solutions.py),
 fails plausible wrong answers showing the first failing input with the learner's output beside azlib's, reports a
 NotImplementedError stub as not done, and never prints a concept check's right letter."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
-from azlib import config, exercises
+from azlib.lab import config, exercises
 
 _spec = importlib.util.spec_from_file_location("solutions", config.NOTEBOOKS_DIR / "solutions.py")
 solutions = importlib.util.module_from_spec(_spec)

@@ -126,7 +126,8 @@ def test_every_model_answers_through_one_instrument_opened_after_the_training(tm
     """The base, an azlib arm and the TRL arm are evaluated by one backend (hf here: generation "hf"), each
     arm's saved adapter put on the base weights in turn: one instrument for every model compared. Each arm's
     student is closed before the next trains, and the instrument after every result is on disk."""
-    from azlib import config, experiment as experiment_module
+    from azlib import experiment as experiment_module
+    from azlib.lab import config
     from azlib.experiment import task_sets
     from azlib.models.hf import HFBackend
     from azlib.models.student import Student
@@ -166,7 +167,7 @@ def test_every_model_answers_through_one_instrument_opened_after_the_training(tm
 def test_an_arm_stops_at_train_steps_when_its_budget_is_not_reached(tmp_path, tiny_model_dir):
     """train.steps bounds every arm: with a token budget that two steps do not reach, an arm of train.steps = 2
     (a tiny random student) trains two steps and stops, its tokens short of the budget."""
-    from azlib.config import resolve_library
+    from azlib.lab.config import resolve_library
     from azlib.experiment import Engines, task_sets
 
     budget = 10**6

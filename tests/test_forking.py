@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from azlib import config
+from azlib.lab import config
 from azlib.answer import Answer, ids_writing, scored_answer
 from azlib.data import arithmetic_problems
 from azlib.settings import ARMS, AnswerSampling, ForkSettings, arm_settings

@@ -12,7 +12,7 @@ import re
 
 import nbformat
 
-from azlib import config
+from azlib.lab import config
 
 ORDINARY = {"CPU", "GPU", "GPUs", "HTTP", "NaN", "GLOSSARY"}
 

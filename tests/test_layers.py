@@ -1,5 +1,5 @@
 """The library's import layering: azlib's modules import one another without a circle (module-level and
-function-level imports alike), and `import azlib.config`, the notebook-parameter schema, loads no model library."""
+function-level imports alike), and `import azlib.lab.config`, the notebook-parameter schema, loads no model library."""
 
 import ast
 import subprocess
@@ -87,6 +87,15 @@ def test_azlib_has_no_import_circle():
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
 
 
+def test_no_algorithm_module_imports_the_lab():
+    """azlib.lab runs the notebooks around the algorithms; the search, games, models, rewards and updates run
+    without it."""
+    graph = import_graph(AZLIB)
+    upward = {m: sorted(e for e in edges if e.startswith("azlib.lab")) for m, edges in graph.items()
+              if not m.startswith("azlib.lab") and m != "azlib.__main__"}
+    assert not {m: e for m, e in upward.items() if e}, upward
+
+
 def test_the_settings_import_no_azlib_module():
     """azlib.settings is the layer every component reads its settings type from, models and rewards included, so
     it imports none of them."""
@@ -108,7 +117,7 @@ def test_the_circle_finder_finds_a_planted_circle(tmp_path):
 
 
 def test_importing_the_config_loads_no_model_library():
-    code = ("import sys, azlib.config; "
+    code = ("import sys, azlib.lab.config; "
             f"print(' '.join(m for m in {MODEL_LIBRARIES!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
-    assert out.stdout.split() == [], f"import azlib.config loads {out.stdout.strip()}"
+    assert out.stdout.split() == [], f"import azlib.lab.config loads {out.stdout.strip()}"

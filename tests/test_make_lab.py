@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from azlib import config
+from azlib.lab import config
 
 NOTEBOOK = "notebooks/01_toy_bandit_grpo.ipynb"
 SERVED = "01_toy_bandit_grpo.ipynb"  # given a file, JupyterLab serves the file's folder and opens the file

@@ -11,7 +11,7 @@ import sys
 import nbformat
 import pytest
 
-from azlib import config
+from azlib.lab import config
 from azlib.data import arithmetic_problems
 
 pytestmark = pytest.mark.slow

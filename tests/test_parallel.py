@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from azlib import config
+from azlib.lab import config
 from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
 from azlib.models.student import LoraSettings, Student
 from conftest import tiny_grpo

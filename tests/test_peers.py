@@ -36,7 +36,7 @@ def test_the_trl_arm_trains_in_the_runs_micro_batches_and_generates_as_the_run_d
     """One optimiser step per problems_per_step x group_size answers, generated at once, trained in micro-batches
     of at most grpo.micro_batch_size rows, train.steps steps at most; generation "vllm" hands TRL its colocated
     engine with the run's share."""
-    from azlib.config import resolve_library
+    from azlib.lab.config import resolve_library
     from azlib.peers import trl_config
 
     _, tokenizer = embedded

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from azlib import config as azlib_config, plan, preflight, runner
+from azlib.lab import config as azlib_config, plan, preflight, runner
 from azlib.__main__ import main
 from azlib.models.student import LoraSettings
 from azlib.teachers import tier_teachers
@@ -102,7 +102,7 @@ def test_notebook_05s_time_counts_what_each_model_answers_through_which_backend_
     19 models (the base, 6 arms x 3 seeds) answer the 1,319 GSM8K test problems once (the 500 held-out among
     them) through one instrument: 19 x 1,319 x 384 = 9,623,424. Engines started: the student's once, the two
     teachers' once (tree_teachers asks them), TRL's three."""
-    from azlib.config import resolve_library
+    from azlib.lab.config import resolve_library
 
     params = resolve_library("05_base_vs_trained", "h100", "outputs/plan")[0]
     notebook = plan.notebook_plan("05_base_vs_trained", params)
@@ -124,7 +124,7 @@ def test_notebook_06s_teacher_writes_through_an_engine_and_its_students_answer_t
     and trained teachers' 1,000 SFT explanations each (512,000) through the teacher's engine (0.2 of the GPU);
     the base and the 3 students answer 500 problems x 512 tokens each through one engine of the student model;
     no hf generation phase is left."""
-    from azlib.config import NOTEBOOKS_DIR, resolve
+    from azlib.lab.config import NOTEBOOKS_DIR, resolve
 
     params = resolve(NOTEBOOKS_DIR / "06_rlt_teachers.ipynb", "h100", Path("outputs/plan"))[0]
     notebook = plan.notebook_plan("06_rlt_teachers", params)
@@ -136,7 +136,7 @@ def test_notebook_06s_teacher_writes_through_an_engine_and_its_students_answer_t
 
 
 def test_the_h100_profile_is_planned_within_three_hours_and_fits_an_h100_with_a_tenth_spare(capsys):
-    from azlib.config import NOTEBOOKS_DIR, resolve
+    from azlib.lab.config import NOTEBOOKS_DIR, resolve
 
     hours = 0.0
     for nb in runner.list_notebooks():
@@ -152,7 +152,7 @@ def test_the_h100_profile_is_planned_within_three_hours_and_fits_an_h100_with_a_
 def test_notebook_07_holds_its_small_referee_beside_the_main_size_arms():
     """h100: ce, rl, rl_gt_only, rl_small_referee at 12 x 6 x 384^2 = 10,616,832 parameters and the small
     referee at 12 x 3 x 192^2 = 1,327,104: (4 x 10,616,832 + 1,327,104) x 16 bytes = 700,710,912."""
-    from azlib.config import resolve_library
+    from azlib.lab.config import resolve_library
 
     params = resolve_library("07_referee_rl", "h100", "outputs/plan")[0]
     weights = plan.notebook_plan("07_referee_rl", params).resident[0]

@@ -110,7 +110,7 @@ def test_a_match_reports_the_persons_result_against_perfect_play():
 
 
 def test_each_widget_carries_a_still_picture_of_what_it_shows_now():
-    """What a stored notebook (azlib.committed) keeps of a widget, beside the live view a kernel draws."""
+    """What a stored notebook (azlib.lab.stored_notebooks) keeps of a widget, beside the live view a kernel draws."""
     (result,) = search(ttt.TicTacToe(), ["X...O...."], SearchSettings(num_simulations=20, temperature=0),
                        random.Random(0), replay=True)
     tree = result.tree

@@ -14,8 +14,8 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
-from azlib import preflight, runner
-from azlib.config import list_notebooks, resolve
+from azlib.lab import preflight, runner
+from azlib.lab.config import list_notebooks, resolve
 from azlib.paths import REPO_ROOT
 
 GIB = 2**30
@@ -154,7 +154,7 @@ def test_too_little_disk_is_refused_with_what_the_run_needs(tmp_path, monkeypatc
     monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: DiskUsage(100 * GIB, 70 * GIB, 30 * GIB))
     [line] = lines(preflight.checks("h100", params, tmp_path / "run"), "disk")
     assert line == (f"missing  disk under {tmp_path}: 30.0 GiB free, the run needs 37.0 GiB "
-                    "(azlib.preflight.RUN_FOLDER_GIB and TRAINING_GIB: the run folder and its checkpoints); fix: free "
+                    "(azlib.lab.preflight.RUN_FOLDER_GIB and TRAINING_GIB: the run folder and its checkpoints); fix: free "
                     "some space, or run into a folder on a larger disk (azlib run --out)")
     monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: DiskUsage(100 * GIB, 60 * GIB, 40 * GIB))
     assert lines(preflight.checks("h100", params, tmp_path / "run"), "disk") == [

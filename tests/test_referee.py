@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from azlib import config
+from azlib.lab import config
 from azlib.referee import GPT, GPTSettings, RefereeRLSettings, ce_loss, referee_rewards, referee_rl_loss
 from azlib.referee.objective import candidates
 from azlib.referee.train import RefereeTrainSettings

@@ -6,7 +6,7 @@ import re
 import nbformat
 import pytest
 
-from azlib import config, runner
+from azlib.lab import config, runner
 from azlib.__main__ import main
 
 
@@ -28,7 +28,7 @@ def fake_kit(tmp_path, monkeypatch):
     notebooks, params = tmp_path / "notebooks", tmp_path / "params"
     notebooks.mkdir()
     (params / "smoke").mkdir(parents=True)
-    record = ("from azlib.runs import RunFolder\n"
+    record = ("from azlib.lab.run_folder import RunFolder\n"
               "RunFolder(output_dir).record_metrics({name!r}, {{'max_tokens': search['max_tokens']}})\n")
     write_notebook(notebooks / "01_ok.ipynb", "seed = 0\nsearch = {'max_tokens': 16}\noutput_dir = 'x'",
                    record.format(name="01_ok"))
@@ -72,7 +72,7 @@ def test_the_run_ends_with_a_page_of_its_numbers_figures_and_notebooks(fake_kit,
     every figure it showed with a caption: a saved one from figures/ under its name and title, one only shown taken
     out of its outputs into index_files/ under the heading above its cell."""
     body = ("import matplotlib.pyplot as plt\n"
-            "from azlib.runs import RunFolder\n"
+            "from azlib.lab.run_folder import RunFolder\n"
             "run = RunFolder(output_dir)\n"
             "run.record_metrics('04_plots', {'verdict': 'a | b', 'share': 0.123456, 'none': None})\n"
             "fig, ax = plt.subplots()\n"
@@ -132,7 +132,7 @@ def test_an_interactive_notebooks_last_cell_gives_its_folder_a_page(tmp_path, ca
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from azlib.runs import RunFolder, finish_notebook
+    from azlib.lab.run_folder import RunFolder, finish_notebook
 
     run = RunFolder(tmp_path / "interactive")
     fig, axes = plt.subplots(1, 2)
@@ -289,7 +289,7 @@ def test_a_run_on_cuda_gives_its_kernels_pytorchs_expandable_segments(fake_kit, 
         device: str = "cpu"
 
     write_notebook(fake_kit / "notebooks" / "01_ok.ipynb", "seed = 0\ndevice = 'cpu'\noutput_dir = 'x'",
-                   "import os\nfrom azlib.runs import RunFolder\n"
+                   "import os\nfrom azlib.lab.run_folder import RunFolder\n"
                    "alloc = os.environ.get('PYTORCH_CUDA_ALLOC_CONF')\n"
                    "RunFolder(output_dir).record_metrics('01_ok', {'alloc': alloc})")
     monkeypatch.setitem(config.NOTEBOOK_PARAMS, "01_ok", DeviceParams)

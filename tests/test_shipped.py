@@ -10,10 +10,10 @@ import matplotlib
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from azlib import config
+from azlib.lab import config
 from azlib.experiment import comparison_pairs
 from azlib.settings import ARMS
-from azlib.shipped import RLT, TEACHER_ENSEMBLE, TRAINING, TREE_VS_SAMPLING, provenance, shipped_experiment, shipped_metrics
+from azlib.lab.shipped_results import RLT, TEACHER_ENSEMBLE, TRAINING, TREE_VS_SAMPLING, provenance, shipped_experiment, shipped_metrics
 from azlib.viz import plot_ensemble, plot_experiment, plot_rlt, plot_training
 
 matplotlib.use("Agg")
@@ -143,7 +143,7 @@ def test_the_shipped_rlt_run_is_the_cpu_profiles_and_its_figure_draws_it(tmp_pat
 
 
 def test_the_shipped_countdown_run_is_the_cpu_profiles_and_its_figure_draws_it(tmp_path):
-    from azlib.shipped import COUNTDOWN
+    from azlib.lab.shipped_results import COUNTDOWN
     from azlib.viz import plot_beside
 
     numbers, made = shipped_metrics(COUNTDOWN)
@@ -170,7 +170,7 @@ def test_the_shipped_countdown_run_is_the_cpu_profiles_and_its_figure_draws_it(t
 
 
 def test_the_shipped_countdown_curves_read_back_and_their_rates_follow_from_the_first_answers():
-    from azlib.shipped import COUNTDOWN_CURVES, shipped_results
+    from azlib.lab.shipped_results import COUNTDOWN_CURVES, shipped_results
     from azlib.viz import plot_curves
 
     numbers, made = shipped_results(COUNTDOWN_CURVES)

@@ -7,7 +7,7 @@ import re
 import nbformat
 import pytest
 
-from azlib import config
+from azlib.lab import config
 
 NOTEBOOKS = sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 

@@ -14,8 +14,8 @@ import nbformat
 import pytest
 import torch
 
-from azlib import config, runner
-from azlib.runs import RunFolder, read_json
+from azlib.lab import config, runner
+from azlib.lab.run_folder import RunFolder, read_json
 
 NOTEBOOKS = {nb.name[:2]: nb for nb in sorted(config.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))}
 
@@ -480,7 +480,7 @@ def test_06_alpha_weighs_the_worst_solution_token_in():
 
 
 def test_06_the_shipped_run_beside_says_when_its_task_differs():
-    from azlib.shipped import RLT, shipped_metrics
+    from azlib.lab.shipped_results import RLT, shipped_metrics
     from azlib.viz import plot_rlt
 
     shipped, made = shipped_metrics(RLT)

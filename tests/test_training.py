@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from azlib import config
+from azlib.lab import config
 from azlib.__main__ import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings

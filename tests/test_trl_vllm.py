@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from azlib.config import resolve_library
+from azlib.lab.config import resolve_library
 from azlib.data.arithmetic import arithmetic_problems
 from azlib.models.vllm import cpu_gemm, reload_weights
 from azlib.peers import close_trl_engine, train_with_trl

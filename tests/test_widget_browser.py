@@ -20,7 +20,7 @@ import nbformat
 import papermill
 import pytest
 
-from azlib import config
+from azlib.lab import config
 from azlib.mcts import search
 from azlib.mcts.envs import tictactoe
 from azlib.settings import SearchSettings

@@ -30,7 +30,7 @@ VALUE_GATE = 0.9  # AUC and precision at recall 0.5 a value must reach after the
 
 @dataclass(frozen=True)
 class CountdownSetup:
-    """Everything one run of the comparison reads (notebook 08's parameters, azlib.config.CountdownParams)."""
+    """Everything one run of the comparison reads (notebook 08's parameters, azlib.lab.config.CountdownParams)."""
 
     size: int = 4  # numbers per problem
     seed: int = 0  # the start's (imitation's) seed; every arm and training seed starts from that one policy

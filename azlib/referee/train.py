@@ -160,7 +160,7 @@ def shapes(params, vocab_size: int) -> tuple[GPTSettings, GPTSettings]:
 
 
 def arms_from_params(params, corpus: CharCorpus) -> Arms:
-    """Notebook 07's run from its parameters (azlib.config.RefereeRLParams): the arms, their shapes and the loop
+    """Notebook 07's run from its parameters (azlib.lab.config.RefereeRLParams): the arms, their shapes and the loop
     settings, seeded by `params.seed`."""
     main, small = shapes(params, corpus.vocab_size)
     device = local_device(params.device)

@@ -18,7 +18,7 @@ SIGNIFICANT = "C3"  # colour of a difference significant after Holm's correction
 
 
 def plot_experiment(experiment: Experiment, label: str, pairs: list[tuple[str, str]] | None = None) -> plt.Figure:
-    """One figure of an experiment (a finished run's, or a shipped one read by azlib.shipped), titled `label`.
+    """One figure of an experiment (a finished run's, or a shipped one read by azlib.lab.shipped_results), titled `label`.
 
     Top row, per evaluation set: each model's accuracy, the base first and then the arms, in percent: the mean over
     training seeds (bar), each seed (dot), and the 95% Wilson interval of the answers pooled over the seeds (the

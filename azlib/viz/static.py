@@ -7,7 +7,7 @@ from __future__ import annotations
 class StillPicture:
     """Mix in before the widget class; `still()` returns the static form as {mimetype: data}. JupyterLab with a
     kernel draws the live widget (its renderer ranks first); a stored notebook keeps only the still form
-    (azlib.committed). A still form without text gets a line saying what the picture is, in place of the widget
+    (azlib.lab.stored_notebooks). A still form without text gets a line saying what the picture is, in place of the widget
     object's repr."""
 
     def still(self) -> dict[str, str]:

