@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from azlib.lab import config as azlib_config, plan, preflight, runner
-from azlib.__main__ import main
+from azlib.lab.cli import main
 from azlib.models.student import LoraSettings
 from azlib.teachers import tier_teachers
 

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from azlib.lab import config, runner
-from azlib.__main__ import main
+from azlib.lab.cli import main
 
 
 def write_notebook(path, params_source, body_source):

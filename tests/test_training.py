@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from azlib.lab import config
-from azlib.__main__ import main
+from azlib.lab.cli import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
 from azlib.textsearch.forking import ForkingSearch
