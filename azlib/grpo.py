@@ -101,7 +101,7 @@ class Rollout:
     reward and the key of its group. `answer` is the whole answer it trains (azlib.answer.Answer, the explorer's own
     object: its text, correctness, writer and reward's parts are read there), or None for a sibling step of a search
     tree, which is not a whole answer and is trained on its ids, reward and group alone. `added`: the value of each
-    reward function added to the answer's reward, by name (azlib.textsearch.signals.with_rewards); `reward` is then
+    reward function added to the answer's reward, by name (azlib.games.text.signals.with_rewards); `reward` is then
     the sum. `advantages`, one per completion token, when the signal already has them (a tree's; then no group
     normalisation)."""
 

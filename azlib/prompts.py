@@ -30,7 +30,7 @@ def hint_prompt(question: str, solution: str) -> list[dict[str, str]]:
 
 def continuation_prompt(question: str, partial: str, system: str | None = None) -> list[dict[str, str]]:
     """The chat prompt with a partial answer as an assistant message to be continued: what a teacher reads (a teacher
-    writes text; the student continues a partial answer from its ids, azlib.textsearch.env.TextEnv.context)."""
+    writes text; the student continues a partial answer from its ids, azlib.games.text.env.TextEnv.context)."""
     out = ([{"role": "system", "content": system}] if system else []) + chat_prompt(question)
     return out + [{"role": "assistant", "content": partial}] if partial else out
 

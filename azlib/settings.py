@@ -1,9 +1,9 @@
 """The library's settings types, with the plain rules read off them: the one home of their defaults, bounds,
 choices and help. The components that read them: sampling (the answers of a run), the search (azlib.mcts), the
-search over text and the forking tree (azlib.textsearch), the server's limits (azlib.models.serve), the update
+search over text and the forking tree (azlib.games.text), the server's limits (azlib.models.serve), the update
 (azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training), notebook 05's arms
 (azlib.experiment), RLT's teacher (azlib.rlt), the referee (azlib.referee). Elsewhere: notebook 08's in
-azlib.countdown.settings (its package's), and beside their one user tic-tac-toe's AlphaZero loop
+azlib.games.countdown.settings (its package's), and beside their one user tic-tac-toe's AlphaZero loop
 (azlib.mcts.alphazero.AlphaZeroSettings), the original system's reward weights (azlib.rewards.RewardWeights) and
 a teacher (azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
 Imports no azlib module, so that every layer may import it and azlib.lab.config reads it without model libraries."""
@@ -119,7 +119,7 @@ class SearchSettings:
                              f"{self.dirichlet_fraction}")
 
 
-# -- the search over text (azlib.textsearch.env) ---------------------------------------------------------------
+# -- the search over text (azlib.games.text.env) ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TextSearchSettings:
@@ -137,7 +137,7 @@ class TextSearchSettings:
         check_fields(self)
 
 
-# -- the forking tree (azlib.textsearch.forking) ----------------------------------------------------------------
+# -- the forking tree (azlib.games.text.forking) ----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ForkSettings:
@@ -254,8 +254,8 @@ class LoraSettings:
 
 # -- the training loop (azlib.training) ---------------------------------------------------------------------------
 
-# The training signals a run can take (azlib.textsearch.signals builds them), each with the explorer that grows its
-# trees (azlib.textsearch.explorers): "tree", the MCTS search over text, or "fork", forking trees ("independent": G
+# The training signals a run can take (azlib.games.text.signals builds them), each with the explorer that grows its
+# trees (azlib.games.text.explorers): "tree", the MCTS search over text, or "fork", forking trees ("independent": G
 # independent answers per problem, a forking tree with no forks)
 EXPLORER_OF = {"answers": "tree", "paths": "tree", "siblings": "tree", "visits": "tree",
                "independent": "fork", "forked": "fork", "treerl": "fork"}
@@ -267,7 +267,7 @@ SIGNAL_KINDS = get_args(SignalKind)
 class TrainSettings:
     """The loop: its training signal and update, its length, and how every answer of the run is sampled."""
 
-    signal: SignalKind = "answers"  # the training signal the run's explorer makes (azlib.textsearch.signals)
+    signal: SignalKind = "answers"  # the training signal the run's explorer makes (azlib.games.text.signals)
     # sft: imitate the verified completions (expert iteration; what learns fastest on the embedded model),
     # or grpo: the policy-gradient update (the original system's)
     update: Literal["grpo", "sft"] = "sft"

@@ -26,8 +26,8 @@ from tqdm.auto import tqdm
 from azlib.data.rows import Row
 from azlib.answer import Answer
 from azlib.grpo import PolicyUpdate, Rollout
-from azlib.textsearch.signals import SCORABLE_SIGNALS, best_verified, verified, with_rewards
-from azlib.textsearch.explorers import Exploration, ForkExplorer, TreeExplorer, explorer
+from azlib.games.text.signals import SCORABLE_SIGNALS, best_verified, verified, with_rewards
+from azlib.games.text.explorers import Exploration, ForkExplorer, TreeExplorer, explorer
 from azlib.models.generation import Resource
 from azlib.models.student import Student
 from azlib.parallel import barrier, gather, local_device, shard, world
@@ -138,7 +138,7 @@ class Trainer(Resource):
 
     def explorer_for(self, signal: str) -> TreeExplorer | ForkExplorer:
         """An explorer of this `train.signal` over this run's problems, student and teachers
-        (azlib.textsearch.explorers); the run's own is `self.explorer`."""
+        (azlib.games.text.explorers); the run's own is `self.explorer`."""
         return explorer(self.settings, self.student.backend, self.problems, signal, teachers=self.teachers,
                         checker=self.checker, weights=self.weights)
 

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 
 from azlib.lab.config import NOTEBOOKS_DIR, PROFILES, resolve  # noqa: E402
-from azlib.countdown.experiment import CountdownSetup, run_arms, summary, train_start  # noqa: E402
+from azlib.games.countdown.experiment import CountdownSetup, run_arms, summary, train_start  # noqa: E402
 from azlib.viz.countdown import plot_learning, plot_methods, plot_value_precision  # noqa: E402
 
 

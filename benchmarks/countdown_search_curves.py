@@ -1,7 +1,7 @@
 """Where search can win on Countdown: 4-number problems, solve rate against the characters a model computes per
 problem, best-of-k against the search over sampled lines (kept as first drawn, or widened as visits grow) and over
 listed lines, each with no value, the self-play value, the oracle-labelled reference value and the exact oracle
-(azlib.countdown.curves); the value gate of each learned value; exact McNemar per problem at each budget, Holm over all. One policy: the start by imitation, then the
+(azlib.games.countdown.curves); the value gate of each learned value; exact McNemar per problem at each budget, Holm over all. One policy: the start by imitation, then the
 alphazero arm from it (its value head is the self-play value). Goals and their measured outcome: docs/results.md.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/countdown_search_curves.py [--out outputs/bench-countdown-curves]
@@ -21,13 +21,13 @@ import matplotlib
 matplotlib.use("Agg")
 import torch  # noqa: E402
 
-from azlib.countdown.arms import ProblemStream, reference_value, start_policy, train_arm  # noqa: E402
-from azlib.countdown.curves import BUDGETS, CurveMethod, against_best_of, curves, rates  # noqa: E402
-from azlib.countdown.evaluate import value_gate  # noqa: E402
-from azlib.countdown.play import play_episodes  # noqa: E402
-from azlib.countdown.policy import Policy, PolicyValueNet  # noqa: E402
-from azlib.countdown.problems import heldout  # noqa: E402
-from azlib.countdown.settings import (  # noqa: E402
+from azlib.games.countdown.arms import ProblemStream, reference_value, start_policy, train_arm  # noqa: E402
+from azlib.games.countdown.curves import BUDGETS, CurveMethod, against_best_of, curves, rates  # noqa: E402
+from azlib.games.countdown.evaluate import value_gate  # noqa: E402
+from azlib.games.countdown.play import play_episodes  # noqa: E402
+from azlib.games.countdown.policy import Policy, PolicyValueNet  # noqa: E402
+from azlib.games.countdown.problems import heldout  # noqa: E402
+from azlib.games.countdown.settings import (  # noqa: E402
     ArmSettings, CountdownSearchSettings, ImitationSettings, ReferenceValueSettings)
 from azlib.settings import GPTShape  # noqa: E402
 from azlib.viz.countdown import plot_curves  # noqa: E402

@@ -25,8 +25,8 @@ def run_azlib(args) -> dict:
 
     from azlib.data import arithmetic_problems
     from azlib.grpo import PolicyUpdate, GRPOSettings
-    from azlib.textsearch.explorers import ForkExplorer
-    from azlib.textsearch.forking import ForkingSearch
+    from azlib.games.text.explorers import ForkExplorer
+    from azlib.games.text.forking import ForkingSearch
     from azlib.settings import AnswerSampling, ForkSettings
     from azlib.models.student import LoraSettings, Student
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from azlib.data import arithmetic_problems
 from azlib.prompts import chat_prompt
 from azlib.mcts import search
-from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
+from azlib.games.text.env import TEXT_SEARCH_SAMPLING, TextEnv
 from azlib.settings import SearchSettings, TextSearchSettings
 from azlib.models import make_backend
 

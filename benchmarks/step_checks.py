@@ -69,8 +69,8 @@ def _share(row: dict, key: str) -> str:
 def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed: int, max_new_tokens: int,
            out: Path) -> None:
     from azlib.data import arithmetic_problems
-    from azlib.textsearch.signals import forked_groups, verified
-    from azlib.textsearch.forking import ForkingSearch
+    from azlib.games.text.signals import forked_groups, verified
+    from azlib.games.text.forking import ForkingSearch
     from azlib.settings import AnswerSampling, ForkSettings
     from azlib.models.student import Student
     from azlib.rewards import extract_answer, is_correct

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from azlib.mcts import search
 from azlib.paths import REPO_ROOT
-from azlib.mcts.envs import tictactoe as ttt
+from azlib.games import tictactoe as ttt
 from azlib.settings import SearchSettings
 
 SPEED_SIMULATIONS = 20_000
@@ -30,7 +30,7 @@ SPEED_SIMULATIONS = 20_000
 SPEED = f"""
 import random, time
 from azlib import mcts
-from azlib.mcts.envs import tictactoe as ttt
+from azlib.games import tictactoe as ttt
 Settings = getattr(mcts, "SearchSettings", None) or mcts.SearchConfig
 settings = Settings(num_simulations={SPEED_SIMULATIONS}, max_depth=9, temperature=0)
 start = time.process_time()

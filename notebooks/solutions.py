@@ -173,7 +173,7 @@ CONCEPT_ANSWERS = {
     # (a) and (b) are the student alone (on training or on held-out problems), which this number is not. (d) is the
     # share of groups with spread, a different column of the step log.
     "04_answer_accuracy": "c",
-    # (a) Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.textsearch.signals.verified: each
+    # (a) Imitation (expert iteration) maximises the likelihood of every verified answer (azlib.games.text.signals.verified: each
     # distinct one once), so an all-correct group is up to 4 training examples; GRPO's group-normalised advantages are
     # 0 there (only the KL term acts). Conversely GRPO's negative advantages push wrong answers down, which imitation
     # never sees. (b) is GRPO's half only. (c) swaps the two updates. (d) With β = 0 GRPO still weights answers by
@@ -225,7 +225,7 @@ CONCEPT_ANSWERS = {
     "08_visit_shares": "b",
     # (c) With the exact oracle at the leaves the search never misjudges a state: the arm shows what a perfect value
     # would buy the search and the training, a ceiling for the learned value. It is not a method to deploy: whoever
-    # holds the oracle holds a solver (azlib.countdown.rules.solve) and needs no model at all. (a) Checking a finished
+    # holds the oracle holds a solver (azlib.games.countdown.rules.solve) and needs no model at all. (a) Checking a finished
     # answer is cheap; knowing whether a half-played state can still be won is the solver's whole work, so a
     # deployment that had it would not need the search. (b) It trains
     # from the same start on the same problems as alphazero, with another value, not another seed. (d) It samples

@@ -216,7 +216,7 @@ def test_make_notebooks_stores_every_notebook_it_can_and_says_which_it_cannot(tm
 def test_a_widgets_still_form_reads_as_text_not_as_its_repr():
     """A widget whose still form is a picture says in text what it is; the object's repr never reaches a reader."""
     from azlib.mcts.search import search
-    from azlib.mcts.envs import tictactoe as ttt
+    from azlib.games import tictactoe as ttt
     from azlib.settings import SearchSettings
     from azlib.viz import TreeWidget
 

@@ -1,4 +1,4 @@
-"""Countdown (azlib.countdown): the rules, the oracle and the solver against a brute force written here; hostile
+"""Countdown (azlib.games.countdown): the rules, the oracle and the solver against a brute force written here; hostile
 text refused, never raised on; the problems and the shipped held-out sets; the policy's cached sampling against a
 full forward; token accounting of episodes and of the search; the search with the oracle as its value; the
 AlphaZero arm's visit targets. Tiny nets on one CPU thread: the whole file runs in seconds."""
@@ -13,15 +13,15 @@ from functools import lru_cache
 import pytest
 import torch
 
-from azlib.countdown import problems as problems_module
-from azlib.countdown.play import Episode, LineSearch, node_state, play_episodes, play_searched, search_settings
-from azlib.countdown.policy import Line, Policy, PolicyValueNet
-from azlib.countdown.problems import (HELDOUT_SIZE, MAX_TARGET, MIN_TARGET, heldout, make_heldout, target_split,
+from azlib.games.countdown import problems as problems_module
+from azlib.games.countdown.play import Episode, LineSearch, node_state, play_episodes, play_searched, search_settings
+from azlib.games.countdown.policy import Line, Policy, PolicyValueNet
+from azlib.games.countdown.problems import (HELDOUT_SIZE, MAX_TARGET, MIN_TARGET, heldout, make_heldout, target_split,
                                      training_problems)
-from azlib.countdown.rules import (Move, State, apply, legal_moves, parse_move, reachable, solvable,
+from azlib.games.countdown.rules import (Move, State, apply, legal_moves, parse_move, reachable, solvable,
                                    solve, step)
-from azlib.countdown.arms import Learner
-from azlib.countdown.settings import ArmSettings, CountdownSearchSettings
+from azlib.games.countdown.arms import Learner
+from azlib.games.countdown.settings import ArmSettings, CountdownSearchSettings
 from azlib.mcts.search import Child, Expansion, search
 from azlib.settings import GPTShape, SearchSettings
 
@@ -607,7 +607,7 @@ def test_subtree_labels_are_exact_where_the_search_listed_every_line():
     """The stub writes every legal line below the root, so subtrees are searched to their ends: a state labelled 1
     has a solution (brute force), one labelled 0 has none, the dead child (every legal line from it ended unsolved)
     among them; the root is left out (its label is the game's outcome)."""
-    from azlib.countdown.play import subtree_labels
+    from azlib.games.countdown.play import subtree_labels
 
     settings = CountdownSearchSettings(candidates=2, simulations=12)
     env = LineSearch(StubPolicy([LIVE, DEAD]), settings, "oracle")
@@ -645,7 +645,7 @@ def test_alphazero_update_reads_searched_moves():
 
 
 def test_update_batches_keep_a_moves_candidate_lines_together():
-    from azlib.countdown.arms import _batches
+    from azlib.games.countdown.arms import _batches
 
     units = [m for m in range(30) for _ in range(m % 4 + 1)]  # 30 moves of 1 to 4 candidate lines
     batches = _batches(units, 8, random.Random(0))
@@ -655,7 +655,7 @@ def test_update_batches_keep_a_moves_candidate_lines_together():
 
 
 def test_the_value_is_judged_on_states_after_the_first_move_each_once():
-    from azlib.countdown.evaluate import value_quality
+    from azlib.games.countdown.evaluate import value_quality
 
     policy = tiny_policy(seed=5, legal_only=True)
     problems = list(heldout(3, "unseen")[:6])
@@ -671,7 +671,7 @@ def test_ranking_quality_by_hand():
     """Values 0.9 0.8 0.4 (solvable) and 0.7 0.4 0.1 (dead): of the 9 pairs a solvable state outranks a dead one in
     7, ties in 1 (0.4, 0.4): AUC 7.5 / 9. The median solvable value, 0.8, calls 0.9 and 0.8 solvable and no dead
     state: precision 1 at recall 0.5; values that put a dead state on top lower it."""
-    from azlib.countdown.evaluate import ranking_quality
+    from azlib.games.countdown.evaluate import ranking_quality
 
     truth = [True, True, True, False, False, False]
     quality = ranking_quality([0.9, 0.8, 0.4, 0.7, 0.4, 0.1], truth)
@@ -682,7 +682,7 @@ def test_ranking_quality_by_hand():
 def test_the_value_gate_judges_states_random_moves_reach_against_the_oracle():
     """A value that is the oracle passes the gate (AUC 1, precision 1); its complement fails it (AUC 0); the states
     are unfinished ones after 1 and after 2 moves of 4-number problems, each once."""
-    from azlib.countdown.evaluate import value_gate
+    from azlib.games.countdown.evaluate import value_gate
 
     class OracleValue:
         def __init__(self, sign):
@@ -703,7 +703,7 @@ def test_the_value_gate_judges_states_random_moves_reach_against_the_oracle():
 def test_arms_at_matched_optimiser_steps_by_hand():
     """Per seed the budget is the fewest steps any arm took in all; every arm is read at its last iteration within
     it (the arm that took the fewest at its end), and an arm whose first iteration already overshoots is refused."""
-    from azlib.countdown.experiment import matched_steps
+    from azlib.games.countdown.experiment import matched_steps
 
     def rows(steps, rates):
         return [{"optimizer_steps": s, "greedy_unseen": r} for s, r in zip(steps, rates)]

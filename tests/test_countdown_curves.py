@@ -1,4 +1,4 @@
-"""Countdown's test-time curves (azlib.countdown.curves): listed lines scored by the model against its own transcript
+"""Countdown's test-time curves (azlib.games.countdown.curves): listed lines scored by the model against its own transcript
 log-probabilities; the compute meter by hand; the search over listed lines; the search's stop at its first answer;
 each method's first answer at the compute spent by then; the reference value learning solvability from the oracle.
 Tiny or untrained nets on one CPU thread."""
@@ -11,15 +11,15 @@ import random
 import pytest
 import torch
 
-from azlib.countdown.arms import reference_value
-from azlib.countdown.compute import Compute, trie_characters
-from azlib.countdown.curves import CurveMethod, best_of_compute, curves, search_compute
-from azlib.countdown.evaluate import value_gate
-from azlib.countdown.play import Episode, LineSearch, node_state, search_settings
-from azlib.countdown.policy import Policy, PolicyValueNet
-from azlib.countdown.problems import heldout
-from azlib.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable
-from azlib.countdown.settings import CountdownSearchSettings, ReferenceValueSettings
+from azlib.games.countdown.arms import reference_value
+from azlib.games.countdown.compute import Compute, trie_characters
+from azlib.games.countdown.curves import CurveMethod, best_of_compute, curves, search_compute
+from azlib.games.countdown.evaluate import value_gate
+from azlib.games.countdown.play import Episode, LineSearch, node_state, search_settings
+from azlib.games.countdown.policy import Policy, PolicyValueNet
+from azlib.games.countdown.problems import heldout
+from azlib.games.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable
+from azlib.games.countdown.settings import CountdownSearchSettings, ReferenceValueSettings
 from azlib.settings import GPTShape
 from azlib.mcts.search import search
 
@@ -186,7 +186,7 @@ class FixedLines:
         self.fixed = lines
 
     def lines(self, contexts, n, temperature, generator=None, legal=None):
-        from azlib.countdown.policy import Line
+        from azlib.games.countdown.policy import Line
         return [[Line(t, -1.0, len(t) + 1, True) for t in self.fixed] for _ in contexts], [0.5] * len(contexts)
 
     def values(self, contexts):

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from azlib.textsearch import explorers
+from azlib.games.text import explorers
 from azlib.grpo import group_advantages
 from azlib.answer import Answer
 from azlib.grpo import Rollout
-from azlib.textsearch.signals import best_verified, with_rewards
+from azlib.games.text.signals import best_verified, with_rewards
 from azlib.rewards import RewardBreakdown, call_reward, correctness_reward
 from azlib.training import Trainer, TrainerSettings, TrainSettings
 

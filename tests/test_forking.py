@@ -1,4 +1,4 @@
-"""The forking tree (azlib.textsearch.forking): sampling as its special case bit for bit, every generated token
+"""The forking tree (azlib.games.text.forking): sampling as its special case bit for bit, every generated token
 counted once, forks that continue the sampled ids, TreeRL advantages on a hand-built tree, deduplication,
 GRPO trained on per-token advantages, and forks written by the hint teacher (trained without the hint) or by
 the teacher ensemble."""
@@ -15,16 +15,16 @@ from azlib.answer import Answer, ids_writing, scored_answer
 from azlib.data import arithmetic_problems
 from azlib.settings import ARMS, AnswerSampling, ForkSettings, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings, Rollout
-from azlib.textsearch.signals import answer_rollout, forked_groups, verified
+from azlib.games.text.signals import answer_rollout, forked_groups, verified
 from azlib.mcts import tree_after
-from azlib.textsearch.forking import ForkingSearch, ForkTree, Segment, tree_advantages
+from azlib.games.text.forking import ForkingSearch, ForkTree, Segment, tree_advantages
 from azlib.models.generation import TokenIds
 from azlib.prompts import CHAT_INSTRUCTION, chat_prompt, hint_prompt
 from azlib.rewards import RewardBreakdown, RewardWeights
 from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.textsearch.explorers import accuracy_column
+from azlib.games.text.explorers import accuracy_column
 from azlib.training import Trainer, TrainerSettings, TrainSettings, _replayed
 
 

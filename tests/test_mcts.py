@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from azlib.mcts import Child, Expansion, Tree, search, selection_terms, tree_after, visit_weights
-from azlib.mcts.envs import tictactoe as ttt
+from azlib.games import tictactoe as ttt
 from azlib.mcts.tree import Node
 from azlib.settings import SearchSettings
 from azlib.mcts.search import (Q_TRANSFORMS, RULES, puct_scores, q_by_parent_and_siblings, q_by_parent_value,

@@ -11,7 +11,7 @@ import torch
 
 from azlib.mcts import search
 from azlib.mcts.alphazero import NetPlayer, PolicyValueNet, optimal_moves
-from azlib.mcts.envs import tictactoe as ttt
+from azlib.games import tictactoe as ttt
 from azlib.settings import SearchSettings
 from azlib.viz import BanditSliders, PlayTicTacToe, TreeWidget, describe_board_node
 

@@ -11,7 +11,7 @@ import pytest
 from azlib.teachers import TeacherSpec
 from azlib.data import arithmetic_problems
 from azlib.mcts import search
-from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv, teacher_values
+from azlib.games.text.env import TEXT_SEARCH_SAMPLING, TextEnv, teacher_values
 from azlib.models import DEFAULT_MODEL, Backend, BackendError, Sample, make_backend
 from azlib.models.openai import OpenAIBackend
 from azlib.models.serve import BatchingServer

@@ -8,7 +8,7 @@ import pytest
 
 from azlib.data import arithmetic_problems
 from azlib.mcts import search
-from azlib.textsearch.env import (
+from azlib.games.text.env import (
     TEXT_SEARCH_SAMPLING, TextEnv, TextSearchSettings, trajectories, word_similarity,
 )
 from azlib.teachers import TeacherSpec

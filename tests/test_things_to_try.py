@@ -268,7 +268,7 @@ def ttt_search(board: str, simulations: int, seed: int, **changes):
 
     from azlib import mcts
     from azlib.settings import SearchSettings
-    from azlib.mcts.envs import tictactoe
+    from azlib.games import tictactoe
 
     settings = SearchSettings(num_simulations=simulations, max_depth=9, temperature=0, **changes)
     (result,) = mcts.search(tictactoe.TicTacToe(), [board], settings, random.Random(seed))
@@ -286,7 +286,7 @@ def test_02_uct_grows_a_wider_tree():
 
 
 def test_02_few_simulations_choose_a_losing_move_where_a_corner_loses():
-    from azlib.mcts.envs import tictactoe
+    from azlib.games import tictactoe
 
     def losing(board: str, simulations: int) -> int:
         moves = [ttt_search(board, simulations, seed).action for seed in range(5)]
@@ -303,7 +303,7 @@ def test_02_one_leaf_per_step_takes_more_model_steps():
     import random
 
     from azlib import mcts
-    from azlib.mcts.envs import tictactoe
+    from azlib.games import tictactoe
 
     class Counting(tictactoe.TicTacToe):
         calls = 0
@@ -586,7 +586,7 @@ RUN_EFFECTS = {
 
 
 def _tiny_countdown_policy(legal_only: bool):
-    from azlib.countdown.policy import Policy, PolicyValueNet
+    from azlib.games.countdown.policy import Policy, PolicyValueNet
     from azlib.settings import GPTShape
 
     torch.manual_seed(0)
@@ -596,9 +596,9 @@ def _tiny_countdown_policy(legal_only: bool):
 def test_08_more_candidates_show_the_root_more_first_moves():
     import random
 
-    from azlib.countdown.play import Episode, LineSearch, node_state
-    from azlib.countdown.problems import heldout
-    from azlib.countdown.settings import CountdownSearchSettings
+    from azlib.games.countdown.play import Episode, LineSearch, node_state
+    from azlib.games.countdown.problems import heldout
+    from azlib.games.countdown.settings import CountdownSearchSettings
 
     policy, roots = _tiny_countdown_policy(True), [node_state(Episode.start(p)) for p in heldout(3, "unseen")[:30]]
 
@@ -612,8 +612,8 @@ def test_08_more_candidates_show_the_root_more_first_moves():
 
 
 def test_08_a_four_number_game_takes_three_moves():
-    from azlib.countdown.problems import heldout
-    from azlib.countdown.rules import solve
+    from azlib.games.countdown.problems import heldout
+    from azlib.games.countdown.rules import solve
 
     for size in (3, 4):
         solutions = [solve(p) for p in heldout(size, "seen")[:20]]
@@ -621,8 +621,8 @@ def test_08_a_four_number_game_takes_three_moves():
 
 
 def test_08_without_the_mask_the_rules_refuse_lines():
-    from azlib.countdown.play import play_episodes
-    from azlib.countdown.problems import heldout
+    from azlib.games.countdown.play import play_episodes
+    from azlib.games.countdown.problems import heldout
 
     problems = heldout(3, "unseen")[:20]
     refused = {legal_only: sum(e.refused for group in play_episodes(_tiny_countdown_policy(legal_only), problems, 2, 1.0,

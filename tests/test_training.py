@@ -18,17 +18,17 @@ from azlib.lab import config
 from azlib.lab.cli import main
 from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
-from azlib.textsearch.forking import ForkingSearch
-from azlib.textsearch.signals import forked_groups, tree_groups
+from azlib.games.text.forking import ForkingSearch
+from azlib.games.text.signals import forked_groups, tree_groups
 from azlib.mcts import search
-from azlib.textsearch.env import TEXT_SEARCH_SAMPLING, TextEnv
+from azlib.games.text.env import TEXT_SEARCH_SAMPLING, TextEnv
 from azlib.models import ModelLoadError
 from azlib.models.student import LoraSettings, Student
 from azlib.prompts import chat_prompt
 from azlib.rewards import RewardWeights, answer_reward
 from azlib.settings import AnswerSampling, ForkSettings, SearchSettings, TextSearchSettings
 from azlib.teachers import TeacherEnsemble, TeacherSpec
-from azlib.textsearch.explorers import accuracy_column
+from azlib.games.text.explorers import accuracy_column
 from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params, training_problems
 from conftest import tiny_grpo
 
@@ -282,7 +282,7 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """Each state and each rollout is scored when it is made; the search values them, tree_answers collects them,
     search_answer grades the recommended one without scoring anything again."""
     import azlib.answer as answer_module
-    from azlib.textsearch.env import search_answer
+    from azlib.games.text.env import search_answer
 
     computed = []
 
@@ -306,7 +306,7 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
     from azlib.grpo import PolicyUpdate
     from azlib.answer import scored_answer
-    from azlib.textsearch.signals import answer_rollout, verified
+    from azlib.games.text.signals import answer_rollout, verified
 
     rows = arithmetic_problems(1, seed=5, steps=(1,))
     backend = student.backend

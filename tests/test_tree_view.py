@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from azlib.mcts import Tree, search
-from azlib.mcts.envs import tictactoe
+from azlib.games import tictactoe
 from azlib.settings import SearchSettings
 from azlib.viz import (TEXT_KINDS, TreeWidget, describe_board_node, describe_text_node, save_tree, shown_nodes,
                        tree_svg)
@@ -74,7 +74,7 @@ def test_a_tree_searched_without_replay_is_shown_as_it_ends():
 
 
 def teacher_tree() -> Tree:
-    """A tree as notebook 03's searches grow them (azlib.textsearch.env with teachers): each node's proposers
+    """A tree as notebook 03's searches grow them (azlib.games.text.env with teachers): each node's proposers
     ("student", or "teacher:label") and its path code, whose last letter is the branch."""
     tree = Tree.with_root({"problem": 0, "code": "", "answer": {"text": ""}})
 
@@ -133,11 +133,11 @@ def countdown_tree():
     """Notebook 08's picture: a search over a tiny net's legal lines on a 3-number problem, replay recorded."""
     import torch
 
-    from azlib.countdown.play import play_searched
-    from azlib.countdown.policy import Policy, PolicyValueNet
+    from azlib.games.countdown.play import play_searched
+    from azlib.games.countdown.policy import Policy, PolicyValueNet
     from azlib.settings import GPTShape
-    from azlib.countdown.rules import State
-    from azlib.countdown.settings import CountdownSearchSettings
+    from azlib.games.countdown.rules import State
+    from azlib.games.countdown.settings import CountdownSearchSettings
 
     torch.manual_seed(0)
     policy = Policy(PolicyValueNet(GPTShape(n_layer=1, n_head=2, n_embd=16)))
@@ -148,7 +148,7 @@ def countdown_tree():
 
 
 def test_a_countdown_tree_is_coloured_by_the_oracle_and_labelled_by_its_lines(tmp_path):
-    from azlib.countdown.rules import State, apply, parse_move, solvable
+    from azlib.games.countdown.rules import State, apply, parse_move, solvable
     from azlib.viz.countdown import describe_countdown_node, solvable_kind
 
     tree = countdown_tree()

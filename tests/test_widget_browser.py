@@ -22,7 +22,7 @@ import pytest
 
 from azlib.lab import config
 from azlib.mcts import search
-from azlib.mcts.envs import tictactoe
+from azlib.games import tictactoe
 from azlib.settings import SearchSettings
 
 pytestmark = pytest.mark.slow

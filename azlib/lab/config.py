@@ -1,5 +1,5 @@
 """Typed parameters of every notebook, profiles that set them, env-var overrides, validation. Not model code: it
-imports settings types only (azlib.settings, azlib.countdown.settings), which hold the components' defaults.
+imports settings types only (azlib.settings, azlib.games.countdown.settings), which hold the components' defaults.
 
 A parameter that configures one library component is a *section*: a dict of that component's settings
 (`search` = SearchSettings' fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
@@ -22,7 +22,7 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter,
                       ValidationError, field_validator, model_validator)
 
-from azlib.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, CountdownSearchSettings, EvalSettings,
+from azlib.games.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, CountdownSearchSettings, EvalSettings,
                                       ImitationSettings)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.models import DEFAULT_MODEL
@@ -428,7 +428,7 @@ class RLTParams(StudentParams, GSM8KParams, EngineParams):
 
 
 class CountdownParams(NotebookParams):
-    """Notebook 08: AlphaZero for a language model on Countdown (azlib.countdown): one start by imitation, the arms
+    """Notebook 08: AlphaZero for a language model on Countdown (azlib.games.countdown): one start by imitation, the arms
     at equal generated characters over seeds, every test-time method on held-out seen and unseen targets."""
 
     size: int = Field(ge=3, le=4, description="numbers per problem (3: the easy setting; 4: Stream of Search's)")

@@ -506,7 +506,7 @@ def check_candidate_rewards(fn: Callable[..., Sequence[float]], seed: int | None
                   "candidates keep their ratios.")
 
 
-# -- 08: Countdown's solvability oracle (azlib.countdown.rules.solvable) ------------------------------
+# -- 08: Countdown's solvability oracle (azlib.games.countdown.rules.solvable) ------------------------------
 
 def _loose_reach(numbers: tuple[int, ...], divide: Callable[[Any, Any], Any]) -> set:
     """Every value the numbers reach, each used once, when a division need not come out whole (`divide(a, b)`, b
@@ -534,11 +534,11 @@ def _same_truth(mine: Any, theirs: bool, rtol: float | None = None) -> bool:
 
 def check_solvable(fn: Callable[[list[int], int], bool], seed: int | None = None) -> Grade:
     """fn(numbers, target) -> whether the numbers can still reach the target under Countdown's rules, as
-    azlib.countdown.rules.solvable(State(target, numbers))."""
+    azlib.games.countdown.rules.solvable(State(target, numbers))."""
     import itertools
     from fractions import Fraction
 
-    from azlib.countdown.rules import State, reachable, solvable
+    from azlib.games.countdown.rules import State, reachable, solvable
 
     rng = random.Random(seed)
     cases = []

@@ -20,7 +20,7 @@ TREE_VS_SAMPLING = RESULTS_DIR / "tree-vs-sampling-all"
 TEACHER_ENSEMBLE = RESULTS_DIR / "teacher-ensemble-cpu"
 TRAINING = RESULTS_DIR / "training-cpu"
 RLT = RESULTS_DIR / "rlt-cpu"
-# notebook 08's comparison under the cpu profile (benchmarks/countdown_alphazero.py), azlib.countdown's summary
+# notebook 08's comparison under the cpu profile (benchmarks/countdown_alphazero.py), azlib.games.countdown's summary
 COUNTDOWN = RESULTS_DIR / "countdown-cpu"
 # notebook 08's test-time curves at 4 numbers (benchmarks/countdown_search_curves.py), no profile's run
 COUNTDOWN_CURVES = RESULTS_DIR / "countdown-curves"

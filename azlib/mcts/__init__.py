@@ -1,6 +1,5 @@
-"""Monte Carlo tree search: one search (azlib.mcts.search), its tree, AlphaZero (azlib.mcts.alphazero) and a
-game to check them on (azlib.mcts.envs: tic-tac-toe). Knows nothing of language models: search over text lives in
-azlib.textsearch."""
+"""Monte Carlo tree search: one search (azlib.mcts.search), its tree and AlphaZero (azlib.mcts.alphazero, on
+tic-tac-toe). Knows nothing of language models; the games it plays live in azlib.games."""
 
 from azlib.mcts.search import (Child, Environment, Expansion, SearchResult, search, selection_terms, tree_after,
                                 visit_weights)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from azlib.mcts.envs import tictactoe as ttt
+from azlib.games import tictactoe as ttt
 from azlib.mcts.search import Child, Expansion, SearchResult, search
 from azlib.settings import SearchSettings
 

@@ -42,7 +42,7 @@ def teacher_messages(persona: str, label: str, question: str, partial: str) -> l
 
 class Proposal(NamedTuple):
     """What a teacher wrote for one partial answer: the teacher's name, the label it was asked for, and its sample in
-    the teacher's own tokens and log-probs. A student reads only its text (azlib.textsearch re-encodes and scores it
+    the teacher's own tokens and log-probs. A student reads only its text (azlib.games.text re-encodes and scores it
     in the student's ids)."""
 
     teacher: str

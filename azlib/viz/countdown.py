@@ -1,14 +1,14 @@
 """Notebook 08's pictures: each arm's learning curve against generated characters, the test-time methods side by
 side, the learned value's precision as a verifier over training, the solve rate against compute per problem (the
 test-time curves), and a Countdown search's nodes coloured by the exact oracle (solvable, dead, refused). Draws
-only: the numbers come from azlib.countdown."""
+only: the numbers come from azlib.games.countdown."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from azlib.countdown.evaluate import rate
+from azlib.games.countdown.evaluate import rate
 from azlib.mcts.tree import Node
 from azlib.viz.curves import plot_seed_curves
 
@@ -46,7 +46,7 @@ def _by_iteration(histories: dict, arm: str, seeds, key: str) -> tuple[np.ndarra
 def plot_learning(result, key: str = "greedy_unseen", ylabel: str = "greedy solve rate, unseen targets"):
     """Each arm's curve (mean over seeds, +-1 std band) against the characters it generated (left) and against the
     optimiser steps it took (right, mean over seeds; dotted, the fewest steps any arm took: the arms at matched
-    steps, azlib.countdown.experiment.matched_steps)."""
+    steps, azlib.games.countdown.experiment.matched_steps)."""
     fig, (by_characters, by_steps) = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
     fewest = []
     for k, arm in enumerate(result.setup.arms):
@@ -96,7 +96,7 @@ def plot_methods(result, split: str = "unseen"):
 def plot_value_precision(result):
     """The value head as a verifier of partial states over training: its precision against the oracle (the 90% bar)
     and its ranking (AUC); and, per arm and seed, the search's gain over best-of-k at the same characters against
-    the value gate's AUC after the first move (azlib.countdown.evaluate.value_gate)."""
+    the value gate's AUC after the first move (azlib.games.countdown.evaluate.value_gate)."""
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 4))
     for key, ax, title, ylabel in (
             ("value_precision", left, "Precision of the value, against the oracle", "P(solvable | v > 0.5)"),
@@ -134,7 +134,7 @@ def plot_value_precision(result):
 
 
 def plot_beside(runs: dict[str, dict], split: str = "unseen"):
-    """Runs side by side (label -> azlib.countdown.experiment.summary(...), e.g. yours and the shipped cpu run): each
+    """Runs side by side (label -> azlib.games.countdown.experiment.summary(...), e.g. yours and the shipped cpu run): each
     arm's mean greedy solve rate, and its search's rate minus best-of-k's at the search's characters (a run's legend
     entry says where best-of-k's samples ran out first, so that the two are not at equal characters)."""
     fig, (greedy, search) = plt.subplots(1, 2, figsize=(11, 4.4))
@@ -176,7 +176,7 @@ CURVE_MARKERS = {"sampled-widened": "o"}  # widened sampled lines: solid, dotted
 
 
 def plot_curves(result: dict, title: str = "Test time at equal compute", methods: list[str] | None = None):
-    """Solve rate against the characters a model computed per problem (azlib.countdown.curves): best-of-k (black)
+    """Solve rate against the characters a model computed per problem (azlib.games.countdown.curves): best-of-k (black)
     and each search (or those named in `methods`), its colour the value it read, its line style (and markers) how
     its children were made and chosen (sampled, widened or listed; PUCT or Gumbel), the budgets marked; a line that
     stays along the axis has its final rate in its legend entry."""

@@ -1,5 +1,5 @@
 """Tic-tac-toe against a trained AlphaZero net, in the notebook: a 3x3 board of buttons, the net answering each
-move with its search's move. Draws and wires buttons only; the game is azlib.mcts.envs.tictactoe.Match, the
+move with its search's move. Draws and wires buttons only; the game is azlib.games.tictactoe.Match, the
 player azlib.mcts.alphazero.NetPlayer."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import html
 import ipywidgets as widgets
 
 from azlib.mcts.alphazero import NetPlayer, PolicyValueNet
-from azlib.mcts.envs.tictactoe import LINES, Match
+from azlib.games.tictactoe import LINES, Match
 from azlib.viz.static import StillPicture
 
 OUTCOME = {"win": "You win: the net missed something.", "draw": "Draw: the best either side can force.",

@@ -16,7 +16,7 @@ import traitlets
 from matplotlib import colormaps, colors
 
 from azlib.mcts import selection_terms, tree_after
-from azlib.mcts.envs.tictactoe import to_move
+from azlib.games.tictactoe import to_move
 from azlib.mcts.tree import Node, Tree
 from azlib.viz.static import StillPicture
 
@@ -37,7 +37,7 @@ def describe_node(node: Node) -> tuple[str, str]:
 
 
 def describe_text_node(node: Node) -> tuple[str, str]:
-    """Text search (azlib.textsearch.env): the chunk's first words as label; the whole partial answer and rewards."""
+    """Text search (azlib.games.text.env): the chunk's first words as label; the whole partial answer and rewards."""
     if node.parent < 0:
         return "question", "root: the question"
     info, (code, text) = node.info, code_and_text(node)
@@ -50,7 +50,7 @@ def describe_text_node(node: Node) -> tuple[str, str]:
 
 
 def code_and_text(node: Node) -> tuple[str, str]:
-    """A text search node's path code and text so far, from its state (azlib.textsearch.env.TextState) or, in a
+    """A text search node's path code and text so far, from its state (azlib.games.text.env.TextState) or, in a
     tree loaded from JSON, the dict that holds it."""
     state = node.state
     return (state["code"], state["answer"]["text"]) if isinstance(state, dict) else (state.code, state.answer.text)
@@ -75,7 +75,7 @@ TEXT_KINDS: dict[str, Kind] = {"proposer": proposer_of, "right/wrong": branch_of
 
 
 def describe_board_node(node: Node) -> tuple[str, str]:
-    """Tic-tac-toe (azlib.mcts.envs.tictactoe): who moved where as label ("X 4"); the board as details."""
+    """Tic-tac-toe (azlib.games.tictactoe): who moved where as label ("X 4"); the board as details."""
     board = node.state
     grid = "\n".join(" ".join(board[r * 3 : r * 3 + 3]) for r in range(3))
     if node.parent < 0:

@@ -25,11 +25,11 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch.nn import functional as F
 
-from azlib.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
-from azlib.countdown.policy import Policy, PolicyValueNet
-from azlib.countdown.problems import draw_training, training_problems
-from azlib.countdown.rules import MOVE_END, State, legal_lines, legal_moves, solvable, solve
-from azlib.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings,
+from azlib.games.countdown.play import Episode, SearchedMove, legal_spans, play_episodes, play_searched
+from azlib.games.countdown.policy import Policy, PolicyValueNet
+from azlib.games.countdown.problems import draw_training, training_problems
+from azlib.games.countdown.rules import MOVE_END, State, legal_lines, legal_moves, solvable, solve
+from azlib.games.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings,
                                       ReferenceValueSettings)
 from azlib.grpo import group_advantages
 from azlib.settings import GPTShape

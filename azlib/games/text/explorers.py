@@ -19,9 +19,9 @@ from azlib.mcts.search import search
 from azlib.models.generation import Backend
 from azlib.rewards import RewardWeights
 from azlib.settings import EXPLORER_OF, SIGNAL_KINDS, SearchSettings, SignalKind
-from azlib.textsearch.env import TextEnv, search_answer, teacher_values
-from azlib.textsearch.forking import ForkingSearch
-from azlib.textsearch.signals import forked_groups, tree_groups
+from azlib.games.text.env import TextEnv, search_answer, teacher_values
+from azlib.games.text.forking import ForkingSearch
+from azlib.games.text.signals import forked_groups, tree_groups
 
 if TYPE_CHECKING:
     from azlib.teachers import TeacherEnsemble, TerminalChecker
@@ -74,7 +74,7 @@ class TreeExplorer:
 
 
 class ForkExplorer:
-    """One forking tree (azlib.textsearch.forking) per problem: `group_size` independent answers, then forks."""
+    """One forking tree (azlib.games.text.forking) per problem: `group_size` independent answers, then forks."""
 
     # the student's own accuracy before the step's update: its G independent answers to problems it has not trained
     # on yet (forks aim at unsolved problems, so all leaves together would understate it)

@@ -1,7 +1,7 @@
 """The language-model policy that plays Countdown: a character-level GPT (azlib.models.gpt) with a value head on
 its last hidden state, AlphaZero's f(s) -> (p, v) over text. It samples the lines a model writes (batched, with a
-key-value cache), scores given lines, and values states. Not the search (azlib.countdown.play) nor the losses
-(azlib.countdown.arms).
+key-value cache), scores given lines, and values states. Not the search (azlib.games.countdown.play) nor the losses
+(azlib.games.countdown.arms).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from azlib.countdown.rules import MAX_MOVE_CHARS, MOVE_END
+from azlib.games.countdown.rules import MAX_MOVE_CHARS, MOVE_END
 from azlib.models.gpt import GPT
 from azlib.settings import GPTShape
 

@@ -12,7 +12,7 @@ import random
 from functools import cache
 from pathlib import Path
 
-from azlib.countdown.rules import State, solvable
+from azlib.games.countdown.rules import State, solvable
 
 MIN_TARGET, MAX_TARGET = 10, 100
 MAX_NUMBER = MAX_TARGET - 1  # Stream of Search: numbers "can go up to max target" (randint(1, max_target - 1))

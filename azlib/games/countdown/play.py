@@ -1,7 +1,7 @@
 """Playing Countdown with the policy: independent episodes (sampling, greedy, best-of-N), and games played by
 `azlib.mcts.search` over the lines the model writes or over every legal line it scores (self-play in training, the
 search at test time). The rules write every result; every generated character is counted once. No update
-(azlib.countdown.arms).
+(azlib.games.countdown.arms).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Literal, NamedTuple, Sequence
 
 import torch
 
-from azlib.countdown.compute import Compute, trie_characters
-from azlib.countdown.policy import Line, Policy
-from azlib.countdown.rules import MOVE_END, Move, State, legal_lines, problem_text, solvable, step, written_result
-from azlib.countdown.settings import CountdownSearchSettings
+from azlib.games.countdown.compute import Compute, trie_characters
+from azlib.games.countdown.policy import Line, Policy
+from azlib.games.countdown.rules import MOVE_END, Move, State, legal_lines, problem_text, solvable, step, written_result
+from azlib.games.countdown.settings import CountdownSearchSettings
 from azlib.mcts.search import Child, Expansion, search
 from azlib.settings import SearchSettings
 
@@ -149,7 +149,7 @@ class LineSearch:
     the step widens: settings.widen_after draws `candidates` more lines there); expansions are kept by text (the
     net does not change while this env lives), so a later search from a child reuses its expansions (not their
     visits) and counts no token twice. With `compute`, every character a net computes is charged to its problem
-    (azlib.countdown.compute) and each problem's first answer is marked there."""
+    (azlib.games.countdown.compute) and each problem's first answer is marked there."""
 
     two_player = False
 

@@ -12,7 +12,7 @@ reward and group from creation, so GRPO trains on it as it is. Not the search, n
   the children after them (TextEnv.context).
 - "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.
 - "independent": G independent samples per problem, no tree: the GRPO and RFT baseline.
-- "forked": the G samples, then continuations forked from them (azlib.textsearch.forking, TreeRL's EPTree):
+- "forked": the G samples, then continuations forked from them (azlib.games.text.forking, TreeRL's EPTree):
   every answer of a problem's forking tree in one group, scored by the reward.
 - "treerl": the same answers, each token with TreeRL's advantage from the tree's node values (the mean
   reward of the answers under a node): global (V(s) - V(root)) plus local (V(s) - V(parent)), so a
@@ -32,8 +32,8 @@ from typing import Literal, Sequence
 from azlib.answer import Answer
 from azlib.data.rows import Row
 from azlib.grpo import Rollout
-from azlib.textsearch.env import TextEnv, trajectories, tree_answers
-from azlib.textsearch.forking import ForkTree, tree_advantages
+from azlib.games.text.env import TextEnv, trajectories, tree_answers
+from azlib.games.text.forking import ForkTree, tree_advantages
 from azlib.mcts.search import SearchResult
 from azlib.rewards import RewardFunction, call_reward, reward_name
 from azlib.settings import SignalKind

@@ -14,13 +14,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from azlib.countdown.arms import ProblemStream, start_policy, train_arm
-from azlib.countdown.evaluate import METHODS, evaluate, rate, value_quality
-from azlib.countdown.play import play_episodes
-from azlib.countdown.policy import Policy, PolicyValueNet
-from azlib.countdown.problems import heldout
-from azlib.countdown.rules import State
-from azlib.countdown.settings import ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings
+from azlib.games.countdown.arms import ProblemStream, start_policy, train_arm
+from azlib.games.countdown.evaluate import METHODS, evaluate, rate, value_quality
+from azlib.games.countdown.play import play_episodes
+from azlib.games.countdown.policy import Policy, PolicyValueNet
+from azlib.games.countdown.problems import heldout
+from azlib.games.countdown.rules import State
+from azlib.games.countdown.settings import ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings
 from azlib.evaluation import compare, comparison_table
 from azlib.settings import GPTShape
 
@@ -76,7 +76,7 @@ def curve_point(policy: Policy, problems: Sequence[State]) -> dict:
 
 
 def evaluate_policy(policy: Policy, setup: CountdownSetup, seed: int) -> dict:
-    """Every test-time method on both held-out sets: {split: azlib.countdown.evaluate.evaluate(...)}."""
+    """Every test-time method on both held-out sets: {split: azlib.games.countdown.evaluate.evaluate(...)}."""
     return {split: evaluate(policy, heldout_problems(setup, split), setup.evaluation, setup.search, seed,
                             setup.methods) for split in SPLITS}
 
@@ -131,7 +131,7 @@ class CountdownResult:
 
     def value_gate(self, split: str = "unseen") -> dict[str, dict[str, float]]:
         """Per policy (the start; each arm, mean over its seeds): the value gate's AUC and precision at recall 0.5
-        after 1 and 2 random legal moves (azlib.countdown.evaluate.value_gate), and whether it passes: AUC and
+        after 1 and 2 random legal moves (azlib.games.countdown.evaluate.value_gate), and whether it passes: AUC and
         precision at least VALUE_GATE after the first move."""
         rows = {}
         for who in ["start", *self.setup.arms]:

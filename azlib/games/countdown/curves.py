@@ -1,5 +1,5 @@
 """Test-time curves: the solve rate against the compute spent per problem (the characters a model computes, each once:
-azlib.countdown.compute), every method stopped at its first answer by the exact check of the end. Best-of-k (k
+azlib.games.countdown.compute), every method stopped at its first answer by the exact check of the end. Best-of-k (k
 independent samples, in the order drawn) and the search over sampled or listed lines with a value: none, the policy's
 own head (self-play's), a separate reference net, or the exact oracle. One run per method gives every budget: a
 problem is solved at budget B when its first answer came at B characters or fewer. Each method against best-of-k
@@ -14,11 +14,11 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
-from azlib.countdown.compute import Compute
-from azlib.countdown.play import Episode, LineSearch, node_state, play_episodes, search_settings
-from azlib.countdown.policy import Policy
-from azlib.countdown.rules import State, problem_text
-from azlib.countdown.settings import CountdownSearchSettings
+from azlib.games.countdown.compute import Compute
+from azlib.games.countdown.play import Episode, LineSearch, node_state, play_episodes, search_settings
+from azlib.games.countdown.policy import Policy
+from azlib.games.countdown.rules import State, problem_text
+from azlib.games.countdown.settings import CountdownSearchSettings
 from azlib.evaluation import compare, holm
 from azlib.mcts.search import search
 

@@ -11,10 +11,10 @@ from typing import Sequence
 import torch
 from scipy import stats
 
-from azlib.countdown.play import Episode, play_episodes, play_searched
-from azlib.countdown.policy import Policy
-from azlib.countdown.rules import State, legal_moves, solvable
-from azlib.countdown.settings import CountdownSearchSettings, EvalSettings
+from azlib.games.countdown.play import Episode, play_episodes, play_searched
+from azlib.games.countdown.policy import Policy
+from azlib.games.countdown.rules import State, legal_moves, solvable
+from azlib.games.countdown.settings import CountdownSearchSettings, EvalSettings
 from azlib.evaluation import pass_at_k
 
 METHODS = ("greedy", "sample", "best_of", "mcts", "mcts_oracle")

@@ -8,7 +8,7 @@ without the hint: STaR's rationalization inside the tree; or by the teacher ense
 
 Every generated token belongs to exactly one node and every rollout ends in a leaf that is a whole,
 checkable answer, scored once: nothing is discarded, so each token is counted once. A node's value is
-the mean reward of the answers under it (TreeRL's V(s)); azlib.textsearch.signals turns leaves into training signals.
+the mean reward of the answers under it (TreeRL's V(s)); azlib.games.text.signals turns leaves into training signals.
 """
 
 from __future__ import annotations
