@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from azlib.config import DEFAULT_MODEL
 from azlib.data import arithmetic_problems
 from azlib.experiment import calibration
-from azlib.models import make_backend
+from azlib.models import DEFAULT_MODEL, make_backend
 
 
 def main() -> None:
