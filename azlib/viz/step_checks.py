@@ -32,9 +32,9 @@ def plot_step_checks(tables: dict[str, list[dict]], label: str = ""):
         ax.set(title=name, xlabel="chain length (steps)", xticks=lengths, ylim=(0, 1.02))
     axes[0][0].set_ylabel("share of answers (95% Wilson CI)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=len(ANSWER_CHECKS))
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=len(ANSWER_CHECKS), bbox_to_anchor=(0.5, 0.03))
     fig.suptitle("Step checks as verifiers of whole answers: precision and recall (dashed: the 90% bar)", fontsize=10)
     if label:
         fig.text(0.01, 0.005, label, fontsize=6)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     return fig
