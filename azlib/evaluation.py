@@ -297,7 +297,17 @@ def compare(records_a: Sequence[dict], records_b: Sequence[dict]) -> Comparison:
     b = {r["id"]: headline_correct(r) for r in records_b}
     if a.keys() != b.keys():
         raise ValueError(f"the two evaluations cover different problems ({len(a.keys() ^ b.keys())} ids differ)")
-    cells = {(x, y): [i for i in a if (a[i], b[i]) == (x, y)] for x in (True, False) for y in (True, False)}
+    return compare_outcomes([a[i] for i in a], [b[i] for i in a], list(a))
+
+
+def compare_outcomes(a: Sequence[bool], b: Sequence[bool], ids: Sequence[str] | None = None) -> Comparison:
+    """Paired comparison of two methods' outcomes on the same problems, in the same order (`ids` names them; by
+    default their positions)."""
+    if len(a) != len(b):
+        raise ValueError(f"the two evaluations cover different problems ({len(a)} against {len(b)} outcomes)")
+    ids = list(ids) if ids is not None else list(range(len(a)))
+    cells = {(x, y): [i for i, u, v in zip(ids, a, b) if (bool(u), bool(v)) == (x, y)]
+             for x in (True, False) for y in (True, False)}
     only_a, only_b = len(cells[True, False]), len(cells[False, True])
     return Comparison(len(cells[True, True]), only_a, only_b, len(cells[False, False]),
                       mcnemar_exact(only_a, only_b), cells[False, True], cells[True, False])

@@ -4,7 +4,7 @@ search over text and the forking tree (azlib.games.text), the server's limits (a
 (azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training), notebook 05's arms
 (azlib.experiment), RLT's teacher (azlib.rlt), the referee (azlib.referee). Elsewhere: notebook 08's in
 azlib.games.countdown.settings (its package's), and beside their one user tic-tac-toe's AlphaZero loop
-(azlib.mcts.alphazero.AlphaZeroSettings), the original system's reward weights (azlib.rewards.RewardWeights) and
+(azlib.games.tictactoe_alphazero.AlphaZeroSettings), the original system's reward weights (azlib.rewards.RewardWeights) and
 a teacher (azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
 Imports no azlib module, so that every layer may import it and azlib.lab.config reads it without model libraries."""
 

@@ -1,6 +1,6 @@
 """AlphaZero on tic-tac-toe, notebook 02's loop with a profile's settings (default cpu): does the
 net-guided search reach perfect play within 5 minutes on 2 CPU cores? After every round the best net
-is graded exactly (azlib.mcts.alphazero.grade): its search's move in all 4,520 positions where a move
+is graded exactly (azlib.games.tictactoe_alphazero.grade): its search's move in all 4,520 positions where a move
 is due, against minimax, and every game against perfect play as X and as O; the raw policy net too.
 Goal: a move of minimax's optimal set in every position (so 0 losing moves, and no won position let go
 as a draw), all games drawn as X and as O. Writes nothing.
@@ -16,7 +16,7 @@ import time
 import torch
 
 from azlib.lab import config
-from azlib.mcts.alphazero import POSITIONS, AlphaZeroSettings, alphazero
+from azlib.games.tictactoe_alphazero import POSITIONS, AlphaZeroSettings, alphazero
 
 GOAL_SECONDS = 300
 GRADE_HEADER = f" {'losing':>6s} {'optimal':>8s} {'draw X':>7s} {'draw O':>7s} "

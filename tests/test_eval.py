@@ -235,6 +235,11 @@ def test_compare_pairs_records_by_id():
     assert ev.compare(lm, lm).neither == 1, "lm-eval records compare on strict-match, the headline"
     with pytest.raises(ValueError, match="different problems"):
         ev.compare(a, b[:-1])
+    by_position = ev.compare_outcomes([True, True, False, False], [False, True, True, True])
+    assert (by_position.both, by_position.only_a, by_position.only_b, by_position.neither) == (1, 1, 2, 0)
+    assert by_position.fixed == [2, 3] and by_position.broken == [0], "positions name the problems"
+    with pytest.raises(ValueError, match="3 against 2 outcomes"):
+        ev.compare_outcomes([True] * 3, [True] * 2)
 
 
 def test_trl_shaped_rewards(hf):

@@ -561,7 +561,7 @@ def test_a_draw_that_finds_nothing_new_where_every_child_is_solved_closes_the_no
 
 
 def test_alphazero_targets_and_symmetries():
-    from azlib.mcts import alphazero as az
+    from azlib.games import tictactoe_alphazero as az
 
     settings = az.AlphaZeroSettings(games_per_iteration=8, simulations=8, random_opening=0)
     rng = random.Random(0)
@@ -597,7 +597,7 @@ def test_alphazero_targets_and_symmetries():
 
 def test_alphazero_random_openings():
     """Self-play games open with 0..random_opening random moves, untrained on; 0 keeps the empty board."""
-    from azlib.mcts import alphazero as az
+    from azlib.games import tictactoe_alphazero as az
 
     rng = random.Random(0)
     starts = [az.random_opening(az.AlphaZeroSettings(random_opening=6), rng) for _ in range(700)]
@@ -618,7 +618,7 @@ def test_alphazero_random_openings():
 
 
 def test_alphazero_grade_is_exact():
-    from azlib.mcts import alphazero as az
+    from azlib.games import tictactoe_alphazero as az
 
     assert len(az.POSITIONS) == 4520 and all(ttt.legal_moves(b) for b in az.POSITIONS)
     perfect = {b: az.optimal_moves(b)[0] for b in az.POSITIONS}
@@ -640,7 +640,7 @@ def test_alphazero_grade_is_exact():
 def test_alphazero_grades_the_rounds_asked_for_once_per_best_net(monkeypatch):
     """grade_every = 2 over 3 rounds: graded at rounds 0, 2 and the last; a net kept by the arena is not
     graded again (the grade is most of the loop's time at the notebook's settings)."""
-    from azlib.mcts import alphazero as az
+    from azlib.games import tictactoe_alphazero as az
 
     graded_nets = []
     real_evaluate = az.evaluate
@@ -663,7 +663,7 @@ def test_alphazero_grades_the_rounds_asked_for_once_per_best_net(monkeypatch):
 @pytest.mark.slow
 def test_alphazero_learns():
     """A small run (4 rounds of 32 games, 16 simulations): loss falls, the grade improves."""
-    from azlib.mcts import alphazero as az
+    from azlib.games import tictactoe_alphazero as az
 
     settings = az.AlphaZeroSettings(iterations=4, games_per_iteration=32, simulations=16, arena_games=4,
                                     batch_size=64, epochs=4)

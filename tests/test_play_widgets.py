@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from azlib.mcts import search
-from azlib.mcts.alphazero import NetPlayer, PolicyValueNet, optimal_moves
+from azlib.games.tictactoe_alphazero import NetPlayer, PolicyValueNet, optimal_moves
 from azlib.games import tictactoe as ttt
 from azlib.settings import SearchSettings
 from azlib.viz import BanditSliders, PlayTicTacToe, TreeWidget, describe_board_node

@@ -1,6 +1,6 @@
 """Tic-tac-toe against a trained AlphaZero net, in the notebook: a 3x3 board of buttons, the net answering each
 move with its search's move. Draws and wires buttons only; the game is azlib.games.tictactoe.Match, the
-player azlib.mcts.alphazero.NetPlayer."""
+player azlib.games.tictactoe_alphazero.NetPlayer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import html
 
 import ipywidgets as widgets
 
-from azlib.mcts.alphazero import NetPlayer, PolicyValueNet
+from azlib.games.tictactoe_alphazero import NetPlayer, PolicyValueNet
 from azlib.games.tictactoe import LINES, Match
 from azlib.viz.static import StillPicture
 

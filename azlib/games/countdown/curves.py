@@ -19,7 +19,7 @@ from azlib.games.countdown.play import Episode, LineSearch, node_state, play_epi
 from azlib.games.countdown.policy import Policy
 from azlib.games.countdown.rules import State, problem_text
 from azlib.games.countdown.settings import CountdownSearchSettings
-from azlib.evaluation import compare, holm
+from azlib.evaluation import compare_outcomes, holm
 from azlib.mcts.search import search
 
 BUDGETS = (300, 600, 1200)  # characters per problem
@@ -125,8 +125,7 @@ def against_best_of(result: dict) -> list[dict]:
             continue
         for budget in map(str, result["budgets"]):
             a, b = base["solved"][budget], method["solved"][budget]
-            test = compare([{"id": i, "correct": x} for i, x in enumerate(a)],
-                           [{"id": i, "correct": x} for i, x in enumerate(b)])
+            test = compare_outcomes(a, b)
             rows.append({"method": name, "budget": int(budget), "best_of": sum(a) / len(a), "rate": sum(b) / len(b),
                          "difference": (sum(b) - sum(a)) / len(a), "only_best_of": test.only_a,
                          "only_method": test.only_b, "p": test.p_value, "short": method["short"][budget],

@@ -21,7 +21,7 @@ from azlib.games.countdown.policy import Policy, PolicyValueNet
 from azlib.games.countdown.problems import heldout
 from azlib.games.countdown.rules import State
 from azlib.games.countdown.settings import ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings
-from azlib.evaluation import compare, comparison_table
+from azlib.evaluation import compare_outcomes, comparison_table
 from azlib.settings import GPTShape
 
 SPLITS = ("seen", "unseen")
@@ -125,7 +125,8 @@ class CountdownResult:
         arms = self.setup.arms
         pairs = list(pairs or [(a, b) for b in ("alphazero", "alphazero_oracle") for a in ("rft", "grpo")
                                if a in arms and b in arms])
-        mcnemar = {(a, b): [compare(self._records(a, s, split, method), self._records(b, s, split, method)).p_value
+        mcnemar = {(a, b): [compare_outcomes(self.source(a, s)[split][method]["solved"],
+                                             self.source(b, s)[split][method]["solved"]).p_value
                             for s in self.setup.seeds] for a, b in pairs}
         return comparison_table(self.per_seed(split, method), pairs, mcnemar)
 
@@ -140,9 +141,6 @@ class CountdownResult:
                    for d in (1, 2) for kind in ("auc", "precision")}
             rows[who] = row | {"passes": row["auc after 1"] >= VALUE_GATE and row["precision after 1"] >= VALUE_GATE}
         return rows
-
-    def _records(self, arm: str, seed: int, split: str, method: str) -> list[dict]:
-        return [{"id": i, "correct": bool(c)} for i, c in enumerate(self.source(arm, seed)[split][method]["solved"])]
 
 
 def run_arms(setup: CountdownSetup, start: Policy, start_history: list[dict],

@@ -16,7 +16,8 @@ from azlib.games.countdown.compute import Compute, trie_characters
 from azlib.games.countdown.policy import Line, Policy
 from azlib.games.countdown.rules import MOVE_END, Move, State, legal_lines, problem_text, solvable, step, written_result
 from azlib.games.countdown.settings import CountdownSearchSettings
-from azlib.mcts.search import Child, Expansion, search
+from azlib.mcts import selfplay
+from azlib.mcts.search import Child, Expansion
 from azlib.settings import SearchSettings
 
 
@@ -364,35 +365,33 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
                   value: Value, rng: random.Random, *, simulations: int | None = None,
                   explore: bool, generator: torch.Generator | None = None, keep_trees: bool = False
                   ) -> SearchedGames:
-    """Each problem played to its end, a search before every move (all games in lock-step: one search call per move
-    number); the first `exploratory_moves` moves (if `explore`) sampled by visit shares, the rest the most visited.
+    """Each problem played to its end, a search before every move (azlib.mcts.selfplay: all games in lock-step, one
+    search call per move number); the first `exploratory_moves` moves (if `explore`) sampled by visit shares, the rest the most visited.
     Returns the games and what they cost."""
     env = LineSearch(policy, settings, value, generator)
     simulations = simulations or settings.simulations
-    games = [Game(p) for p in problems]
-    states = [node_state(Episode.start(p)) for p in problems]
-    labelled: list[set[str]] = [set() for _ in problems]  # each game's states already labelled by a search
-    move = 0
-    while live := [g for g, s in enumerate(states) if not env.is_terminal(s)]:
-        temperature = 1.0 if explore and move < settings.exploratory_moves else 0.0
-        results = search(env, [states[g] for g in live], search_settings(settings, simulations, temperature), rng,
-                         replay=keep_trees)
-        for g, result in zip(live, results):
+
+    def searcher(_: int, state: dict, move: int) -> tuple[LineSearch, SearchSettings]:
+        return env, search_settings(settings, simulations, 1.0 if explore and move < settings.exploratory_moves
+                                    else 0.0)
+
+    played = selfplay.play([node_state(Episode.start(p)) for p in problems], searcher, rng, replay=keep_trees)
+    games = []
+    for problem, (moves, end) in zip(problems, played):
+        game, labelled = Game(problem), set()  # the game's states already labelled by a search
+        for state, result in moves:
             children = [result.tree.nodes[i] for i in result.tree.root.children]
             accepted = [c for c in children if not c.info["refused"]]
             # the search's target (visit shares; gumbel: the improved policy), renormalised over the accepted lines
             weights = [w for w, c in zip(result.action_weights, children) if not c.info["refused"]]
             shares = [w / sum(weights) for w in weights] if sum(weights) > 0 else weights
-            chosen = children[result.actions.index(result.action)]
-            labels = tuple((text, z) for text, z in subtree_labels(result.tree).items() if text not in labelled[g])
-            labelled[g].update(text for text, _ in labels)
-            games[g].moves.append(SearchedMove(states[g]["text"], episode_of(states[g]).state,
-                                               [c.action for c in accepted], shares, chosen.action, labels))
+            labels = tuple((text, z) for text, z in subtree_labels(result.tree).items() if text not in labelled)
+            labelled.update(text for text, _ in labels)
+            game.moves.append(SearchedMove(state["text"], episode_of(state).state, [c.action for c in accepted],
+                                           shares, result.action, labels))
             if keep_trees:
-                games[g].trees.append(result.tree)
-            states[g] = chosen.state
-        move += 1
-    for game, state in zip(games, states):
-        game.end = episode_of(state)
-        game.found = game.solved or any(t.startswith(problem_text(game.problem)) for t in env.solved_found)
+                game.trees.append(result.tree)
+        game.end = episode_of(end)
+        game.found = game.solved or any(t.startswith(problem_text(problem)) for t in env.solved_found)
+        games.append(game)
     return SearchedGames(games, env.tokens, env.value_evaluations)

@@ -1,5 +1,6 @@
-"""AlphaZero on tic-tac-toe: a small policy-value net, self-play with the kit's search, training on
-visit counts and outcomes, an arena against the best net, and an exact grade against minimax."""
+"""AlphaZero on tic-tac-toe: a small policy-value net, self-play through the kit's one AlphaZero loop
+(azlib.mcts.selfplay), training on the search's targets and the outcomes, an arena against the best net, and an
+exact grade against minimax."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from azlib.games import tictactoe as ttt
+from azlib.mcts import selfplay
 from azlib.mcts.search import Child, Expansion, SearchResult, search
 from azlib.settings import SearchSettings
 
@@ -132,26 +134,24 @@ def random_opening(settings: AlphaZeroSettings, rng: random.Random) -> str:
 def play_games(players: list[tuple[NetTicTacToe, NetTicTacToe]], settings: AlphaZeroSettings, rng: random.Random,
                noise: bool, starts: Sequence[str] | None = None) -> list[tuple[list[tuple[str, list[float]]], str]]:
     """Game g played by players[g] (X's env, O's env) from starts[g] (default: the empty board), all games
-    in lock-step: one search call per env and move, so one batched net call per search step. Returns each
-    game's (board, visit shares) per move and its final board."""
-    boards = list(starts) if starts is not None else [ttt.EMPTY] * len(players)
-    history: list[list[tuple[str, list[float]]]] = [[] for _ in boards]
-    while live := [g for g, b in enumerate(boards) if ttt.legal_moves(b)]:
-        # one search call per net and temperature: games of different openings are at different moves
-        groups: dict[tuple, list[int]] = {}
-        for g in live:
-            made = 9 - boards[g].count(".")
-            side = made % 2
-            groups.setdefault((players[g][side], made < settings.exploratory_moves), []).append(g)
-        for (env, exploring), games in groups.items():
-            search_settings = _search_settings(settings, 1.0 if exploring else 0.0, noise)
-            for g, result in zip(games, search(env, [boards[g] for g in games], search_settings, rng)):
-                pi = [0.0] * 9  # the search's target: visit shares, whatever temperature chose the move
-                for action, w in zip(result.actions, result.action_weights):
-                    pi[action] = w
-                history[g].append((boards[g], pi))
-                boards[g] = ttt.play(boards[g], result.action)
-    return list(zip(history, boards))
+    in lock-step (azlib.mcts.selfplay.play). Returns each game's (board, the search's target over the 9
+    squares) per move and its final board."""
+
+    def searcher(g: int, board: str, _: int) -> tuple[NetTicTacToe, SearchSettings]:
+        made = 9 - board.count(".")  # games of different openings are at different moves
+        return players[g][made % 2], _search_settings(settings, 1.0 if made < settings.exploratory_moves else 0.0,
+                                                      noise)
+
+    games = selfplay.play(list(starts) if starts is not None else [ttt.EMPTY] * len(players), searcher, rng)
+    return [([(board, _squares(result)) for board, result in game.moves], game.end) for game in games]
+
+
+def _squares(result: SearchResult) -> list[float]:
+    """The search's target (visit shares, whatever temperature chose the move) over the 9 squares."""
+    pi = [0.0] * 9
+    for action, w in zip(result.actions, result.action_weights):
+        pi[action] = w
+    return pi
 
 
 def self_play(net: PolicyValueNet, settings: AlphaZeroSettings, rng: random.Random) -> list[tuple[str, list[float], float]]:
