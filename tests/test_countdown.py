@@ -716,3 +716,13 @@ def test_arms_at_matched_optimiser_steps_by_hand():
     assert matched["greedy_unseen"] == {"rft": [0.2, 0.7], "alphazero": [0.6, 0.35]}
     with pytest.raises(ValueError, match="first iteration"):
         matched_steps({"rft": [rows([300], [0.1])], "alphazero": [rows([50], [0.2])]})
+
+
+def test_greedy_moves_says_at_which_move_the_greedy_policy_loses():
+    from azlib.games.countdown.evaluate import greedy_moves
+
+    problems = list(heldout(3, "unseen"))[:40]
+    out = greedy_moves(tiny_policy(legal_only=True), problems)
+    # every problem starts solvable, so a game is won exactly when each of its two moves kept it so
+    assert out["greedy"] == pytest.approx(out["kept_1"] * out["kept_2"])
+    assert 0 < out["uniform_keeps_1"] < 1 and 0 <= out["policy_mass_keeps_1"] <= 1

@@ -166,9 +166,11 @@ class Learner:
 
 def start_policy(shape_settings: GPTShape, settings: ImitationSettings, size: int, seed: int,
                  progress: Callable[[int], None] | None = None, device: str = "cpu",
-                 legal_only: bool = True) -> tuple[Policy, list[dict]]:
+                 legal_only: bool = True, evaluate: Callable[[Policy], dict] | None = None,
+                 every: int = 0) -> tuple[Policy, list[dict]]:
     """A fresh net trained to imitate solver-written solutions of `settings.problems` training problems (the rules'
-    characters masked from the loss); its value head is left untrained (every solution is solved)."""
+    characters masked from the loss); its value head is left untrained (every solution is solved). `evaluate` (if
+    given) is called on the policy every `every` steps and its numbers join that step's row."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     policy = Policy(PolicyValueNet(shape_settings), device, legal_only)
@@ -182,6 +184,8 @@ def start_policy(shape_settings: GPTShape, settings: ImitationSettings, size: in
         batch = [solutions[r] for r in rng.sample(range(len(solutions)), min(settings.batch_size, len(solutions)))]
         logs = learner.update(episode_rows(policy, batch, [1.0] * len(batch)), "characters", rng)
         history.append({"step": step + 1, "policy_loss": logs["policy_loss"]})
+        if evaluate is not None and every and (step + 1) % every == 0:
+            history[-1] |= evaluate(policy)
         if progress:
             progress(1)
     return policy, history

@@ -5,6 +5,7 @@ the states its own samples reach and on those random legal moves reach (the valu
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Sequence
 
@@ -13,7 +14,7 @@ from scipy import stats
 
 from azlib.games.countdown.play import Episode, play_episodes, play_searched
 from azlib.games.countdown.policy import Policy
-from azlib.games.countdown.rules import State, legal_moves, solvable
+from azlib.games.countdown.rules import State, legal_lines, legal_moves, problem_text, solvable, step
 from azlib.games.countdown.settings import CountdownSearchSettings, EvalSettings
 from azlib.evaluation import pass_at_k
 
@@ -84,6 +85,27 @@ def value_gate(policy: Policy, problems: Sequence[State], seed: int, walks: int 
                 f"value_gate_precision_{depth}": quality["precision_at_half_recall"],
                 f"value_gate_base_rate_{depth}": sum(truth) / len(truth) if truth else float("nan"),
                 f"value_gate_states_{depth}": len(texts)}
+    return out
+
+
+def greedy_moves(policy: Policy, problems: Sequence[State]) -> dict[str, float]:
+    """Where the greedy policy loses a game: per move d, kept_d = the share of its moves that leave a solvable state
+    among those made from one (the last move must reach the target itself); beside it, at the problem, the share of
+    the legal first moves that keep it solvable (what a uniform move keeps, mean over problems) and the policy's
+    probability mass on them (each legal line scored under the legal mask, Policy.score_lines)."""
+    episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
+    out: dict[str, float] = {"greedy": sum(e.solved for e in episodes) / len(episodes)}
+    for d in range(1, max(len(p.numbers) for p in problems)):
+        made = [(e.states[d - 1], e.states[d] if len(e.states) > d else None) for e in episodes
+                if len(e.states) >= d and solvable(e.states[d - 1]) and not e.states[d - 1].finished]
+        kept = sum(after is not None and (after.solved if after.finished else solvable(after)) for _, after in made)
+        out[f"kept_{d}"] = kept / len(made) if made else float("nan")
+    lines = [legal_lines(p) for p in problems]
+    logps, _ = policy.score_lines([problem_text(p) for p in problems], lines)
+    keeps = [[solvable(step(p, line[:-1])) for line in group] for p, group in zip(problems, lines)]
+    out["uniform_keeps_1"] = sum(sum(k) / len(k) for k in keeps) / len(problems)
+    out["policy_mass_keeps_1"] = sum(sum(math.exp(lp) for lp, k in zip(group, ks) if k)
+                                     for group, ks in zip(logps, keeps)) / len(problems)
     return out
 
 
