@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from azlib.games.countdown import problems as problems_module
-from azlib.games.countdown.play import Episode, LineSearch, node_state, play_episodes, play_searched, search_settings
+from azlib.games.countdown.play import Episode, LineSearch, play_episodes, play_searched, search_settings
 from azlib.games.countdown.policy import Line, Policy, PolicyValueNet
 from azlib.games.countdown.problems import (HELDOUT_SIZE, MAX_TARGET, MIN_TARGET, heldout, make_heldout, target_split,
                                      training_problems)
@@ -468,14 +468,14 @@ def test_stub_state_has_one_live_and_one_dead_move():
 def oracle_search(root_lines: list[str], simulations: int):
     settings = CountdownSearchSettings(candidates=2, simulations=simulations)
     env = LineSearch(StubPolicy(root_lines), settings, "oracle")
-    [result] = search(env, [node_state(Episode.start(ROOT))], search_settings(settings, simulations, 0.0),
+    [result] = search(env, [Episode.start(ROOT)], search_settings(settings, simulations, 0.0),
                       random.Random(0))
     return [result.tree.nodes[i] for i in result.tree.root.children]
 
 
 def is_live(node) -> bool:
     """A child known by its state (not by its action): can its numbers still reach the target (brute force)?"""
-    target, numbers = node.state["states"][-1]
+    target, numbers = node.state.state
     return brute_solvable(target, numbers)
 
 
@@ -487,7 +487,7 @@ def test_oracle_search_expands_the_live_child_first(order):
     children = oracle_search(order, 2)
     assert len(children) == 2 and sum(map(is_live, children)) == 1
     assert [c.prior for c in children] == [0.5, 0.5]
-    assert [c.state["states"][-1][1] for c in children] == [[2, 8] if line == LIVE else [3, 10] for line in order]
+    assert [list(c.state.state.numbers) for c in children] == [[2, 8] if line == LIVE else [3, 10] for line in order]
     first = min((c for c in children if c.expanded_at >= 0), key=lambda c: c.expanded_at)
     assert is_live(first)
 
@@ -611,12 +611,12 @@ def test_subtree_labels_are_exact_where_the_search_listed_every_line():
 
     settings = CountdownSearchSettings(candidates=2, simulations=12)
     env = LineSearch(StubPolicy([LIVE, DEAD]), settings, "oracle")
-    [result] = search(env, [node_state(Episode.start(ROOT))], search_settings(settings, 12, 0.0), random.Random(0))
+    [result] = search(env, [Episode.start(ROOT)], search_settings(settings, 12, 0.0), random.Random(0))
     labels = subtree_labels(result.tree)
     for text, label in labels.items():
         state = state_of(text)
         assert label == float(brute_solvable(state.target, list(state.numbers))), text
-    assert node_state(Episode.start(ROOT))["text"] not in labels
+    assert Episode.start(ROOT).text not in labels
     assert 0.0 in labels.values() and 1.0 in labels.values()
 
 

@@ -15,7 +15,7 @@ from azlib.games.countdown.arms import reference_value
 from azlib.games.countdown.compute import Compute, trie_characters
 from azlib.games.countdown.curves import CurveMethod, best_of_compute, curves, search_compute
 from azlib.games.countdown.evaluate import value_gate
-from azlib.games.countdown.play import Episode, LineSearch, node_state, search_settings
+from azlib.games.countdown.play import Episode, LineSearch, search_settings
 from azlib.games.countdown.policy import Policy, PolicyValueNet
 from azlib.games.countdown.problems import heldout
 from azlib.games.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable
@@ -70,16 +70,16 @@ def test_a_listed_expansion_has_every_legal_line_as_a_child_at_the_models_probab
     compute = Compute()
     env = LineSearch(policy, CountdownSearchSettings(children="listed"), "learned", compute=compute)
     state = STATES[0]
-    root = node_state(Episode.start(state))
+    root = Episode.start(state)
     (expansion,) = env.expand([root], random.Random(0))
     lines = legal_lines(state)
     assert [c.action for c in expansion.children] == [line.removesuffix(MOVE_END) for line in lines]
-    (scores,), _ = policy.score_lines([root["text"]], [lines])
+    (scores,), _ = policy.score_lines([root.text], [lines])
     assert [c.prior for c in expansion.children] == pytest.approx([math.exp(x) for x in scores], abs=1e-5)
     assert expansion.tokens == trie_characters(lines)  # scored, not generated: each character once
     assert env.tokens == expansion.tokens
     # the problem, its lines as a trie, and each child's text (each line's, then the rules') read by the value head
-    assert compute.spent[root["text"]] == trie_characters([c.state["text"] for c in expansion.children])
+    assert compute.spent[root.text] == trie_characters([c.state.text for c in expansion.children])
     assert all(c.value is not None for c in expansion.children)
 
 
@@ -88,12 +88,12 @@ def test_without_child_values_only_the_expanded_leaf_is_read():
     compute = Compute()
     settings = CountdownSearchSettings(children="listed", child_values=False)
     env = LineSearch(policy, settings, "learned", compute=compute)
-    root = node_state(Episode.start(STATES[0]))
+    root = Episode.start(STATES[0])
     (expansion,) = env.expand([root], random.Random(0))
     assert all(c.value is None for c in expansion.children)
-    assert expansion.value == pytest.approx(policy.values([root["text"]])[0], abs=1e-6)
+    assert expansion.value == pytest.approx(policy.values([root.text])[0], abs=1e-6)
     lines = legal_lines(STATES[0])
-    assert compute.spent[root["text"]] == trie_characters([root["text"] + line for line in lines])
+    assert compute.spent[root.text] == trie_characters([root.text + line for line in lines])
 
 
 def test_a_separate_value_net_computes_what_it_reads_again():
@@ -101,12 +101,12 @@ def test_a_separate_value_net_computes_what_it_reads_again():
     compute = Compute()
     settings = CountdownSearchSettings(children="listed", child_values=False)
     env = LineSearch(policy, settings, "learned", judge=judge, compute=compute)
-    root = node_state(Episode.start(STATES[0]))
+    root = Episode.start(STATES[0])
     (expansion,) = env.expand([root], random.Random(0))
-    assert expansion.value == pytest.approx(judge.values([root["text"]])[0], abs=1e-6)
+    assert expansion.value == pytest.approx(judge.values([root.text])[0], abs=1e-6)
     lines = legal_lines(STATES[0])
-    assert compute.spent[root["text"]] == trie_characters([root["text"] + line for line in lines]) + \
-        len(root["text"])
+    assert compute.spent[root.text] == trie_characters([root.text + line for line in lines]) + \
+        len(root.text)
 
 
 def test_the_search_stops_at_its_first_answer():
@@ -117,14 +117,14 @@ def test_the_search_stops_at_its_first_answer():
     settings = CountdownSearchSettings(children="listed")
     compute = Compute()
     env = LineSearch(policy, settings, "oracle", compute=compute)
-    results = search(env, [node_state(Episode.start(p)) for p in problems],
+    results = search(env, [Episode.start(p) for p in problems],
                      search_settings(settings, 50, 0.0, stop_at_win=True), random.Random(0))
     for r in results:
         expanded = [n for n in r.tree.nodes if n.expanded]
         assert r.simulations == len(expanded) < 50
         assert all(n.info["solvable"] for n in expanded if n.parent >= 0)
     assert set(compute.first_answer) == {problem_text(p) for p in problems}
-    results = search(LineSearch(policy, settings, "oracle"), [node_state(Episode.start(p)) for p in problems],
+    results = search(LineSearch(policy, settings, "oracle"), [Episode.start(p) for p in problems],
                      search_settings(settings, 50, 0.0), random.Random(0))
     assert all(r.simulations == 50 for r in results)
 
@@ -201,7 +201,7 @@ def test_sampled_lines_are_charged_in_the_order_drawn_and_the_answer_before_any_
     compute = Compute()
     env = LineSearch(FixedLines(["2+5", "2*5", "5-2"]), CountdownSearchSettings(candidates=3), "learned",
                      judge=FixedLines([]), compute=compute)
-    env.expand([node_state(Episode.start(problem))], random.Random(0))
+    env.expand([Episode.start(problem)], random.Random(0))
     assert compute.first_answer[text] == len(text) + len("2+5=") + len("*5=")
     assert compute.spent[text] == len(text) + 4 + 3 + len("5-2=") + len(text)  # the judge reads the leaf again
 
@@ -235,12 +235,12 @@ def test_widening_samples_more_lines_where_a_draw_left_legal_lines_out_until_it_
     policy = tiny_policy()
     state, root_text = STATES[0], problem_text(STATES[0])
     kept = LineSearch(policy, CountdownSearchSettings(), "none", torch.Generator().manual_seed(0))
-    (fixed,) = search(kept, [node_state(Episode.start(state))], search_settings(CountdownSearchSettings(), 40, 0.0),
+    (fixed,) = search(kept, [Episode.start(state)], search_settings(CountdownSearchSettings(), 40, 0.0),
                       random.Random(0))
     assert len(kept.drawn[root_text]) == 8 and fixed.tree.root.widen_at is None
     settings = CountdownSearchSettings(widen_after=4)
     env = LineSearch(policy, settings, "oracle", torch.Generator().manual_seed(0))
-    result, twin = search(env, [node_state(Episode.start(state))] * 2, search_settings(settings, 40, 0.0),
+    result, twin = search(env, [Episode.start(state)] * 2, search_settings(settings, 40, 0.0),
                           random.Random(0))
     tree, drawn = result.tree, env.drawn[root_text]
     children = [tree.nodes[i] for i in tree.root.children]
@@ -253,7 +253,7 @@ def test_widening_samples_more_lines_where_a_draw_left_legal_lines_out_until_it_
     assert all(c.estimate == float(c.info["solvable"]) for c in children), "drawn children valued as they are made"
     assert {c.action + MOVE_END for c in children} < set(legal_lines(state)), "4 numbers: some lines not drawn yet"
     env = LineSearch(policy, settings, "none", torch.Generator().manual_seed(0))
-    (result,) = search(env, [node_state(Episode.start(STATES[2]))], search_settings(settings, 200, 0.0),
+    (result,) = search(env, [Episode.start(STATES[2])], search_settings(settings, 200, 0.0),
                        random.Random(0))
     root = result.tree.root
     assert {result.tree.nodes[i].action + MOVE_END for i in root.children} == set(legal_lines(STATES[2]))

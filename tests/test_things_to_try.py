@@ -596,11 +596,11 @@ def _tiny_countdown_policy(legal_only: bool):
 def test_08_more_candidates_show_the_root_more_first_moves():
     import random
 
-    from azlib.games.countdown.play import Episode, LineSearch, node_state
+    from azlib.games.countdown.play import Episode, LineSearch
     from azlib.games.countdown.problems import heldout
     from azlib.games.countdown.settings import CountdownSearchSettings
 
-    policy, roots = _tiny_countdown_policy(True), [node_state(Episode.start(p)) for p in heldout(3, "unseen")[:30]]
+    policy, roots = _tiny_countdown_policy(True), [Episode.start(p) for p in heldout(3, "unseen")[:30]]
 
     def first_moves(candidates: int) -> float:
         env = LineSearch(policy, CountdownSearchSettings(candidates=candidates), "oracle",

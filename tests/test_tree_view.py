@@ -149,6 +149,7 @@ def countdown_tree():
 
 def test_a_countdown_tree_is_coloured_by_the_oracle_and_labelled_by_its_lines(tmp_path):
     from azlib.games.countdown.rules import State, apply, parse_move, solvable
+    from azlib.games.countdown.play import Episode
     from azlib.viz.countdown import describe_countdown_node, solvable_kind
 
     tree = countdown_tree()
@@ -161,11 +162,11 @@ def test_a_countdown_tree_is_coloured_by_the_oracle_and_labelled_by_its_lines(tm
         if tree.nodes[i].visits:
             assert nodes[i] == kinds["solvable" if truth[tree.nodes[i].action] else "dead"]
     label, details = describe_countdown_node(children[0])
-    assert label == children[0].action and children[0].state["text"] in details
+    assert label == children[0].action and children[0].state.text in details
     widget = TreeWidget(tree, "t", describe_countdown_node, colourings={"oracle": solvable_kind}, colour="oracle")
     assert set(fills(widget.svg)[1]) == set(kinds)
     saved = save_tree(tree, tmp_path, "08_countdown", "t", describe_countdown_node, colour_by=solvable_kind)
-    assert Tree.load(tmp_path / "08_countdown.json").nodes[1].state == tree.nodes[1].state
+    assert Tree.load(tmp_path / "08_countdown.json", decode=Episode.from_json).nodes[1].state == tree.nodes[1].state
     assert set(fills(saved.read_text())[1]) <= set(kinds)
 
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 
 @dataclass(slots=True)
 class Node:
     """One state. `value_sum` is from the view of whoever chose the move into this node."""
 
-    state: Any  # what the environment needs (a board, a partial answer); must be JSON-serialisable
+    # What the environment needs, its own object (a board, a partial answer, a Countdown episode); Tree.save writes
+    # it as JSON (a dataclass as a dict of its fields) and Tree.load reads it back through the game's `decode`.
+    state: Any
     parent: int  # -1 for the root
     action: Any  # label of the edge from the parent (a move, a text chunk)
     prior: float
@@ -80,17 +82,21 @@ class Tree:
                 "history": [[list(b) for b in simulation] for simulation in self.history]}
 
     @classmethod
-    def from_json(cls, data: dict) -> Tree:
-        """The tree `to_json` wrote."""
+    def from_json(cls, data: dict, decode: Callable[[Any], Any] | None = None) -> Tree:
+        """The tree `to_json` wrote, each node's state through `decode` (the game's reader of its JSON form)."""
         history = [[Backup(*b) for b in simulation] for simulation in data["history"]]
-        return cls([Node(**n) for n in data["nodes"]], data["two_player"], data["settings"], history)
+        nodes = [Node(**n) for n in data["nodes"]]
+        if decode is not None:
+            for node in nodes:
+                node.state = decode(node.state)
+        return cls(nodes, data["two_player"], data["settings"], history)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json()))
 
     @classmethod
-    def load(cls, path: str | Path) -> Tree:
+    def load(cls, path: str | Path, decode: Callable[[Any], Any] | None = None) -> Tree:
         try:
-            return cls.from_json(json.loads(Path(path).read_text()))
+            return cls.from_json(json.loads(Path(path).read_text()), decode)
         except KeyError as missing:
             raise ValueError(f"{path} is not a tree Tree.save wrote: it has no {missing}") from None

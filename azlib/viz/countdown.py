@@ -28,13 +28,13 @@ def solvable_kind(node: Node) -> str | None:
 def describe_countdown_node(node: Node) -> tuple[str, str]:
     """The line the model wrote as the label; the whole text so far and the node's search numbers on click."""
     if node.parent < 0:
-        return "problem", "root: the problem\n\n" + node.state["text"]
+        return "problem", "root: the problem\n\n" + node.state.text
     info = node.info
     lines = [f"line {info['line']!r}: {info['samples']} of the samples   prior {node.prior:.2f}",
              f"N {node.visits}   Q {node.q:.3f}   {solvable_kind(node)}"]
     if node.terminal:
         lines.append(f"terminal, value {info.get('terminal_value', 0.0):.0f}")
-    return (info["line"] or "(empty)")[:12], "\n".join([*lines, "", node.state["text"]])
+    return (info["line"] or "(empty)")[:12], "\n".join([*lines, "", node.state.text])
 
 
 def _by_iteration(histories: dict, arm: str, seeds, key: str) -> tuple[np.ndarray, np.ndarray]:

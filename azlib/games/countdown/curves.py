@@ -15,7 +15,7 @@ from typing import Callable, Literal, Sequence
 import torch
 
 from azlib.games.countdown.compute import Compute
-from azlib.games.countdown.play import Episode, LineSearch, node_state, play_episodes, search_settings
+from azlib.games.countdown.play import Episode, LineSearch, play_episodes, search_settings
 from azlib.games.countdown.policy import Policy
 from azlib.games.countdown.rules import State, problem_text
 from azlib.games.countdown.settings import CountdownSearchSettings
@@ -80,7 +80,7 @@ def search_compute(policy: Policy, problems: Sequence[State], settings: Countdow
     generator = torch.Generator(device=policy.device).manual_seed(seed)
     env = LineSearch(policy, settings, "learned" if method.value == "reference" else method.value, generator,
                      reference if method.value == "reference" else None, compute)
-    search(env, [node_state(Episode.start(p)) for p in problems],
+    search(env, [Episode.start(p) for p in problems],
            search_settings(settings, simulations, 0.0, stop_at_win=True), random.Random(seed))
     return compute
 

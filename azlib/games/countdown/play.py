@@ -39,6 +39,13 @@ class Episode:
         text = problem_text(problem)
         return cls(problem, text, [False] * len(text), [len(text) - 1], [problem])
 
+    @classmethod
+    def from_json(cls, data: dict) -> Episode:
+        """The episode a saved tree holds (Tree.save writes it as a dict of its fields): Tree.load's `decode`."""
+        states = [State(target, tuple(numbers)) for target, numbers in data["states"]]
+        return cls(states[0], data["text"], data["written"], data["state_ends"], states, data["refused"],
+                   data["tokens"])
+
     @property
     def state(self) -> State:
         return self.states[-1]
@@ -50,6 +57,11 @@ class Episode:
     @property
     def solved(self) -> bool:
         return not self.refused and self.state.solved
+
+    def copy(self) -> Episode:
+        """The episode so far, to play on without changing this one (a search node's state never changes)."""
+        return Episode(self.problem, self.text, list(self.written), list(self.state_ends), list(self.states),
+                       self.refused, self.tokens)
 
     def line_starts(self) -> list[tuple[int, State]]:
         """Where each line the model wrote begins, and the state it was written in."""
@@ -114,25 +126,6 @@ def play_episodes(policy: Policy, problems: Sequence[State], n: int, temperature
 
 # -- the search over the model's lines ---------------------------------------------------------------------------
 
-def node_state(episode: Episode) -> dict:
-    """A tree node's state: what the environment needs, JSON-serialisable (Tree.save)."""
-    return {"text": episode.text, "written": episode.written, "state_ends": episode.state_ends,
-            "states": [[s.target, list(s.numbers)] for s in episode.states], "refused": episode.refused,
-            "tokens": episode.tokens}
-
-
-def _last_state(state: dict) -> State:
-    """A node state's current rules.State, without rebuilding its episode."""
-    target, numbers = state["states"][-1]
-    return State(target, tuple(numbers))
-
-
-def episode_of(state: dict) -> Episode:
-    states = [State(t, tuple(n)) for t, n in state["states"]]
-    return Episode(states[0], state["text"], list(state["written"]), list(state["state_ends"]), states,
-                   state["refused"], state["tokens"])
-
-
 Value = Literal["learned", "oracle", "none"]
 NO_VALUE = 0.5  # every open state's value where the search reads none: only the ends' exact values inform it
 
@@ -165,20 +158,19 @@ class LineSearch:
         self.value_evaluations = 0  # states the value head was asked about (forward passes, no generated characters)
         self.solved_found = set()  # texts of solved states any expansion reached
 
-    def is_terminal(self, state: dict) -> bool:
-        return state["refused"] or len(state["states"][-1][1]) <= 1
+    def is_terminal(self, state: Episode) -> bool:
+        return state.over
 
-    def terminal_value(self, state: dict) -> float:
-        return float(episode_of(state).solved)
+    def terminal_value(self, state: Episode) -> float:
+        return float(state.solved)
 
-    def expand(self, states: Sequence[dict], rng: random.Random) -> list[Expansion]:
-        new = list(dict.fromkeys(s["text"] for s in states if s["text"] not in self.cache))
-        if new:
-            by_text = {s["text"]: s for s in states}
-            episodes = [episode_of(by_text[text]) for text in new]
+    def expand(self, states: Sequence[Episode], rng: random.Random) -> list[Expansion]:
+        by_text = {s.text: s for s in states if s.text not in self.cache}
+        if by_text:
+            new, episodes = list(by_text), list(by_text.values())
             lines, own_values = self._lines(new, episodes)
             self._grow(new, episodes, lines, self._leaf_values(new, episodes, own_values))
-        return [self._reuse(s["text"]) for s in states]
+        return [self._reuse(s.text) for s in states]
 
     def _grow(self, texts: list[str], episodes: list[Episode], lines: list[list[Line]], leaf_values: list[float]
               ) -> None:
@@ -194,7 +186,7 @@ class LineSearch:
             self.tokens += tokens
             self.drawn[text] = self.drawn.get(text, []) + drawn
             children = [c._replace(prior=prior, info=c.info | info) for c, (_, _, (prior, info)) in zip(had, group)]
-            children += [Child(line, node_state(child), prior, info, value=next(values))
+            children += [Child(line, child, prior, info, value=next(values))
                          for line, child, (prior, info) in group[len(had):]]
             self.cache[text] = Expansion(children, leaf_value, tokens, self._complete(episode, group))
 
@@ -210,17 +202,17 @@ class LineSearch:
         return self.settings.children == "listed" or (
             self.policy.legal_only and accepted == set(legal_lines(episode.state)))
 
-    def widen(self, states: Sequence[dict], rng: random.Random) -> list[Expansion]:
+    def widen(self, states: Sequence[Episode], rng: random.Random) -> list[Expansion]:
         """`candidates` more lines sampled at each state (progressive widening): the children as before, their
         priors now each line's share of all the samples drawn there, then the new distinct lines (each new child
         valued as a child of expand is)."""
-        by_text = {s["text"]: s for s in states}
+        by_text = {s.text: s for s in states}
         texts = [text for text in by_text if not self.cache[text].complete]  # another tree may have completed it
         if texts:
-            episodes = [episode_of(by_text[text]) for text in texts]
+            episodes = [by_text[text] for text in texts]
             lines, _ = self._lines(texts, episodes)
             self._grow(texts, episodes, lines, [self.cache[text].value for text in texts])
-        return [self._reuse(s["text"]) for s in states]
+        return [self._reuse(s.text) for s in states]
 
     def _lines(self, texts: list[str], episodes: list[Episode]) -> tuple[list[list[Line]], list[float]]:
         """Each leaf's lines, sampled or listed and scored, and the policy's value of the leaf (the same forward);
@@ -284,7 +276,7 @@ class LineSearch:
         for ((line, ended), same), prior in zip(distinct.items(), priors):
             if not ended:  # a line cut before its end mark (refused) is kept apart from the same text ended
                 line += " (unended)"
-            child = episode_of(node_state(episode))
+            child = episode.copy()
             child.play(same[0])
             if child.solved:
                 self.solved_found.add(child.text)
@@ -329,8 +321,8 @@ def subtree_labels(tree) -> dict[str, float]:
         node = tree.nodes[i]
         below[i] = (node.terminal and node.info.get("terminal_value", 0.0) > 0) or any(below[c] for c in node.children)
         exhausted[i] = node.terminal or (node.expanded and all(exhausted[c] for c in node.children) and
-                                         len(node.children) == len(legal_lines(_last_state(node.state))))
-    return {node.state["text"]: float(below[i]) for i, node in enumerate(tree.nodes)
+                                         len(node.children) == len(legal_lines(node.state.state)))
+    return {node.state.text: float(below[i]) for i, node in enumerate(tree.nodes)
             if i > 0 and node.expanded and not node.terminal and (below[i] or exhausted[i])}
 
 
@@ -371,11 +363,11 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
     env = LineSearch(policy, settings, value, generator)
     simulations = simulations or settings.simulations
 
-    def searcher(_: int, state: dict, move: int) -> tuple[LineSearch, SearchSettings]:
+    def searcher(_: int, state: Episode, move: int) -> tuple[LineSearch, SearchSettings]:
         return env, search_settings(settings, simulations, 1.0 if explore and move < settings.exploratory_moves
                                     else 0.0)
 
-    played = selfplay.play([node_state(Episode.start(p)) for p in problems], searcher, rng, replay=keep_trees)
+    played = selfplay.play([Episode.start(p) for p in problems], searcher, rng, replay=keep_trees)
     games = []
     for problem, (moves, end) in zip(problems, played):
         game, labelled = Game(problem), set()  # the game's states already labelled by a search
@@ -387,11 +379,11 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
             shares = [w / sum(weights) for w in weights] if sum(weights) > 0 else weights
             labels = tuple((text, z) for text, z in subtree_labels(result.tree).items() if text not in labelled)
             labelled.update(text for text, _ in labels)
-            game.moves.append(SearchedMove(state["text"], episode_of(state).state, [c.action for c in accepted],
+            game.moves.append(SearchedMove(state.text, state.state, [c.action for c in accepted],
                                            shares, result.action, labels))
             if keep_trees:
                 game.trees.append(result.tree)
-        game.end = episode_of(end)
+        game.end = end
         game.found = game.solved or any(t.startswith(problem_text(problem)) for t in env.solved_found)
         games.append(game)
     return SearchedGames(games, env.tokens, env.value_evaluations)
