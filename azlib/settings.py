@@ -10,34 +10,15 @@ Imports no azlib module, so that every layer may import it and azlib.lab.config 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
-from functools import cache
-from typing import Annotated, Literal, get_args, get_type_hints
+from dataclasses import field, fields, replace
+from typing import Annotated, Literal, get_args
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
 
-# Each type's bounds and choices are declared on its fields (Annotated, Literal: what pydantic reads) and checked
-# when it is made (check_fields, from its __post_init__).
-
-
-@cache
-def _field_types(settings: type) -> dict[str, TypeAdapter]:
-    hints = get_type_hints(settings, include_extras=True)
-    return {f.name: TypeAdapter(hints[f.name]) for f in fields(settings)}
-
-
-def check_fields(settings) -> None:
-    """Raise ValueError naming the first field of a settings dataclass whose value its declared type refuses, with
-    pydantic's reason: outside a bound (`Annotated[int, Ge(1)]`), not one of a Literal's values, not a number
-    where one is declared. Pydantic's lax mode: an int passes where a float is declared, and the value is kept as
-    given. azlib.lab.config checks parameters' types strictly before they get here."""
-    for name, field_type in _field_types(type(settings)).items():
-        value = getattr(settings, name)
-        try:
-            field_type.validate_python(value)
-        except ValidationError as err:
-            raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {value!r})") from None
+# Each type is a pydantic dataclass: its bounds and choices are declared on its fields (Annotated, Literal), and
+# pydantic checks them when it is made, naming the field it refuses and why (lax mode: an int passes where a float
+# is declared). azlib.lab.config checks parameters' types strictly before they get here.
 
 
 # -- choices read by several components --------------------------------------------------------------------------
@@ -63,8 +44,6 @@ class AnswerSampling:
     top_p: Annotated[float, Gt(0), Le(1)] = 1.0
     max_new_tokens: Annotated[int, Ge(1)] = 256
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 # -- the search (azlib.mcts.search) ------------------------------------------------------------------------------
@@ -106,7 +85,6 @@ class SearchSettings:
     widen_after: Annotated[int, Ge(0)] = 0
 
     def __post_init__(self):
-        check_fields(self)
         if self.widen_after and self.dirichlet_fraction:
             raise ValueError("widening replaces a root's priors with the environment's, its Dirichlet noise with them: "
                              f"widen_after={self.widen_after} takes dirichlet_fraction=0")
@@ -133,8 +111,6 @@ class TextSearchSettings:
     teacher_samples: Annotated[int, Ge(1)] = 1
     chunk_tokens: Annotated[int, Ge(1)] = 16  # "chunk" expansion, and teachers' chunks
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 # -- the forking tree (azlib.games.text.forking) ----------------------------------------------------------------
@@ -169,8 +145,6 @@ class ForkSettings:
     # Every answer is trained under the plain prompt.
     writer: Literal["student", "hint", "teachers"] = "student"
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 # -- the server's limits (azlib.models.serve) -------------------------------------------------------------------
@@ -201,8 +175,6 @@ class ServeLimits:
     turn_rows: Annotated[int, Ge(1)] = _limit(8, "rows a request is sure of per turn when others are waiting")
     turn_tokens: Annotated[int, Ge(1)] = _limit(32, "new tokens per row per turn: longer answers take several turns")
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 # -- the update (azlib.grpo) ------------------------------------------------------------------------------------
@@ -232,8 +204,6 @@ class GRPOSettings:
     num_iterations: Annotated[int, Ge(1)] = 1  # policy updates per batch (>1 makes the ratio and its clip matter)
     optimizer: Literal["adamw", "adamw_8bit"] = "adamw"
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 # -- LoRA (azlib.models.student) --------------------------------------------------------------------------------
@@ -248,8 +218,6 @@ class LoraSettings:
     dropout: Annotated[float, Ge(0), Lt(1)] = 0.05
     target_modules: str | tuple[str, ...] = "all-linear"
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 # -- the training loop (azlib.training) ---------------------------------------------------------------------------
@@ -286,8 +254,6 @@ class TrainSettings:
     reference_refresh: Annotated[int, Ge(1)] = 50  # steps between reference snapshots (reference="snapshot")
     seed: int = 0
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 # A training run's search: a solved subtree is not entered again, and an unvisited child is valued at its parent
@@ -357,8 +323,6 @@ class RLTSettings:
     max_explanation_tokens: Annotated[int, Ge(1)] = 64
     temperature: Annotated[float, Gt(0)] = 0.7
 
-    def __post_init__(self):
-        check_fields(self)
 
     @property
     def sampling(self) -> AnswerSampling:
@@ -380,7 +344,6 @@ class GPTShape:
     n_embd: Annotated[int, Ge(8)] = 128  # width, a multiple of n_head
 
     def __post_init__(self):
-        check_fields(self)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
 
@@ -413,8 +376,6 @@ class RefereeRLSettings:
     reward_clamp: Annotated[float, Gt(0)] = 1.5  # the largest reward at a position; larger ones scaled down
     advantage: Literal["reward", "group"] = "reward"  # A = r (avataRL), or A = r - mean over the candidates
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -431,6 +392,3 @@ class RefereeTrainSettings:
     eval_batches: Annotated[int, Ge(1)] = 4  # fixed held-out windows per evaluation, in batches
     eval_batch_size: Annotated[int, Ge(1)] = 32
     seed: Annotated[int, Ge(0)] = 0
-
-    def __post_init__(self):
-        check_fields(self)

@@ -171,9 +171,10 @@ def test_the_run_builds_its_networks_from_the_shapes_and_the_corpus():
 def test_the_referee_settings_refuse_bad_values_when_used_without_a_notebook():
     with pytest.raises(ValueError, match="multiple of n_head"):
         GPTSettings(vocab_size=11, n_embd=130)
-    with pytest.raises(ValueError, match=r"top_k: Input should be greater than or equal to 1 \(got 0\)"):
+    with pytest.raises(ValueError, match=r"RefereeRLSettings\ntop_k\n  Input should be greater than or equal to 1 "
+                                         r"\[type=greater_than_equal, input_value=0"):
         RefereeRLSettings(top_k=0)
-    with pytest.raises(ValueError, match="grad_clip: Input should be greater than 0"):
+    with pytest.raises(ValueError, match=r"grad_clip\n  Input should be greater than 0"):
         RefereeTrainSettings(grad_clip=0.0)
 
 

@@ -101,7 +101,13 @@ def section(settings: type, fixed: tuple[str, ...] = ()) -> Any:
                 raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {x!r})") from None
             if isinstance(x, float) and not math.isfinite(x):
                 raise ValueError(f"{name}: must be finite")
-        return settings(**value)  # its own checks (__post_init__) raise ValueError with their message
+        try:
+            return settings(**value)
+        except ValidationError as err:  # its bounds and its own checks (__post_init__), named as the checks above
+            first = err.errors()[0]
+            if not first["loc"]:
+                raise ValueError(first["msg"].removeprefix("Value error, ")) from None
+            raise ValueError(f"{first['loc'][0]}: {first['msg']} (got {first['input']!r})") from None
 
     def dump(value: Any) -> dict[str, Any]:
         return {name: getattr(value, name) for name in fields}

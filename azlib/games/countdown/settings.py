@@ -4,12 +4,12 @@ torch), so that the notebook schema imports it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt
+from pydantic.dataclasses import dataclass
 
-from azlib.settings import SearchSettings, check_fields
+from azlib.settings import SearchSettings
 
 ARMS = ("rft", "grpo", "alphazero", "alphazero_oracle")  # the training arms, in the order they are shown
 
@@ -24,8 +24,6 @@ class ImitationSettings:
     batch_size: Annotated[int, Ge(1)] = 64
     learning_rate: Annotated[float, Gt(0)] = 1e-3
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -37,8 +35,6 @@ class ReferenceValueSettings:
     batch_size: Annotated[int, Ge(1)] = 128  # states per step
     learning_rate: Annotated[float, Gt(0)] = 1e-3
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -73,7 +69,6 @@ class CountdownSearchSettings:
     exploratory_moves: Annotated[int, Ge(0)] = 1
 
     def __post_init__(self):
-        check_fields(self)
         # the engine's own checks of these (azlib.settings.SearchSettings: gumbel does not widen)
         SearchSettings(rule=self.rule, c=self.c, q_transform=self.q_transform, widen_after=self.widen_after)
 
@@ -92,8 +87,6 @@ class ArmSettings:
     epochs: Annotated[int, Ge(1)] = 1  # passes over an iteration's data
     value_weight: Annotated[float, Ge(0)] = 1.0  # of the value loss beside the policy loss (every arm trains it)
 
-    def __post_init__(self):
-        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -101,6 +94,3 @@ class EvalSettings:
     problems: Annotated[int, Ge(1)] = 200  # per held-out set (seen and unseen targets)
     best_of: Annotated[int, Ge(1)] = 8  # N of best-of-N at test time
     simulations: Annotated[int, Ge(1)] = 16  # per move of the test-time search
-
-    def __post_init__(self):
-        check_fields(self)
