@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from statistics import fmean
 from typing import Callable, Sequence
 
 import torch
+from pydantic.dataclasses import dataclass
 
 from azlib.games.countdown.arms import ProblemStream, start_policy, train_arm
 from azlib.games.countdown.evaluate import METHODS, evaluate, rate, value_quality
@@ -56,10 +57,8 @@ class CountdownSetup:
 
     @classmethod
     def from_params(cls, params) -> CountdownSetup:
-        return cls(size=params.size, seed=params.seed, seeds=tuple(params.seeds), arms=tuple(params.arms),
-                   policy=params.policy, imitation=params.imitation, training=params.training, search=params.search,
-                   evaluation=params.evaluation, methods=tuple(params.methods), curve_problems=params.curve_problems,
-                   workers=params.workers, device=params.device, legal_only=params.legal_only)
+        """The setup from notebook 08's parameters (azlib.lab.config.CountdownParams) of the same names."""
+        return cls(**{f.name: getattr(params, f.name) for f in dataclasses.fields(cls)})
 
 
 def heldout_problems(setup: CountdownSetup, split: str) -> list[State]:
@@ -100,7 +99,7 @@ def _job(setup: CountdownSetup, arm: str, seed: int, start_state: dict):
     return run.history, evaluate_policy(run.policy, setup, seed), run.tokens, run.value_evaluations
 
 
-@dataclass
+@dataclasses.dataclass
 class CountdownResult:
     setup: CountdownSetup
     start_history: list[dict] = field(default_factory=list)  # the imitation's steps
