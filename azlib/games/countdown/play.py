@@ -24,7 +24,8 @@ from azlib.settings import SearchSettings
 @dataclass
 class Episode:
     """One problem played line by line: the whole text, which of its characters the model wrote, where each state's
-    text ends (the value is read there), the states, and how it ended."""
+    text ends (the value is read there), the states, and how it ended. A search's node holds one as its state, shared
+    by the search's cache and every tree that reaches it: played on only through `copy`."""
 
     problem: State
     text: str
@@ -383,7 +384,7 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
                                            shares, result.action, labels))
             if keep_trees:
                 game.trees.append(result.tree)
-        game.end = end
+        game.end = end.copy()  # the caller's to play on; the one in the search's cache stays as it was
         game.found = game.solved or any(t.startswith(problem_text(problem)) for t in env.solved_found)
         games.append(game)
     return SearchedGames(games, env.tokens, env.value_evaluations)
