@@ -48,8 +48,8 @@ def main() -> None:
     _, history = start_policy(GPTShape(), settings, 4, args.seed, evaluate=read, every=args.every)
     for row in history:
         if "greedy" in row:
-            print(f"step {row['step']:5d}: greedy {row['greedy']:.1%}, kept per move "
-                  f"{row['kept_1']:.1%} x {row['kept_2']:.1%} x {row['kept_3']:.1%}, training loss {row['policy_loss']:.3f}")
+            print(f"step {row['step']:5d}: greedy {row['greedy']:.1%}, kept per move {row['kept_1']:.1%} x "
+                  f"{row['kept_2']:.1%} x {row['kept_3']:.1%}, training loss {row['policy_loss']:.3f}")
 
 
 if __name__ == "__main__":

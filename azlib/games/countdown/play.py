@@ -359,8 +359,8 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
                   explore: bool, generator: torch.Generator | None = None, keep_trees: bool = False
                   ) -> SearchedGames:
     """Each problem played to its end, a search before every move (azlib.mcts.selfplay: all games in lock-step, one
-    search call per move number); the first `exploratory_moves` moves (if `explore`) sampled by visit shares, the rest the most visited.
-    Returns the games and what they cost."""
+    search call per move number); the first `exploratory_moves` moves (if `explore`) sampled by visit shares, the
+    rest the most visited. Returns the games and what they cost."""
     env = LineSearch(policy, settings, value, generator)
     simulations = simulations or settings.simulations
 
