@@ -11,6 +11,7 @@ the policy's probability mass on those moves. Writes nothing; one torch thread.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -35,21 +36,18 @@ def main() -> None:
     torch.set_num_threads(1)
     unseen = list(heldout(4, "unseen"))[:PROBLEMS]
     settings = ImitationSettings(problems=args.problems, steps=args.steps, learning_rate=args.learning_rate)
-    started = time.perf_counter()
+    started, steps = time.perf_counter(), itertools.count(args.every, args.every)
 
     def read(policy) -> dict:
         row = greedy_moves(policy, unseen) | {"minutes": (time.perf_counter() - started) / 60}
-        print(f"  {row['greedy']:6.1%} greedy | kept {row['kept_1']:5.1%} {row['kept_2']:5.1%} {row['kept_3']:5.1%} | "
-              f"first move: uniform keeps {row['uniform_keeps_1']:5.1%}, policy mass {row['policy_mass_keeps_1']:5.1%}"
-              f" | {row['minutes']:5.1f} min", flush=True)
+        kept = " ".join(f"{row[f'kept_{d}']:5.1%}" for d in (1, 2, 3))
+        print(f"step {next(steps):5d}: {row['greedy']:6.1%} greedy | kept {kept} | first move: uniform keeps "
+              f"{row['uniform_keeps_1']:5.1%}, policy mass {row['policy_mass_keeps_1']:5.1%} | "
+              f"{row['minutes']:5.1f} min", flush=True)
         return row
 
     print(f"{settings}, 4 numbers, GPTShape {GPTShape()}, seed {args.seed}; read on {PROBLEMS} unseen-target problems")
-    _, history = start_policy(GPTShape(), settings, 4, args.seed, evaluate=read, every=args.every)
-    for row in history:
-        if "greedy" in row:
-            print(f"step {row['step']:5d}: greedy {row['greedy']:.1%}, kept per move {row['kept_1']:.1%} x "
-                  f"{row['kept_2']:.1%} x {row['kept_3']:.1%}, training loss {row['policy_loss']:.3f}")
+    start_policy(GPTShape(), settings, 4, args.seed, evaluate=read, every=args.every)
 
 
 if __name__ == "__main__":

@@ -134,10 +134,12 @@ def play_games(players: list[tuple[NetTicTacToe, NetTicTacToe]], settings: Alpha
     in lock-step (azlib.mcts.selfplay.play). Returns each game's (board, the search's target over the 9
     squares) per move and its final board."""
 
+    by_exploring = {exploring: _search_settings(settings, 1.0 if exploring else 0.0, noise)
+                    for exploring in (True, False)}
+
     def searcher(g: int, board: str, _: int) -> tuple[NetTicTacToe, SearchSettings]:
         made = 9 - board.count(".")  # games of different openings are at different moves
-        return players[g][made % 2], _search_settings(settings, 1.0 if made < settings.exploratory_moves else 0.0,
-                                                      noise)
+        return players[g][made % 2], by_exploring[made < settings.exploratory_moves]
 
     games = selfplay.play(list(starts) if starts is not None else [ttt.EMPTY] * len(players), searcher, rng)
     return [([(board, _squares(result)) for board, result in game.moves], game.end) for game in games]

@@ -364,9 +364,11 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
     env = LineSearch(policy, settings, value, generator)
     simulations = simulations or settings.simulations
 
+    by_exploring = {exploring: search_settings(settings, simulations, 1.0 if exploring else 0.0)
+                    for exploring in (True, False)}
+
     def searcher(_: int, state: Episode, move: int) -> tuple[LineSearch, SearchSettings]:
-        return env, search_settings(settings, simulations, 1.0 if explore and move < settings.exploratory_moves
-                                    else 0.0)
+        return env, by_exploring[explore and move < settings.exploratory_moves]
 
     played = selfplay.play([Episode.start(p) for p in problems], searcher, rng, replay=keep_trees)
     games = []
