@@ -10,9 +10,10 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import field
 from statistics import fmean
-from typing import Callable, Sequence
+from typing import Annotated, Callable, Literal, Sequence
 
 import torch
+from annotated_types import MinLen
 from pydantic.dataclasses import dataclass
 
 from azlib.games.countdown.arms import ProblemStream, start_policy, train_arm
@@ -35,25 +36,18 @@ class CountdownSetup:
 
     size: int = 4  # numbers per problem
     seed: int = 0  # the start's (imitation's) seed; every arm and training seed starts from that one policy
-    seeds: tuple[int, ...] = (0, 1, 2)  # training seeds of the arms
-    arms: tuple[str, ...] = ARMS
+    seeds: Annotated[tuple[int, ...], MinLen(1)] = (0, 1, 2)  # training seeds of the arms
+    arms: tuple[Literal[ARMS], ...] = ARMS
     policy: GPTShape = GPTShape()  # the character-level GPT with a value head (about 0.8M parameters)
     imitation: ImitationSettings = ImitationSettings()
     training: ArmSettings = ArmSettings()
     search: CountdownSearchSettings = CountdownSearchSettings()
     evaluation: EvalSettings = EvalSettings()
-    methods: tuple[str, ...] = METHODS  # test-time methods on the start and each trained policy
+    methods: tuple[Literal[METHODS], ...] = METHODS  # test-time methods on the start and each trained policy
     curve_problems: int = 100  # unseen problems solved greedily after every iteration (the learning curves)
     workers: int = 2  # processes for the arms, one torch thread each; 0: in this process
     device: str = "cpu"
     legal_only: bool = True  # the engine offers only legal lines (False: the model may write anything, and lose)
-
-    def __post_init__(self):
-        unknown = set(self.arms) - set(ARMS)
-        if unknown:
-            raise ValueError(f"unknown arms {sorted(unknown)}: choose from {ARMS}")
-        if not self.seeds:
-            raise ValueError("the comparison needs at least one training seed")
 
     @classmethod
     def from_params(cls, params) -> CountdownSetup:
