@@ -18,8 +18,8 @@ from azlib.games.countdown.play import Episode, LineSearch, play_episodes, play_
 from azlib.games.countdown.policy import Line, Policy, PolicyValueNet
 from azlib.games.countdown.problems import (HELDOUT_SIZE, MAX_TARGET, MIN_TARGET, heldout, make_heldout, target_split,
                                      training_problems)
-from azlib.games.countdown.rules import (Move, State, apply, legal_moves, parse_move, reachable, solvable,
-                                   solve, step)
+from azlib.games.countdown.rules import (MOVE_END, Move, State, apply, legal_lines, legal_moves, parse_move, reachable,
+                                   solvable, solve, step)
 from azlib.games.countdown.arms import Learner
 from azlib.games.countdown.settings import ArmSettings, CountdownSearchSettings
 from azlib.mcts.search import Child, Expansion, search
@@ -661,10 +661,33 @@ def test_the_value_is_judged_on_states_after_the_first_move_each_once():
     problems = list(heldout(3, "unseen")[:6])
     episodes = [e for g in play_episodes(policy, problems, 4, 1.0, torch.Generator().manual_seed(0)) for e in g]
     middle = {e.text[:end + 1] for e in episodes for end, s in zip(e.state_ends[1:], e.states[1:]) if not s.finished}
-    quality = value_quality(policy, episodes)
+    quality = value_quality(episodes)
     assert quality["value_states"] == len(middle) > 0
+    for e in episodes:  # the value each state was played from with: the value head's reading of its text
+        played_from = [e.text[:end + 1] for end in e.state_ends[:len(e.values)]]
+        assert len(e.values) == len(played_from) > 0
+        assert e.values == pytest.approx(policy.values(played_from), abs=1e-5)
     truth = [solvable(state_of(t)) for t in middle]
     assert quality["value_base_rate"] == pytest.approx(sum(truth) / len(truth))
+
+
+def test_values_after_shared_contexts_are_the_values_of_the_whole_texts():
+    """A search's children read their parent's cached keys: each child's value as if its whole text were read."""
+    policy = tiny_policy(seed=3, legal_only=True)
+    parents = [Episode.start(p) for p in heldout(4, "unseen")[:3]]
+    texts, contexts = [], []
+    for parent in parents:
+        for line in legal_lines(parent.state)[:7]:
+            child = parent.copy()
+            child.play(Line(line.removesuffix(MOVE_END), 0.0, len(line), True))
+            texts.append(child.text)
+            contexts.append(parent.text)
+    order = list(range(len(texts)))
+    random.Random(0).shuffle(order)  # children of one parent need not be next to each other
+    texts, contexts = [texts[i] for i in order], [contexts[i] for i in order]
+    assert policy.values(texts, contexts) == pytest.approx(policy.values(texts), abs=1e-5)
+    with pytest.raises(ValueError, match="not a shorter prefix"):
+        policy.values(texts[:1], [texts[0]])
 
 
 def test_ranking_quality_by_hand():

@@ -189,8 +189,8 @@ class FixedLines:
         from azlib.games.countdown.policy import Line
         return [[Line(t, -1.0, len(t) + 1, True) for t in self.fixed] for _ in contexts], [0.5] * len(contexts)
 
-    def values(self, contexts):
-        return [0.5] * len(contexts)
+    def values(self, texts, contexts=None):
+        return [0.5] * len(texts)
 
 
 def test_sampled_lines_are_charged_in_the_order_drawn_and_the_answer_before_any_value_read():

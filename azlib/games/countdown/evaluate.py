@@ -21,29 +21,28 @@ from azlib.evaluation import pass_at_k
 METHODS = ("greedy", "sample", "best_of", "mcts", "mcts_oracle")
 
 
-def value_quality(policy: Policy, episodes: Sequence[Episode], threshold: float = 0.5) -> dict[str, float]:
+def value_quality(episodes: Sequence[Episode], threshold: float = 0.5) -> dict[str, float]:
     """The value head as a verifier of partial states: every distinct unfinished state the episodes reached after
-    their first move (a problem is solvable by construction, so its own state would be a free hit), called solvable
-    where v > threshold, against the exact oracle. precision = P(solvable | called solvable), recall =
-    P(called solvable | solvable), base_rate = P(solvable); auc = P(v(solvable) > v(dead)) over pairs, ties half
-    (the ranking, whatever the threshold: the value estimates this policy's chance, which can sit below 0.5 at
-    every solvable state of a weak policy)."""
-    seen: dict[str, bool] = {}
+    their first move (a problem is solvable by construction, so its own state would be a free hit), valued as
+    play_episodes read it when it played from the state, called solvable where v > threshold, against the exact
+    oracle. precision = P(solvable | called solvable), recall = P(called solvable | solvable), base_rate =
+    P(solvable); auc = P(v(solvable) > v(dead)) over pairs, ties half (the ranking, whatever the threshold: the value
+    estimates this policy's chance, which can sit below 0.5 at every solvable state of a weak policy)."""
+    seen: dict[str, tuple[float, bool]] = {}
     for episode in episodes:  # the problem itself left out: every problem is solvable, by construction
-        for end, state in zip(episode.state_ends[1:], episode.states[1:]):
+        for end, state, value in zip(episode.state_ends[1:], episode.states[1:], episode.values[1:]):
             if not state.finished:
-                seen.setdefault(episode.text[:end + 1], solvable(state))
-    texts, truth = list(seen), list(seen.values())
-    if not texts:
+                seen.setdefault(episode.text[:end + 1], (value, solvable(state)))
+    if not seen:
         return {"value_precision": float("nan"), "value_recall": float("nan"), "value_base_rate": float("nan"),
                 "value_auc": float("nan"), "value_states": 0}
-    values = policy.values(texts)
+    values, truth = (list(column) for column in zip(*seen.values()))
     called = [v > threshold for v in values]
     hits = sum(c and t for c, t in zip(called, truth))
     return {"value_precision": hits / sum(called) if any(called) else float("nan"),
             "value_recall": hits / sum(truth) if any(truth) else float("nan"),
             "value_base_rate": sum(truth) / len(truth), "value_auc": ranking_quality(values, truth)["auc"],
-            "value_states": len(texts)}
+            "value_states": len(seen)}
 
 
 def ranking_quality(values: Sequence[float], truth: Sequence[bool]) -> dict[str, float]:
@@ -132,7 +131,7 @@ def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, 
         out["sample"] = {"solved_share": [c / settings.best_of for c in per_problem], "tokens": sample_tokens}
         out["best_of"] = {"solved": [c > 0 for c in per_problem], "tokens": sample_tokens * settings.best_of,
                           "correct_counts": per_problem}
-        out |= {"value": value_quality(policy, [e for g in sampled for e in g]) | value_gate(policy, problems, seed)}
+        out |= {"value": value_quality([e for g in sampled for e in g]) | value_gate(policy, problems, seed)}
     for method, value in (("mcts", "learned"), ("mcts_oracle", "oracle")):
         if method in methods:
             games, tokens, evaluations = play_searched(policy, problems, search, value, random.Random(seed),

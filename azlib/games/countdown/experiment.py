@@ -65,7 +65,7 @@ def curve_point(policy: Policy, problems: Sequence[State]) -> dict:
     episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
     sampled = [e for g in play_episodes(policy, problems[:50], 2, 1.0,
                                                    torch.Generator(device=policy.device).manual_seed(0)) for e in g]
-    return {"greedy_unseen": sum(e.solved for e in episodes) / len(problems)} | value_quality(policy, sampled)
+    return {"greedy_unseen": sum(e.solved for e in episodes) / len(problems)} | value_quality(sampled)
 
 
 def evaluate_policy(policy: Policy, setup: CountdownSetup, seed: int) -> dict:
@@ -138,15 +138,15 @@ class CountdownResult:
 
 def run_arms(setup: CountdownSetup, start: Policy, start_history: list[dict],
              progress: Callable[[str], None] | None = None) -> CountdownResult:
-    """The start's test and every (arm, seed) trained from the start and tested, as jobs in `setup.workers`
-    processes (the start's test beside the first arms)."""
+    """Every (arm, seed) trained from the start and tested, and the start's test, as jobs in `setup.workers`
+    processes (the start's test, the shortest job, last: beside the last arms rather than alone after them)."""
     result = CountdownResult(setup, start_history=start_history)
-    jobs = [("start", setup.seed)] + [(arm, seed) for seed in setup.seeds for arm in setup.arms]
+    jobs = [(arm, seed) for seed in setup.seeds for arm in setup.arms] + [("start", setup.seed)]
     state = {k: v.cpu() for k, v in start.net.state_dict().items()}
     run = _in_process if setup.workers == 0 else _in_pool(setup.workers)
     outs = run(_job, [(setup, a, s, state) for a, s in jobs], progress, jobs)
-    result.start = outs[0]
-    for (arm, seed), out in zip(jobs[1:], outs[1:]):
+    result.start = outs[-1]
+    for (arm, seed), out in zip(jobs[:-1], outs[:-1]):
         history, results, tokens, evaluations = out
         result.histories[arm, seed], result.results[arm, seed] = history, results
         result.tokens[arm, seed], result.value_evaluations[arm, seed] = tokens, evaluations

@@ -34,6 +34,7 @@ class Episode:
     states: list[State]
     refused: bool = False  # the rules refused a line: the episode is lost
     tokens: int = 0  # characters the model generated
+    values: list[float] = field(default_factory=list)  # play_episodes: the value head's reading of each state played
 
     @classmethod
     def start(cls, problem: State) -> Episode:
@@ -45,7 +46,7 @@ class Episode:
         """The episode a saved tree holds (Tree.save writes it as a dict of its fields): Tree.load's `decode`."""
         states = [State(target, tuple(numbers)) for target, numbers in data["states"]]
         return cls(states[0], data["text"], data["written"], data["state_ends"], states, data["refused"],
-                   data["tokens"])
+                   data["tokens"], data["values"])
 
     @property
     def state(self) -> State:
@@ -62,7 +63,7 @@ class Episode:
     def copy(self) -> Episode:
         """The episode so far, to play on without changing this one (a search node's state never changes)."""
         return Episode(self.problem, self.text, list(self.written), list(self.state_ends), list(self.states),
-                       self.refused, self.tokens)
+                       self.refused, self.tokens, list(self.values))
 
     def line_starts(self) -> list[tuple[int, State]]:
         """Where each line the model wrote begins, and the state it was written in."""
@@ -106,21 +107,24 @@ def legal_spans(policy: Policy, episodes: Sequence[Episode]) -> list[list[tuple[
 def play_episodes(policy: Policy, problems: Sequence[State], n: int, temperature: float,
                   generator: torch.Generator | None = None) -> list[list[Episode]]:
     """`n` independent episodes per problem (temperature 0: greedy), all in lock-step: one batched `lines` call per
-    move over every episode still going."""
+    move over every episode still going; each episode records the value the same forward read of every state it
+    was played from."""
     episodes = [[Episode.start(p) for _ in range(n)] for p in problems]
     flat = [e for group in episodes for e in group]
     first = True
     while live := [e for e in flat if not e.over]:
         if first:  # the n episodes of a problem share its text: sample n lines from one context
-            lines, _ = policy.lines([g[0].text for g in episodes], n, temperature, generator,
-                                    offered(policy, [g[0].state for g in episodes]))
+            lines, values = policy.lines([g[0].text for g in episodes], n, temperature, generator,
+                                         offered(policy, [g[0].state for g in episodes]))
             drawn = [line for group in lines for line in group]
+            values = [v for v in values for _ in range(n)]
             first = False
         else:
-            lines, _ = policy.lines([e.text for e in live], 1, temperature, generator,
-                                    offered(policy, [e.state for e in live]))
+            lines, values = policy.lines([e.text for e in live], 1, temperature, generator,
+                                         offered(policy, [e.state for e in live]))
             drawn = [group[0] for group in lines]
-        for episode, line in zip(live, drawn):
+        for episode, line, value in zip(live, drawn, values):
+            episode.values.append(value)
             episode.play(line)
     return episodes
 
@@ -180,7 +184,7 @@ class LineSearch:
         (generated characters; listed lines are scored, not generated: their trie's characters) counted."""
         groups = [self._children(e, self.drawn.get(text, []) + drawn) for text, e, drawn in zip(texts, episodes, lines)]
         kept = [self.cache[text].children if text in self.cache else [] for text in texts]
-        values = self._values([child for group, had in zip(groups, kept) for _, child, _ in group[len(had):]])
+        values = self._values(texts, [[child for _, child, _ in group[len(had):]] for group, had in zip(groups, kept)])
         for text, episode, group, drawn, had, leaf_value in zip(texts, episodes, groups, lines, kept, leaf_values):
             tokens = sum(line.tokens for line in drawn) if self.settings.children == "sampled" else \
                 trie_characters([line.text + MOVE_END for line in drawn])
@@ -254,15 +258,16 @@ class LineSearch:
             return own_values
         return self._read_values(texts)
 
-    def _read_values(self, texts: list[str]) -> list[float]:
+    def _read_values(self, texts: list[str], parents: list[str] | None = None) -> list[float]:
         """The value net's values of these texts (the judge's, else the policy's head) in one batched call, what it
-        computed charged to each problem under its own name."""
+        computed charged to each problem under its own name. With `parents` (each text's parent state), a parent is
+        computed once and its children's characters read its cached keys (Policy.values' contexts)."""
         net, name = (self.policy, "policy") if self.judge is None else (self.judge, "judge")
         if self.compute is not None:
             for text in texts:
                 self.compute.charge(text, name)
         self.value_evaluations += len(texts)
-        return net.values(texts)
+        return net.values(texts, parents)
 
     def _children(self, episode: Episode, drawn: list[Line]) -> list[tuple[str, Episode, tuple[float, dict]]]:
         """The distinct lines among `drawn`, each applied by the rules: (line, the episode after it, (prior, info))."""
@@ -285,14 +290,16 @@ class LineSearch:
                                               "solvable": not child.refused and solvable(child.state)})))
         return out
 
-    def _values(self, children: list[Episode]):
+    def _values(self, parents: list[str], groups: list[list[Episode]]):
         """Each new child's one evaluation, in order (None without settings.child_values): exact at an end (1 if
         solved, else 0), else the oracle's, NO_VALUE, or the value net's (one batched call for every open child of
-        the step, its reading of each child's text charged)."""
+        the step, each parent's text computed once, its reading of each child's text charged). `groups[i]`: the
+        new children of the state whose text is `parents[i]`."""
+        children = [child for group in groups for child in group]
         if not self.settings.child_values:
             return iter([None] * len(children))
-        open_children = [c.text for c in children if not c.over]
-        learned = iter(self._read_values(open_children) if self.value == "learned" and open_children else [])
+        opened = [(child.text, parent) for parent, group in zip(parents, groups) for child in group if not child.over]
+        learned = iter(self._read_values(*map(list, zip(*opened))) if self.value == "learned" and opened else [])
         return iter([float(c.solved) if c.over else float(solvable(c.state)) if self.value == "oracle"
                      else NO_VALUE if self.value == "none" else next(learned) for c in children])
 

@@ -119,6 +119,19 @@ def left_padded(texts: Sequence[str], block_size: int, device: str | torch.devic
     return Batch(ids.to(device), positions.to(device), real.to(device))
 
 
+class Extended(NamedTuple):
+    """Contexts and the suffixes that follow them, through the net (Policy._extend): each context's last logits and
+    value logit; per suffix (flattened, context by context) its context's index, its ids [S, L] right-padded with
+    PAD, and its logits [S, L, V] and value logits [S, L] at each of its characters (None where no suffix)."""
+
+    context_logits: torch.Tensor
+    context_values: torch.Tensor
+    owner: list[int]
+    ids: torch.Tensor | None
+    logits: torch.Tensor | None
+    values: torch.Tensor | None
+
+
 class Policy:
     """The net behind the calls the search, the arms and the evaluation make: `lines` (sample what the model writes
     next, with the state's value), `values`, and `transcript_logprobs` (differentiable, for the updates, under the
@@ -132,12 +145,28 @@ class Policy:
         self.block_size = net.gpt.config.block_size
 
     @torch.no_grad()
-    def values(self, contexts: Sequence[str]) -> list[float]:
-        """P(solved from here) of each state's text, by the value head."""
-        self.net.eval()
-        batch = left_padded(contexts, self.block_size, self.device)
-        _, value = self.net(batch.ids, positions=batch.positions, mask=batch.mask)
-        return torch.sigmoid(value[:, -1]).tolist()
+    def values(self, texts: Sequence[str], contexts: Sequence[str] | None = None) -> list[float]:
+        """P(solved from here) of each state's text, by the value head. With `contexts` (per text, a shorter prefix
+        of it, which texts may share: a search's children their parent), each distinct context is computed once and
+        its texts' remaining characters read its cached keys: the same values, less computed."""
+        if contexts is None:
+            self.net.eval()
+            batch = left_padded(texts, self.block_size, self.device)
+            _, value = self.net(batch.ids, positions=batch.positions, mask=batch.mask)
+            return torch.sigmoid(value[:, -1]).tolist()
+        groups: dict[str, list[int]] = {}
+        for i, (text, context) in enumerate(zip(texts, contexts, strict=True)):
+            if not (text.startswith(context) and len(text) > len(context)):
+                raise ValueError(f"context {context!r} is not a shorter prefix of {text!r}")
+            groups.setdefault(context, []).append(i)
+        order = [i for members in groups.values() for i in members]
+        extended = self._extend(list(groups), [[texts[i][len(c):] for i in members] for c, members in groups.items()])
+        ends = torch.tensor([len(texts[i]) - len(contexts[i]) - 1 for i in order], device=self.device)
+        read = torch.sigmoid(extended.values[torch.arange(len(order), device=self.device), ends]).tolist()
+        out = [0.0] * len(texts)
+        for i, v in zip(order, read):
+            out[i] = v
+        return out
 
     @torch.no_grad()
     def lines(self, contexts: Sequence[str], n: int, temperature: float, generator: torch.Generator | None = None,
@@ -198,40 +227,52 @@ class Policy:
         """Each context's given lines (each with its end mark, as legal_lines writes them) scored, and each context's
         value: the log-probability of a line with every character renormalised over those that continue one of its
         context's lines (the mask `lines` samples under), so that a context's lines' probabilities sum to 1: the
-        priors of AlphaZero's listed moves. One prefill of the contexts, then one forward over every line at once,
-        reading its context's cached keys (the context is computed once, however many lines follow it)."""
-        self.net.eval()
-        batch = left_padded(contexts, self.block_size, self.device)
-        caches: list[list[torch.Tensor]] = [[] for _ in self.net.gpt.blocks]
-        logits, value = self.net(batch.ids, positions=batch.positions, mask=batch.mask, caches=caches)
-        owner = [c for c, group in enumerate(lines) for _ in group]
+        priors of AlphaZero's listed moves. One forward over every line at once, reading its context's cached keys
+        (`_extend`)."""
+        extended = self._extend(contexts, lines)
+        context_values = torch.sigmoid(extended.context_values).tolist()
+        if not extended.owner:
+            return [[] for _ in contexts], context_values
         flat = [line for group in lines for line in group]
-        if not flat:
-            return [[] for _ in contexts], torch.sigmoid(value[:, -1]).tolist()
-        index = torch.tensor(owner, device=self.device)
-        L = max(map(len, flat))
-        if batch.ids.shape[1] + L > self.block_size:
-            raise ValueError(f"a context and its line exceed the policy's block_size {self.block_size}")
-        _rows_with_room(caches, index, L)  # each line reads its context's keys and values
-        ids = torch.full((len(flat), L), PAD, dtype=torch.long)
-        for r, line in enumerate(flat):
-            ids[r, :len(line)] = torch.tensor(encode(line))
-        ids = ids.to(self.device)
-        positions = batch.positions[index, -1:] + 1 + torch.arange(L, device=self.device)
-        causal = torch.ones(L, L, dtype=torch.bool, device=self.device).tril()
-        mask = torch.cat([batch.real[index][:, None, :].expand(-1, L, -1), causal.expand(len(flat), -1, -1)], 2)
-        line_logits, _ = self.net(ids, positions=positions, mask=mask[:, None], caches=caches)
+        index, ids, L = torch.tensor(extended.owner, device=self.device), extended.ids, extended.ids.shape[1]
         # character t of a line is drawn from the logits after its context (t = 0) or after its character t - 1
-        step_logits = _no_pad(torch.cat([logits[index, -1:], line_logits[:, :-1]], 1))
+        step_logits = _no_pad(torch.cat([extended.context_logits[index][:, None], extended.logits[:, :-1]], 1))
         continuations = [_continuations(tuple(group)) for group in lines]
-        allowed = [continuations[c].get(line[:t]) for c, line in zip(owner, flat) for t in range(L)]
+        allowed = [continuations[c].get(line[:t]) for c, line in zip(extended.owner, flat) for t in range(L)]
         step_logits = _only(step_logits.reshape(len(flat) * L, -1), allowed).reshape(len(flat), L, -1)
         logp = F.log_softmax(step_logits, -1).gather(2, ids[:, :, None]).squeeze(2)
         logp = logp.masked_fill(ids == PAD, 0.0).sum(1).tolist()
         out: list[list[float]] = [[] for _ in contexts]
-        for c, lp in zip(owner, logp):
+        for c, lp in zip(extended.owner, logp):
             out[c].append(lp)
-        return out, torch.sigmoid(value[:, -1]).tolist()
+        return out, context_values
+
+    def _extend(self, contexts: Sequence[str], suffixes: Sequence[Sequence[str]]) -> Extended:
+        """One prefill of the contexts, then one forward over every suffix at once (`suffixes[c]`: those that follow
+        context c, right-padded), each reading its context's cached keys and values: a context is computed once,
+        however many suffixes follow it."""
+        self.net.eval()
+        batch = left_padded(contexts, self.block_size, self.device)
+        caches: list[list[torch.Tensor]] = [[] for _ in self.net.gpt.blocks]
+        logits, value = self.net(batch.ids, positions=batch.positions, mask=batch.mask, caches=caches)
+        owner = [c for c, group in enumerate(suffixes) for _ in group]
+        flat = [suffix for group in suffixes for suffix in group]
+        if not flat:
+            return Extended(logits[:, -1], value[:, -1], owner, None, None, None)
+        index = torch.tensor(owner, device=self.device)
+        L = max(map(len, flat))
+        if batch.ids.shape[1] + L > self.block_size:
+            raise ValueError(f"a context and what follows it exceed the policy's block_size {self.block_size}")
+        _rows_with_room(caches, index, L)  # each suffix reads its context's keys and values
+        ids = torch.full((len(flat), L), PAD, dtype=torch.long)
+        for r, suffix in enumerate(flat):
+            ids[r, :len(suffix)] = torch.tensor(encode(suffix))
+        ids = ids.to(self.device)
+        positions = batch.positions[index, -1:] + 1 + torch.arange(L, device=self.device)
+        causal = torch.ones(L, L, dtype=torch.bool, device=self.device).tril()
+        mask = torch.cat([batch.real[index][:, None, :].expand(-1, L, -1), causal.expand(len(flat), -1, -1)], 2)
+        suffix_logits, suffix_values = self.net(ids, positions=positions, mask=mask[:, None], caches=caches)
+        return Extended(logits[:, -1], value[:, -1], owner, ids, suffix_logits, suffix_values)
 
     def transcript_logprobs(self, texts: Sequence[str], written: Sequence[Sequence[bool]],
                             legal: Sequence[Sequence[tuple[int, Sequence[str]]]] | None = None
