@@ -644,16 +644,6 @@ def test_alphazero_update_reads_searched_moves():
     assert logs["policy_loss"] == logs["policy_loss"]  # a number, not nan: some line carried a share
 
 
-def test_update_batches_keep_a_moves_candidate_lines_together():
-    from azlib.games.countdown.arms import _batches
-
-    units = [m for m in range(30) for _ in range(m % 4 + 1)]  # 30 moves of 1 to 4 candidate lines
-    batches = _batches(units, 8, random.Random(0))
-    assert sorted(i for b in batches for i in b) == list(range(len(units)))
-    owner = {i: b for b, rows in enumerate(batches) for i in rows}
-    assert all(len({owner[i] for i, u in enumerate(units) if u == m}) == 1 for m in range(30))
-
-
 def test_the_value_is_judged_on_states_after_the_first_move_each_once():
     from azlib.games.countdown.evaluate import value_quality
 
@@ -667,6 +657,10 @@ def test_the_value_is_judged_on_states_after_the_first_move_each_once():
         played_from = [e.text[:end + 1] for end in e.state_ends[:len(e.values)]]
         assert len(e.values) == len(played_from) > 0
         assert e.values == pytest.approx(policy.values(played_from), abs=1e-5)
+        e.values = [float(solvable(state)) for state in e.states[:len(e.values)]]  # a value that is the oracle
+    assert value_quality(episodes)["value_auc"] == value_quality(episodes)["value_precision"] == 1.0
+    with pytest.raises(ValueError, match="play_episodes recorded"):
+        value_quality([Episode.start(problems[0])])
     truth = [solvable(state_of(t)) for t in middle]
     assert quality["value_base_rate"] == pytest.approx(sum(truth) / len(truth))
 
@@ -686,8 +680,9 @@ def test_values_after_shared_contexts_are_the_values_of_the_whole_texts():
     random.Random(0).shuffle(order)  # children of one parent need not be next to each other
     texts, contexts = [texts[i] for i in order], [contexts[i] for i in order]
     assert policy.values(texts, contexts) == pytest.approx(policy.values(texts), abs=1e-5)
-    with pytest.raises(ValueError, match="not a shorter prefix"):
-        policy.values(texts[:1], [texts[0]])
+    for context in (texts[0], ""):
+        with pytest.raises(ValueError, match="not a shorter, non-empty prefix"):
+            policy.values(texts[:1], [context])
 
 
 def test_ranking_quality_by_hand():

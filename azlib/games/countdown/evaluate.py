@@ -30,6 +30,9 @@ def value_quality(episodes: Sequence[Episode], threshold: float = 0.5) -> dict[s
     estimates this policy's chance, which can sit below 0.5 at every solvable state of a weak policy)."""
     seen: dict[str, tuple[float, bool]] = {}
     for episode in episodes:  # the problem itself left out: every problem is solvable, by construction
+        if len(episode.values) < sum(not state.finished for state in episode.states):
+            raise ValueError("value_quality reads the values play_episodes recorded: this episode has none for some "
+                             "of its unfinished states")
         for end, state, value in zip(episode.state_ends[1:], episode.states[1:], episode.values[1:]):
             if not state.finished:
                 seen.setdefault(episode.text[:end + 1], (value, solvable(state)))

@@ -46,7 +46,7 @@ class Episode:
         """The episode a saved tree holds (Tree.save writes it as a dict of its fields): Tree.load's `decode`."""
         states = [State(target, tuple(numbers)) for target, numbers in data["states"]]
         return cls(states[0], data["text"], data["written"], data["state_ends"], states, data["refused"],
-                   data["tokens"], data["values"])
+                   data["tokens"], data.get("values", []))
 
     @property
     def state(self) -> State:

@@ -156,8 +156,8 @@ class Policy:
             return torch.sigmoid(value[:, -1]).tolist()
         groups: dict[str, list[int]] = {}
         for i, (text, context) in enumerate(zip(texts, contexts, strict=True)):
-            if not (text.startswith(context) and len(text) > len(context)):
-                raise ValueError(f"context {context!r} is not a shorter prefix of {text!r}")
+            if not (context and text.startswith(context) and len(text) > len(context)):
+                raise ValueError(f"context {context!r} is not a shorter, non-empty prefix of {text!r}")
             groups.setdefault(context, []).append(i)
         order = [i for members in groups.values() for i in members]
         extended = self._extend(list(groups), [[texts[i][len(c):] for i in members] for c, members in groups.items()])
