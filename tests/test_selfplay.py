@@ -1,11 +1,16 @@
-"""AlphaZero's one self-play loop (azlib.mcts.selfplay): lock-step batching, grouping, the recorded target."""
+"""AlphaZero's one loop: self-play (azlib.mcts.selfplay: lock-step batching, grouping, the recorded target) and the
+update (azlib.mcts.learn: minibatches that keep a unit together, epochs, clipping)."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
+import torch
+
 from azlib.games import tictactoe as ttt
 from azlib.mcts import SearchSettings, selfplay
+from azlib.mcts.learn import minibatches, update
 
 
 class CountingTicTacToe(ttt.TicTacToe):
@@ -50,3 +55,35 @@ def test_games_split_by_environment_and_settings_and_the_target_ignores_the_temp
     for state, result in games[1].moves:  # sampled or not, the target is the visit shares
         visits = [result.tree.nodes[i].visits for i in result.tree.root.children]
         assert result.action_weights == [v / sum(visits) for v in visits]
+
+
+def test_minibatches_keep_a_units_examples_together():
+    units = [m for m in range(30) for _ in range(m % 4 + 1)]  # 30 moves of 1 to 4 candidate lines
+    batches = minibatches(units, 8, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(len(units)))
+    owner = {i: b for b, rows in enumerate(batches) for i in rows}
+    assert all(len({owner[i] for i, u in enumerate(units) if u == m}) == 1 for m in range(30))
+    assert all(len(b) >= 8 for b in batches[:-1]) and all(len(b) < 8 + 4 for b in batches)
+    assert minibatches(range(10), 4, random.Random(1)) != minibatches(range(10), 4, random.Random(2))
+
+
+def test_update_steps_once_a_minibatch_an_epoch_and_clips_the_gradient():
+    """Minibatches of 4, 4 and 2 over two epochs; the loss reads one parameter on even steps and the other on odd
+    ones, with a gradient far above the clip: each step moves the parameter it read by exactly the clipped norm, and
+    the other not at all (the gradient is zeroed between steps, and the clip covers every parameter)."""
+    first, second = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.SGD([first, second], lr=1.0)
+    seen: list[list[int]] = []
+
+    def loss(batch):
+        read = first if len(seen) % 2 == 0 else second
+        seen.append(batch)
+        value = 100.0 * read.sum() * len(batch)
+        return value, {"loss": float(len(batch))}
+
+    logs, steps = update(loss, optimizer, range(10), 4, 2, random.Random(0), max_grad_norm=0.5)
+    assert steps == len(seen) == 6 and sorted(len(b) for b in seen) == [2, 2, 4, 4, 4, 4]
+    assert sorted(i for b in seen[:3] for i in b) == list(range(10))  # an epoch sees every example once
+    assert float(first.detach().norm()) == pytest.approx(3 * 0.5) and float(second.detach().norm()) == pytest.approx(
+        3 * 0.5)
+    assert logs == {"loss": pytest.approx(20 / 6)}

@@ -18,6 +18,7 @@ from torch import nn
 
 from azlib.games import tictactoe as ttt
 from azlib.mcts import selfplay
+from azlib.mcts.learn import update
 from azlib.mcts.search import Child, Expansion, SearchResult, search
 from azlib.settings import SearchSettings
 
@@ -179,24 +180,19 @@ def arena(new: PolicyValueNet, best: PolicyValueNet, settings: AlphaZeroSettings
 
 
 def train(net: PolicyValueNet, data, settings: AlphaZeroSettings, optimizer, rng: random.Random) -> dict[str, float]:
-    """loss = (z - v)^2 - pi . log p, averaged over the batch (AlphaZero; its L2 term is the optimizer's)."""
+    """loss = (z - v)^2 - pi . log p, averaged over the batch (AlphaZero; its L2 term is the optimizer's), over
+    `epochs` passes in shuffled minibatches (azlib.mcts.learn.update)."""
     boards, pis, zs = zip(*data)
     x, pi, z = encode(boards), torch.tensor(pis), torch.tensor(zs)
-    losses = {"value_loss": [], "policy_loss": []}
-    for _ in range(settings.epochs):
-        order = list(range(len(data)))
-        rng.shuffle(order)
-        for start in range(0, len(order), settings.batch_size):
-            idx = order[start : start + settings.batch_size]
-            logits, v = net(x[idx])
-            value_loss = ((z[idx] - v) ** 2).mean()
-            policy_loss = -(pi[idx] * torch.log_softmax(logits, -1)).sum(-1).mean()
-            optimizer.zero_grad()
-            (value_loss + policy_loss).backward()
-            optimizer.step()
-            losses["value_loss"].append(value_loss.item())
-            losses["policy_loss"].append(policy_loss.item())
-    return {k: float(np.mean(v)) for k, v in losses.items()}
+
+    def loss(idx: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        logits, v = net(x[idx])
+        value_loss = ((z[idx] - v) ** 2).mean()
+        policy_loss = -(pi[idx] * torch.log_softmax(logits, -1)).sum(-1).mean()
+        return value_loss + policy_loss, {"value_loss": value_loss.item(), "policy_loss": policy_loss.item()}
+
+    losses, _ = update(loss, optimizer, range(len(data)), settings.batch_size, settings.epochs, rng)
+    return losses
 
 
 POSITIONS = [b for b in ttt.reachable_positions() if ttt.legal_moves(b)]  # 4,520, either side to move

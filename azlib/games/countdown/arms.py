@@ -32,6 +32,7 @@ from azlib.games.countdown.rules import MOVE_END, State, legal_lines, legal_move
 from azlib.games.countdown.settings import (ARMS, ArmSettings, CountdownSearchSettings, ImitationSettings,
                                       ReferenceValueSettings)
 from azlib.grpo import group_advantages
+from azlib.mcts.learn import update
 from azlib.settings import GPTShape
 from azlib.models.gpt import cosine_schedule
 
@@ -65,22 +66,6 @@ def episode_rows(policy: Policy, episodes: Sequence[Episode], weights: Sequence[
             for i, (e, span, w) in enumerate(zip(episodes, spans, weights))]
 
 
-def _batches(units: Sequence[int], size: int, rng: random.Random) -> list[list[int]]:
-    """Row indices in shuffled batches of about `size` rows; the rows of one unit (AlphaZero's move) stay together."""
-    rows: dict[int, list[int]] = {}
-    for i, unit in enumerate(units):
-        rows.setdefault(unit, []).append(i)
-    order = list(rows)
-    rng.shuffle(order)
-    batches, batch = [], []
-    for unit in order:
-        batch += rows[unit]
-        if len(batch) >= size:
-            batches.append(batch)
-            batch = []
-    return batches + ([batch] if batch else [])
-
-
 class Learner:
     """A policy, its optimiser, and the one update every arm is made of: AlphaZero's joint loss, a policy term and
     `value_weight` x the value's BCE, summed and stepped together (separate steps for the value would move the shared
@@ -96,36 +81,30 @@ class Learner:
         """-sum_rows weight x sum of the row's written log-probs, averaged per batch over `average`: "characters"
         (the written characters of the rows with weight), "sequence" (each row's mean over its characters, then over
         the rows: GRPO's grpo aggregation), or "unit" (over the distinct units: AlphaZero's moves); plus the value."""
-        logs: dict[str, list[float]] = {"policy_loss": [], "value_loss": []}
-        steps = 0
-        for _ in range(epochs):
-            for batch in _batches([r.unit for r in rows], self.settings.batch_size, rng):
-                picked = [rows[b] for b in batch]
-                spans = None if picked[0].spans is None else [r.spans for r in picked]
-                logp, mask, value = self.policy.transcript_logprobs([r.text for r in picked],
-                                                                    [r.written for r in picked], spans)
-                weight = torch.tensor([r.weight for r in picked], device=logp.device)
-                chars = mask.sum(1).clamp(min=1)
-                total = (logp * mask).sum(1)
-                if average == "characters":
-                    policy_loss = -(weight * total).sum() / chars[weight != 0].sum().clamp(min=1)
-                elif average == "sequence":
-                    policy_loss = -(weight * total / chars).sum() / len(picked)
-                else:
-                    policy_loss = -(weight * total).sum() / len({r.unit for r in picked})
-                targets = [(i, end, z) for i, r in enumerate(picked) for end, z in r.values]
-                value_loss = F.binary_cross_entropy_with_logits(
-                    value[[i for i, _, _ in targets], [end for _, end, _ in targets]],
-                    torch.tensor([z for _, _, z in targets], device=value.device)) if targets else value.sum() * 0
-                self.optimizer.zero_grad()
-                (policy_loss + self.settings.value_weight * value_loss).backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.net.parameters(), 1.0)
-                self.optimizer.step()
-                steps += 1
-                logs["policy_loss"].append(policy_loss.item())
-                if targets:
-                    logs["value_loss"].append(value_loss.item())
-        return {k: float(sum(v) / len(v)) if v else math.nan for k, v in logs.items()} | {"optimizer_steps": steps}
+        def loss(batch: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+            picked = [rows[b] for b in batch]
+            spans = None if picked[0].spans is None else [r.spans for r in picked]
+            logp, mask, value = self.policy.transcript_logprobs([r.text for r in picked], [r.written for r in picked],
+                                                                spans)
+            weight = torch.tensor([r.weight for r in picked], device=logp.device)
+            chars = mask.sum(1).clamp(min=1)
+            total = (logp * mask).sum(1)
+            if average == "characters":
+                policy_loss = -(weight * total).sum() / chars[weight != 0].sum().clamp(min=1)
+            elif average == "sequence":
+                policy_loss = -(weight * total / chars).sum() / len(picked)
+            else:
+                policy_loss = -(weight * total).sum() / len({r.unit for r in picked})
+            targets = [(i, end, z) for i, r in enumerate(picked) for end, z in r.values]
+            value_loss = F.binary_cross_entropy_with_logits(
+                value[[i for i, _, _ in targets], [end for _, end, _ in targets]],
+                torch.tensor([z for _, _, z in targets], device=value.device)) if targets else value.sum() * 0
+            logged = {"policy_loss": policy_loss.item()} | ({"value_loss": value_loss.item()} if targets else {})
+            return policy_loss + self.settings.value_weight * value_loss, logged
+
+        logs, steps = update(loss, self.optimizer, [r.unit for r in rows], self.settings.batch_size, epochs, rng,
+                             max_grad_norm=1.0)
+        return {"policy_loss": math.nan, "value_loss": math.nan} | logs | {"optimizer_steps": steps}
 
     def rft(self, episodes: Sequence[Episode], rng: random.Random) -> dict[str, float]:
         """Expert iteration: -sum log p over the solved episodes' written characters / their count; the value on
