@@ -22,8 +22,8 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from azlib.answer import Answer
-from azlib.extras import require
+from azlib.sampled_answer import Answer
+from azlib.optional_packages import require
 from azlib.parallel import shard, sum_gradients, sum_over_ranks
 from azlib.settings import AnswerSampling, GRPOSettings
 
@@ -98,7 +98,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: GRPOSettings
 @dataclass(frozen=True)
 class Rollout:
     """One sequence the update reads: prompt ids, completion ids (as sampled; an EOS id after a finished answer), its
-    reward and the key of its group. `answer` is the whole answer it trains (azlib.answer.Answer, the explorer's own
+    reward and the key of its group. `answer` is the whole answer it trains (azlib.sampled_answer.Answer, the explorer's own
     object: its text, correctness, writer and reward's parts are read there), or None for a sibling step of a search
     tree, which is not a whole answer and is trained on its ids, reward and group alone. `added`: the value of each
     reward function added to the answer's reward, by name (azlib.games.text.signals.with_rewards); `reward` is then

@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from azlib.data.rows import Row
-from azlib.answer import Answer
+from azlib.sampled_answer import Answer
 from azlib.grpo import PolicyUpdate, Rollout
 from azlib.games.text.signals import SCORABLE_SIGNALS, best_verified, verified, with_rewards
 from azlib.games.text.explorers import Exploration, ForkExplorer, TreeExplorer, explorer

@@ -13,7 +13,7 @@ from functools import cache
 from typing import Literal
 
 from azlib.data import arithmetic_problems, load_gsm8k
-from azlib.extras import require
+from azlib.optional_packages import require
 from azlib.prompts import chat_prompt
 from azlib.rewards import RewardWeights, extract_answer, hard_reward, perplexity_reward
 

@@ -479,11 +479,11 @@ def logprob_gap(student, prompts: list, samples: list) -> float:
 
 def phase_vllm_coresident(check: Check, entry: dict) -> None:
     """Notebook 05's engines held at once, as its tree_teachers arm holds them: the student model's engine with
-    LoRA enabled (azlib.experiment.instrument, the profile's generation_memory), then the profile's teachers
+    LoRA enabled (azlib.tree_vs_sampling.instrument, the profile's generation_memory), then the profile's teachers
     (TeacherEnsemble, its teacher_tier) from dummy-weight configs at their shares, Phi-3.5-mini last at its
     small one. A generation through each engine, their KV caches beside the plan's, all closed."""
     vllm_settings(check, entry)
-    from azlib.experiment import instrument
+    from azlib.tree_vs_sampling import instrument
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
     cuda, r = check.cuda, check.size["lora_r"]
@@ -574,7 +574,7 @@ def phase_vllm_lora_swap(check: Check, entry: dict) -> None:
 
 
 def phase_trl_colocate_twice(check: Check, entry: dict) -> None:
-    """Notebook 05's TRL arm as the profile runs it (azlib.peers.train_with_trl, generation "vllm": TRL's own
+    """Notebook 05's TRL arm as the profile runs it (azlib.trl_arm.train_with_trl, generation "vllm": TRL's own
     vLLM engine in this process, colocate mode, the run's share), twice in one process as two seeds of one
     experiment, about one optimiser step each; the memory after each. On a CPU, TRL's engine runs in this process
     on the GEMM path --vllm-cpu-gemm asks for, and the path each of its linear layers took at each load is counted
@@ -584,10 +584,10 @@ def phase_trl_colocate_twice(check: Check, entry: dict) -> None:
 
     import torch.distributed as dist
 
-    from azlib.experiment import task_sets
+    from azlib.tree_vs_sampling import task_sets
     from azlib.models.loading import free_memory
     from azlib.models.vllm import cpu_gemm
-    from azlib.peers import train_with_trl
+    from azlib.trl_arm import train_with_trl
 
     length, cuda = check.size["answer_tokens"], check.cuda
     params = check.resolved("05_base_vs_trained", *training_assignments(check), "generation=vllm",
@@ -834,7 +834,7 @@ def phase_notebook_05(check: Check, entry: dict) -> None:
     """Notebook 05's Experiment under the profile, one seed of the tree and GRPO arms at about one step's budget
     through hf generation, each arm a run of its own in one folder (as the experiment continues an interrupted
     one). The TRL arm: trl_colocate_twice."""
-    from azlib.experiment import Experiment, task_sets
+    from azlib.tree_vs_sampling import Experiment, task_sets
 
     length = check.size["answer_tokens"]
     params = check.resolved("05_base_vs_trained", *training_assignments(check), "teacher_tier=none", "seeds=[0]",
@@ -861,10 +861,10 @@ def phase_notebook_06(check: Check, entry: dict) -> None:
     generating through its vLLM engine (generation "vllm", its adapter synced after the step) for one GRPO step
     at the profile's explanations per step, its explanations of a few problems, the engine closed; an SFT learner
     (the 0.5B shape) distilled on them; the base and the learner's adapter evaluated in turn through the
-    instrument (azlib.experiment.instrument: a vLLM engine with LoRA). Where vLLM is not installed, hf
+    instrument (azlib.tree_vs_sampling.instrument: a vLLM engine with LoRA). Where vLLM is not installed, hf
     throughout."""
     from azlib.evaluation import evaluate
-    from azlib.experiment import instrument
+    from azlib.tree_vs_sampling import instrument
     from azlib.grpo import GRPOSettings, PolicyUpdate
     from azlib.models import make_backend
     from azlib.models.student import Student

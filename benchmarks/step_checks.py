@@ -31,7 +31,7 @@ TABLE_FIGURE = "step-check-precision.png"
 
 def table(out: Path) -> None:
     from azlib.lab.shipped_results import shipped_experiment
-    from azlib.step_precision import check_records, precision_table
+    from azlib.step_check_precision import check_records, precision_table
 
     experiment, made = shipped_experiment()
     rows = experiment.eval_sets["heldout"]
@@ -75,7 +75,7 @@ def stage1(steps: list[int], problems: list[int], group: int, rounds: int, seed:
     from azlib.models.student import Student
     from azlib.rewards import extract_answer, is_correct
     from azlib.rewards.step_checks import answer_passes, check_steps
-    from azlib.step_precision import check_answer, precision_table
+    from azlib.step_check_precision import check_answer, precision_table
 
     backend = Student("embedded:smollm2-135m-instruct").backend
     sampling = AnswerSampling(temperature=0.7, max_new_tokens=max_new_tokens)

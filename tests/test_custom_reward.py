@@ -10,7 +10,7 @@ import torch
 
 from azlib.games.text import explorers
 from azlib.grpo import group_advantages
-from azlib.answer import Answer
+from azlib.sampled_answer import Answer
 from azlib.grpo import Rollout
 from azlib.games.text.signals import best_verified, with_rewards
 from azlib.rewards import RewardBreakdown, call_reward, correctness_reward

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from azlib.lab import config
-from azlib.answer import Answer, ids_writing, scored_answer
+from azlib.sampled_answer import Answer, ids_writing, scored_answer
 from azlib.data import arithmetic_problems
 from azlib.settings import ARMS, AnswerSampling, ForkSettings, arm_settings
 from azlib.grpo import PolicyUpdate, GRPOSettings, Rollout

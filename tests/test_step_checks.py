@@ -107,7 +107,7 @@ def test_a_long_line_is_checked_in_linear_time():
 
 
 def test_precision_and_recall_per_chain_length():
-    from azlib.step_precision import check_answer, precision_table
+    from azlib.step_check_precision import check_answer, precision_table
 
     one = {"prompt": "Ava has 7 apples. She gets 4 more apples.", "answer": "11",
            "info": {"solution": "7 + 4 = 11\n#### 11", "steps": 1}}

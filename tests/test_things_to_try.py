@@ -392,7 +392,7 @@ def test_04_a_bonus_every_answer_earns_moves_nothing_and_the_notebook_says_so():
 
 
 def test_05_one_step_task_has_one_step_problems():
-    from azlib.experiment import task_sets
+    from azlib.tree_vs_sampling import task_sets
 
     problems, sets, _ = task_sets(resolved("05", "arithmetic_steps=[1]", "num_train_problems=16", "eval_problems=8"))
     assert {r["info"]["steps"] for r in problems + [r for rows in sets.values() for r in rows]} == {1}
@@ -417,7 +417,7 @@ def test_05_the_mcts_arm_takes_the_signal_of_its_search():
 
 
 def test_05_the_verdict_says_what_it_compared():
-    from azlib.experiment import verdict
+    from azlib.tree_vs_sampling import verdict
 
     def row(a, b, name, difference):
         return {"a": a, "b": b, "set": name, "difference": difference, "ci_low": -0.1, "ci_high": 0.1, "seeds": 1,

@@ -281,7 +281,7 @@ def test_an_answer_that_only_stopped_is_trained_on_its_eos(student, tmp_path, mo
 def test_each_answers_reward_is_computed_once(student, monkeypatch):
     """Each state and each rollout is scored when it is made; the search values them, tree_answers collects them,
     search_answer grades the recommended one without scoring anything again."""
-    import azlib.answer as answer_module
+    import azlib.sampled_answer as answer_module
     from azlib.games.text.env import search_answer
 
     computed = []
@@ -305,7 +305,7 @@ def test_each_answers_reward_is_computed_once(student, monkeypatch):
 
 def test_imitation_step_raises_the_likelihood_of_verified_answers(student):
     from azlib.grpo import PolicyUpdate
-    from azlib.answer import scored_answer
+    from azlib.sampled_answer import scored_answer
     from azlib.games.text.signals import answer_rollout, verified
 
     rows = arithmetic_problems(1, seed=5, steps=(1,))

@@ -18,7 +18,7 @@ def test_an_experiment_trains_and_answers_every_arm_through_one_engine(tmp_path,
     the base and each trained adapter answer through it; no second engine starts."""
     import azlib.training
     from azlib.lab import config
-    from azlib.experiment import Experiment, task_sets
+    from azlib.tree_vs_sampling import Experiment, task_sets
     from azlib.models.vllm import VLLMBackend
 
     starts, adapters = [], []

@@ -140,7 +140,7 @@ def _train(args) -> int:
 
 def _experiment(args) -> int:
     from azlib.lab.config import validate
-    from azlib.experiment import EXPERIMENT_FOLDER, Experiment, task_sets
+    from azlib.tree_vs_sampling import EXPERIMENT_FOLDER, Experiment, task_sets
     from azlib.parallel import independent_process
 
     params = _library_params("05_base_vs_trained", args)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from azlib.lab.config import REPO_ROOT, NotebookParams, ParamsError, list_notebooks, resolve
-from azlib.extras import EXTRAS
+from azlib.optional_packages import EXTRAS
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, cache_dir, embedded_gguf
 from azlib.paths import repo_path
 from azlib.lab.run_folder import trainings_in
@@ -40,7 +40,7 @@ GATED = ("meta-llama/", "mistralai/", "google/gemma")
 # adapters (r <= 16: 4.9M parameters, 59 MB a checkpoint) take at most 0.2 GB: 0.25 GiB a training.
 RUN_FOLDER_GIB = 1.0
 TRAINING_GIB = {"cuda": 2.0, "cpu": 0.25}
-# peft is a main dependency (`pip install -e .`); the others are extras (azlib.extras.EXTRAS).
+# peft is a main dependency (`pip install -e .`); the others are extras (azlib.optional_packages.EXTRAS).
 MAIN_DEPENDENCIES = {"peft"}
 
 

@@ -24,7 +24,7 @@ Prompt = Union[str, Sequence[Message], TokenIds]
 
 class BackendError(RuntimeError):
     """A backend could not do what was asked: an unreachable or failing server, a bad reply, an engine that died.
-    What callers may catch and carry on from (a teacher is benched); a missing package is azlib.extras.MissingExtra
+    What callers may catch and carry on from (a teacher is benched); a missing package is azlib.optional_packages.MissingExtra
     and a bug is whatever it raises, neither caught."""
 
 

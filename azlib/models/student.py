@@ -22,7 +22,7 @@ from typing import Literal, Sequence
 
 import torch
 
-from azlib.extras import require
+from azlib.optional_packages import require
 from azlib.models.generation import Backend, Resource
 from azlib.models.hf import BATCH_SIZE, HFBackend
 from azlib.models.loading import ModelLoadError, load_model

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
-from azlib.extras import require
+from azlib.optional_packages import require
 from azlib.models.generation import (
     Backend, BackendError, GenerateArgs, Prompt, Sample, TokenizerPrompts, one_call_at_a_time,
 )

@@ -1,5 +1,5 @@
 """Notebook 05's experiment in one figure: accuracy per model on each evaluation set, and the comparisons with their
-intervals and Holm's p. Draws what azlib.experiment and azlib.evaluation computed; computes no statistic itself."""
+intervals and Holm's p. Draws what azlib.tree_vs_sampling and azlib.evaluation computed; computes no statistic itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
 from azlib.evaluation import wilson_interval
-from azlib.experiment import Experiment, comparison_pairs
+from azlib.tree_vs_sampling import Experiment, comparison_pairs
 
 SET_TITLES = {"heldout": "held-out (training wordings)", "transfer": "transfer (wordings never trained on)",
               "gsm8k": "GSM8K (easiest test problems)"}

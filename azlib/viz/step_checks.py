@@ -1,17 +1,17 @@
 """Step checks as verifiers of whole answers: precision and recall per chain length, with the 90% bar
-(azlib.step_precision computes the tables)."""
+(azlib.step_check_precision computes the tables)."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from azlib.step_precision import ANSWER_CHECKS
+from azlib.step_check_precision import ANSWER_CHECKS
 
 PRECISION_BAR = 0.9  # Chen et al. (ACL 2024): a discriminator must be right about this often for search to pay
 
 
 def plot_step_checks(tables: dict[str, list[dict]], label: str = ""):
-    """One panel per set of answers (name -> azlib.step_precision.precision_table rows): each check's precision
+    """One panel per set of answers (name -> azlib.step_check_precision.precision_table rows): each check's precision
     (solid) and recall (dotted) against the chain length, 95% Wilson intervals, the bar dashed; each line's points
     are set a little apart on the x axis, so that equal values stay visible. `label` says where the answers came
     from."""

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
-from azlib.answer import Answer, scored_answer
+from azlib.sampled_answer import Answer, scored_answer
 from azlib.data.rows import Row
 from azlib.prompts import chat_prompt
 from azlib.mcts.search import Child, Expansion, SearchResult

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from azlib.answer import Answer, ids_writing, scored_answer
+from azlib.sampled_answer import Answer, ids_writing, scored_answer
 from azlib.data.rows import Row
 from azlib.mcts.tree import Backup, Tree
 from azlib.models.generation import Backend, Sample, TokenIds

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal, Sequence
 
-from azlib.answer import Answer
+from azlib.sampled_answer import Answer
 from azlib.data.rows import Row
 from azlib.grpo import Rollout
 from azlib.games.text.env import TextEnv, trajectories, tree_answers

@@ -235,7 +235,7 @@ class Experiment:
             return
         p = self.params
         if arm == "trl":
-            from azlib.peers import train_with_trl
+            from azlib.trl_arm import train_with_trl
 
             peer = train_with_trl(p.model_copy(update={"seed": seed}), self.problems, folder / "train",
                                   token_budget=p.train.token_budget)  # its adapter to train/adapter/
@@ -359,7 +359,7 @@ def verdict(rows: Sequence[dict], budget: int) -> str:
 
 
 def _adapter(folder: Path) -> Path:
-    """Where an arm's trained LoRA adapter is kept (beside its checkpoints; azlib.peers saves TRL's there too)."""
+    """Where an arm's trained LoRA adapter is kept (beside its checkpoints; azlib.trl_arm saves TRL's there too)."""
     return folder / "train" / "adapter"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from azlib.data.rows import Row
-from azlib.extras import require
+from azlib.optional_packages import require
 from azlib.prompts import ANSWER_LINE, chat_prompt
 from azlib.models.generation import writes_newline
 from azlib.models.loading import free_memory, resolve_model_path

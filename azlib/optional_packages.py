@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-# Top-level module -> (the package that installs it, the extra that brings it); tests/test_extras.py checks
+# Top-level module -> (the package that installs it, the extra that brings it); tests/test_optional_packages.py checks
 # each against pyproject.toml.
 EXTRAS: dict[str, tuple[str, str]] = {
     "vllm": ("vllm", "gpu"),

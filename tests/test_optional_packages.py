@@ -17,7 +17,7 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 
-from azlib.extras import EXTRAS, MissingExtra, require
+from azlib.optional_packages import EXTRAS, MissingExtra, require
 from azlib.paths import REPO_ROOT
 
 
@@ -241,7 +241,7 @@ def unsloth_student(tmp_path):
 
 
 def trl_arm(tmp_path):
-    from azlib.peers import train_with_trl
+    from azlib.trl_arm import train_with_trl
 
     train_with_trl(None, [], tmp_path, token_budget=0)
 
