@@ -68,10 +68,11 @@ def curve_point(policy: Policy, problems: Sequence[State]) -> dict:
     return {"greedy_unseen": sum(e.solved for e in episodes) / len(problems)} | value_quality(sampled)
 
 
-def evaluate_policy(policy: Policy, setup: CountdownSetup, seed: int) -> dict:
-    """Every test-time method on both held-out sets: {split: azlib.games.countdown.evaluate.evaluate(...)}."""
+def evaluate_policy(policy: Policy, setup: CountdownSetup, seed: int, splits: Sequence[str] = SPLITS) -> dict:
+    """Every test-time method on the held-out sets: {split: azlib.games.countdown.evaluate.evaluate(...)}, each
+    split's randomness its own (so the splits may be tested apart)."""
     return {split: evaluate(policy, heldout_problems(setup, split), setup.evaluation, setup.search, seed,
-                            setup.methods) for split in SPLITS}
+                            setup.methods) for split in splits}
 
 
 def train_start(setup: CountdownSetup, progress: Callable[[int], None] | None = None) -> tuple[Policy, list[dict]]:
@@ -79,14 +80,15 @@ def train_start(setup: CountdownSetup, progress: Callable[[int], None] | None = 
     return start_policy(setup.policy, setup.imitation, setup.size, setup.seed, progress, setup.device, setup.legal_only)
 
 
-def _job(setup: CountdownSetup, arm: str, seed: int, start_state: dict):
-    """One worker's job, on one torch thread: the start's test (arm "start"), or an arm trained from the start
-    under a training seed and tested (its history, test results, generated characters and value evaluations)."""
+def _job(setup: CountdownSetup, arm: str, seed: int, start_state: dict, splits: Sequence[str] = SPLITS):
+    """One worker's job, on one torch thread: the start's test on `splits` (arm "start"), or an arm trained from
+    the start under a training seed and tested (its history, test results, generated characters and value
+    evaluations)."""
     torch.set_num_threads(1)
     start = Policy(PolicyValueNet(setup.policy), setup.device, setup.legal_only)
     start.net.load_state_dict(start_state)
     if arm == "start":
-        return evaluate_policy(start, setup, seed)
+        return evaluate_policy(start, setup, seed, splits)
     stream = ProblemStream(setup.size, seed)
     curve = heldout_problems(setup, "unseen")[:setup.curve_problems]
     run = train_arm(arm, start, setup.training, setup.search, stream, seed, evaluate=lambda p: curve_point(p, curve))
@@ -139,14 +141,18 @@ class CountdownResult:
 def run_arms(setup: CountdownSetup, start: Policy, start_history: list[dict],
              progress: Callable[[str], None] | None = None) -> CountdownResult:
     """Every (arm, seed) trained from the start and tested, and the start's test, as jobs in `setup.workers`
-    processes (the start's test, the shortest job, last: beside the last arms rather than alone after them)."""
+    processes. The start's test comes last, a job per held-out set: the shortest jobs, they fill the workers as
+    the last arms end, where one job for both sets would run alone after them."""
     result = CountdownResult(setup, start_history=start_history)
-    jobs = [(arm, seed) for seed in setup.seeds for arm in setup.arms] + [("start", setup.seed)]
+    arms = [(arm, seed) for seed in setup.seeds for arm in setup.arms]
     state = {k: v.cpu() for k, v in start.net.state_dict().items()}
     run = _in_process if setup.workers == 0 else _in_pool(setup.workers)
-    outs = run(_job, [(setup, a, s, state) for a, s in jobs], progress, jobs)
-    result.start = outs[-1]
-    for (arm, seed), out in zip(jobs[:-1], outs[:-1]):
+    outs = run(_job, [(setup, a, s, state) for a, s in arms] + [(setup, "start", setup.seed, state, (split,))
+                                                               for split in SPLITS],
+               progress, arms + [("start", split) for split in SPLITS])
+    for tested in outs[len(arms):]:
+        result.start |= tested
+    for (arm, seed), out in zip(arms, outs):
         history, results, tokens, evaluations = out
         result.histories[arm, seed], result.results[arm, seed] = history, results
         result.tokens[arm, seed], result.value_evaluations[arm, seed] = tokens, evaluations
