@@ -1,10 +1,12 @@
-"""A fingerprint of both AlphaZero self-play loops' games, to check that a change to the loop, the search or the games
-leaves what they play unchanged: tic-tac-toe's self-play and arena (azlib.games.tictactoe_alphazero) and Countdown's
-searched games (azlib.games.countdown.play.play_searched, sampled lines widened with the learned value, listed lines
-with the oracle), from fixed seeds and untrained nets, one torch thread. Prints the SHA-256 of their JSON (run it
-before and after the change); --out writes the JSON, to find where two runs part.
+"""A fingerprint of both AlphaZero loops (self-play and the update), to check that a change to the loop, the search,
+the update or the games leaves what they play and learn unchanged: tic-tac-toe's self-play, arena and one training pass
+(azlib.games.tictactoe_alphazero), and Countdown's searched games (azlib.games.countdown.play.play_searched, sampled
+lines widened with the learned value, listed lines with the oracle) and an alphazero, an rft and a grpo update on
+what they played (azlib.games.countdown.arms.Learner), from fixed seeds and untrained nets, one torch thread. The
+updates are recorded by their weights' sums (and Countdown's by its logged losses). Prints the SHA-256 of the JSON
+(run it before and after the change); --out writes the JSON, to find where two runs part.
 
-    .venv/bin/python benchmarks/selfplay_fingerprint.py [--out games.json]
+    .venv/bin/python benchmarks/selfplay_fingerprint.py [--out loops.json]
 """
 
 from __future__ import annotations
@@ -17,21 +19,29 @@ from pathlib import Path
 
 import torch
 
-from azlib.games.countdown.play import play_searched
+from azlib.games.countdown.arms import Learner
+from azlib.games.countdown.play import play_episodes, play_searched
 from azlib.games.countdown.policy import Policy, PolicyValueNet as CountdownNet
 from azlib.games.countdown.problems import heldout
-from azlib.games.countdown.settings import CountdownSearchSettings
-from azlib.games.tictactoe_alphazero import AlphaZeroSettings, PolicyValueNet, arena, self_play
+from azlib.games.countdown.settings import ArmSettings, CountdownSearchSettings
+from azlib.games.tictactoe_alphazero import AlphaZeroSettings, PolicyValueNet, arena, augment, self_play, train
 from azlib.settings import GPTShape
 
 
-def games() -> dict:
+def weights(net: torch.nn.Module) -> list[float]:
+    return [float(p.detach().double().sum()) for p in net.parameters()]
+
+
+def loops() -> dict:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     net, best = PolicyValueNet(), PolicyValueNet()
     settings = AlphaZeroSettings(games_per_iteration=12, simulations=16, arena_games=6)
-    out = {"ttt_self_play": self_play(net, settings, random.Random(1)),
-           "ttt_arena": arena(net, best, settings, random.Random(2))}
+    data = self_play(net, settings, random.Random(1))
+    out = {"ttt_self_play": data, "ttt_arena": arena(net, best, settings, random.Random(2))}
+    optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    train(net, augment(data), settings, optimizer, random.Random(5))
+    out["ttt_trained"] = weights(net)
     torch.manual_seed(0)
     policy = Policy(CountdownNet(GPTShape(n_layer=2, n_head=2, n_embd=32)), "cpu", True)
     problems = list(heldout(4, "unseen"))[:6]
@@ -41,6 +51,13 @@ def games() -> dict:
                                generator=torch.Generator().manual_seed(4), keep_trees=True)
         out[name] = [[list(m) for m in g.moves] + [g.found, g.solved, g.end.text, len(g.trees)] for g in played.games]
         out[name] += [played.tokens, played.value_evaluations]
+    learner, rng = Learner(policy, ArmSettings(batch_size=8)), random.Random(6)
+    moves = [m for g in played.games for m in g.moves]
+    out["countdown_alphazero"] = learner.alphazero(moves, [float(g.solved) for g in played.games for _ in g.moves], rng)
+    groups = play_episodes(policy, problems, 4, 1.0, torch.Generator().manual_seed(7))
+    out["countdown_rft"] = learner.rft([e for g in groups for e in g], rng)
+    out["countdown_grpo"] = learner.grpo(groups, rng)
+    out["countdown_trained"] = weights(policy.net)
     return out
 
 
@@ -48,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    text = json.dumps(games(), default=str, sort_keys=True)
+    text = json.dumps(loops(), default=str, sort_keys=True)
     if args.out:
         args.out.write_text(text)
     print(hashlib.sha256(text.encode()).hexdigest(), f"({len(text):,} characters of JSON)")
