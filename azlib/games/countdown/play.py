@@ -299,7 +299,8 @@ class LineSearch:
         if not self.settings.child_values:
             return iter([None] * len(children))
         opened = [(child.text, parent) for parent, group in zip(parents, groups) for child in group if not child.over]
-        learned = iter(self._read_values(*map(list, zip(*opened))) if self.value == "learned" and opened else [])
+        learned = iter(self._read_values([text for text, _ in opened], [parent for _, parent in opened])
+                       if self.value == "learned" and opened else [])
         return iter([float(c.solved) if c.over else float(solvable(c.state)) if self.value == "oracle"
                      else NO_VALUE if self.value == "none" else next(learned) for c in children])
 

@@ -162,11 +162,9 @@ class Policy:
         order = [i for members in groups.values() for i in members]
         extended = self._extend(list(groups), [[texts[i][len(c):] for i in members] for c, members in groups.items()])
         ends = torch.tensor([len(texts[i]) - len(contexts[i]) - 1 for i in order], device=self.device)
-        read = torch.sigmoid(extended.values[torch.arange(len(order), device=self.device), ends]).tolist()
-        out = [0.0] * len(texts)
-        for i, v in zip(order, read):
-            out[i] = v
-        return out
+        last = extended.values[torch.arange(len(order), device=self.device), ends]
+        read = dict(zip(order, torch.sigmoid(last).tolist()))
+        return [read[i] for i in range(len(texts))]
 
     @torch.no_grad()
     def lines(self, contexts: Sequence[str], n: int, temperature: float, generator: torch.Generator | None = None,
