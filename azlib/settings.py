@@ -2,10 +2,10 @@
 choices and help. The components that read them: sampling (the answers of a run), the search (azlib.mcts), the
 search over text and the forking tree (azlib.games.text), the server's limits (azlib.models.serve), the update
 (azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training), notebook 05's arms
-(azlib.tree_vs_sampling), RLT's teacher (azlib.rlt), the referee (azlib.referee). Elsewhere: notebook 08's in
-azlib.games.countdown.settings (its package's), and beside their one user tic-tac-toe's AlphaZero loop
-(azlib.games.tictactoe_alphazero.AlphaZeroSettings), the original system's reward weights (azlib.rewards.RewardWeights) and
-a teacher (azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
+(azlib.tree_vs_sampling), RLT's teacher (azlib.rlt), AlphaZero on tic-tac-toe (azlib.games.tictactoe_alphazero),
+the referee (azlib.referee). Elsewhere: notebook 08's in azlib.games.countdown.settings (its package's), and beside
+their one user the original system's reward weights (azlib.rewards.RewardWeights) and a teacher
+(azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
 Imports no azlib module, so that every layer may import it and azlib.lab.config reads it without model libraries."""
 
 from __future__ import annotations
@@ -329,6 +329,35 @@ class RLTSettings:
         """The explanations' sampling, which the teacher's update reads: log-probs at their temperature, dr_grpo's
         normaliser their length cap."""
         return AnswerSampling(temperature=self.temperature, top_p=1.0, max_new_tokens=self.max_explanation_tokens)
+
+
+# -- AlphaZero on tic-tac-toe (azlib.games.tictactoe_alphazero) ------------------------------------------------
+
+@dataclass(frozen=True)
+class AlphaZeroSettings:
+    """The loop's knobs. Defaults: AlphaZero's recipe at tic-tac-toe scale (OpenSpiel's and
+    alpha-zero-general's examples), with random openings, until the search plays minimax's moves
+    everywhere (see the benchmark)."""
+
+    iterations: Annotated[int, Ge(1)] = 30
+    games_per_iteration: Annotated[int, Ge(1)] = 100
+    simulations: Annotated[int, Ge(2)] = 64  # per move, in self-play, arena and grade
+    c: Annotated[float, Ge(0)] = 1.414  # PUCT's exploration constant
+    exploratory_moves: Annotated[int, Ge(0)] = 9  # moves sampled from the visit shares, then argmax; 9: every move
+    # Each self-play game opens with k uniformly random moves, k drawn from 0..random_opening (a move must be left to
+    # play); they are neither searched nor trained on. From the empty board alone, self-play rarely reaches a won
+    # position (it needs a blunder first), so the net never learns its forks and the search, led by the net's
+    # priors, lets some won games go as draws. 0: every game from the empty board.
+    random_opening: Annotated[int, Ge(0), Le(8)] = 6
+    dirichlet_alpha: Annotated[float, Gt(0)] = 1.0  # about 10 / legal moves, as AlphaZero's 0.3 for chess's ~35
+    dirichlet_fraction: Annotated[float, Ge(0), Le(1)] = 0.25  # share of the root prior replaced by noise, root only
+    replay_iterations: Annotated[int, Ge(1)] = 20  # train on the games of this many latest rounds
+    symmetries: bool = True  # train on each position's 8 rotations and reflections
+    epochs: Annotated[int, Ge(1)] = 2  # passes over the replay buffer per round
+    batch_size: Annotated[int, Ge(1)] = 256
+    learning_rate: Annotated[float, Gt(0)] = 2e-3
+    weight_decay: Annotated[float, Ge(0)] = 1e-4  # AlphaZero's L2 term, through AdamW
+    arena_games: Annotated[int, Ge(0)] = 20  # trained net vs best net before it replaces it; 0: always replace
 
 
 # -- the referee's models, reward and loop (azlib.referee) --------------------------------------------------------

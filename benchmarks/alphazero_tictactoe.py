@@ -11,12 +11,13 @@ as a draw), all games drawn as X and as O. Writes nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
 
 from azlib.lab import config
-from azlib.games.tictactoe_alphazero import POSITIONS, AlphaZeroSettings, alphazero
+from azlib.games.tictactoe_alphazero import POSITIONS, alphazero
 
 GOAL_SECONDS = 300
 GRADE_HEADER = f" {'losing':>6s} {'optimal':>8s} {'draw X':>7s} {'draw O':>7s} "
@@ -41,15 +42,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="cpu", choices=config.PROFILES)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--simulations", type=int, help="simulations per move (default: the profile's az_simulations)")
+    parser.add_argument("--simulations", type=int,
+                        help="simulations per move (default: the profile's alphazero.simulations)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads: the net is tiny, Python search dominates")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     params, _ = config.resolve(config.NOTEBOOKS_DIR / "02_mcts_tree.ipynb", args.profile,
                                config.REPO_ROOT / "outputs" / "unused")
-    settings = AlphaZeroSettings(iterations=params.az_iterations, games_per_iteration=params.az_games,
-                                 simulations=args.simulations or params.az_simulations, arena_games=params.az_arena_games,
-                                 random_opening=params.az_random_opening)
+    settings = params.alphazero
+    if args.simulations:
+        settings = dataclasses.replace(settings, simulations=args.simulations)
     seed = params.seed if args.seed is None else args.seed
     print(f"profile {args.profile}, seed {seed}: {settings}")
 

@@ -24,8 +24,8 @@ from azlib.games.countdown.play import play_episodes, play_searched
 from azlib.games.countdown.policy import Policy, PolicyValueNet as CountdownNet
 from azlib.games.countdown.problems import heldout
 from azlib.games.countdown.settings import ArmSettings, CountdownSearchSettings
-from azlib.games.tictactoe_alphazero import AlphaZeroSettings, PolicyValueNet, arena, augment, self_play, train
-from azlib.settings import GPTShape
+from azlib.games.tictactoe_alphazero import PolicyValueNet, arena, augment, self_play, train
+from azlib.settings import AlphaZeroSettings, GPTShape
 
 
 def weights(net: torch.nn.Module) -> list[float]:

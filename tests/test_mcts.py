@@ -14,7 +14,7 @@ import pytest
 from azlib.mcts import Child, Expansion, Tree, search, selection_terms, tree_after, visit_weights
 from azlib.games import tictactoe as ttt
 from azlib.mcts.tree import Node
-from azlib.settings import SearchSettings
+from azlib.settings import AlphaZeroSettings, SearchSettings
 from azlib.mcts.search import (Q_TRANSFORMS, RULES, puct_scores, q_by_parent_and_siblings, q_by_parent_value,
                                 q_completed_by_mix_value, q_raw, sequence_of_considered_visits, uct_scores)
 
@@ -563,7 +563,7 @@ def test_a_draw_that_finds_nothing_new_where_every_child_is_solved_closes_the_no
 def test_alphazero_targets_and_symmetries():
     from azlib.games import tictactoe_alphazero as az
 
-    settings = az.AlphaZeroSettings(games_per_iteration=8, simulations=8, random_opening=0)
+    settings = AlphaZeroSettings(games_per_iteration=8, simulations=8, random_opening=0)
     rng = random.Random(0)
     net = az.PolicyValueNet()
     data = az.self_play(net, settings, rng)
@@ -600,17 +600,17 @@ def test_alphazero_random_openings():
     from azlib.games import tictactoe_alphazero as az
 
     rng = random.Random(0)
-    starts = [az.random_opening(az.AlphaZeroSettings(random_opening=6), rng) for _ in range(700)]
+    starts = [az.random_opening(AlphaZeroSettings(random_opening=6), rng) for _ in range(700)]
     assert {9 - b.count(".") for b in starts} == set(range(7))
     assert all(ttt.legal_moves(b) and b.count("X") - b.count("O") in (0, 1) for b in starts), "no opening ends a game"
     rng, fresh = random.Random(1), random.Random(1)
-    assert az.random_opening(az.AlphaZeroSettings(random_opening=0), rng) == ttt.EMPTY
+    assert az.random_opening(AlphaZeroSettings(random_opening=0), rng) == ttt.EMPTY
     assert rng.random() == fresh.random(), "random_opening=0 leaves the rng as it was: the old self-play exactly"
     with pytest.raises(ValueError):
-        az.AlphaZeroSettings(random_opening=9)
+        AlphaZeroSettings(random_opening=9)
 
     games = 56
-    data = az.self_play(az.PolicyValueNet(), az.AlphaZeroSettings(games_per_iteration=games, simulations=4),
+    data = az.self_play(az.PolicyValueNet(), AlphaZeroSettings(games_per_iteration=games, simulations=4),
                         random.Random(0))
     from_empty = sum(b == ttt.EMPTY for b, _, _ in data)
     assert 0 < from_empty < games / 3, "most games (by default) start from a random opening, not the empty board"
@@ -645,12 +645,12 @@ def test_alphazero_grades_the_rounds_asked_for_once_per_best_net(monkeypatch):
     graded_nets = []
     real_evaluate = az.evaluate
     monkeypatch.setattr(az, "evaluate", lambda net, s: graded_nets.append(net) or real_evaluate(net, s))
-    settings = az.AlphaZeroSettings(iterations=3, games_per_iteration=4, simulations=4, arena_games=0)
+    settings = AlphaZeroSettings(iterations=3, games_per_iteration=4, simulations=4, arena_games=0)
     _, history = az.alphazero(settings, seed=0, grade_every=2)
     assert [h["iteration"] for h in history if "optimal_share" in h] == [0, 2, 3]
     assert "optimal_share" not in history[1] and history[1]["accepted"] and history[1]["seconds"] > 0
     assert len(graded_nets) == 3, "arena_games = 0 replaces the best net every round: each graded round is new"
-    keep = az.AlphaZeroSettings(iterations=2, games_per_iteration=4, simulations=4, arena_games=2)
+    keep = AlphaZeroSettings(iterations=2, games_per_iteration=4, simulations=4, arena_games=2)
     monkeypatch.setattr(az, "arena", lambda *a: {"new_wins": 0, "best_wins": 1})  # the best net is always kept
     graded_nets.clear()
     _, history = az.alphazero(keep, seed=0, grade_every=1)
@@ -665,7 +665,7 @@ def test_alphazero_learns():
     """A small run (4 rounds of 32 games, 16 simulations): loss falls, the grade improves."""
     from azlib.games import tictactoe_alphazero as az
 
-    settings = az.AlphaZeroSettings(iterations=4, games_per_iteration=32, simulations=16, arena_games=4,
+    settings = AlphaZeroSettings(iterations=4, games_per_iteration=32, simulations=16, arena_games=4,
                                     batch_size=64, epochs=4)
     net, history = az.alphazero(settings, seed=0)
     first, last = history[0], history[-1]

@@ -8,19 +8,17 @@ import copy
 import random
 import time
 from collections import deque
-from typing import Annotated, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
-from annotated_types import Ge, Gt, Le
-from pydantic.dataclasses import dataclass
 from torch import nn
 
 from azlib.games import tictactoe as ttt
 from azlib.mcts import selfplay
 from azlib.mcts.learn import update
 from azlib.mcts.search import Child, Expansion, SearchResult, search
-from azlib.settings import SearchSettings
+from azlib.settings import AlphaZeroSettings, SearchSettings
 
 
 class PolicyValueNet(nn.Module):
@@ -80,33 +78,6 @@ class NetTicTacToe(ttt.TicTacToe):
                 priors = torch.softmax(lg[moves], -1).tolist()
                 self.cache[board] = Expansion([Child(m, ttt.play(board, m), p) for m, p in zip(moves, priors)], float(v))
         return [self.cache[b] for b in boards]
-
-
-@dataclass(frozen=True)
-class AlphaZeroSettings:
-    """The loop's knobs. Defaults: AlphaZero's recipe at tic-tac-toe scale (OpenSpiel's and
-    alpha-zero-general's examples), with random openings, until the search plays minimax's moves
-    everywhere (see the benchmark)."""
-
-    iterations: Annotated[int, Ge(1)] = 30
-    games_per_iteration: Annotated[int, Ge(1)] = 100
-    simulations: Annotated[int, Ge(2)] = 64  # per move, in self-play, arena and grade
-    c: Annotated[float, Ge(0)] = 1.414  # PUCT's exploration constant
-    exploratory_moves: Annotated[int, Ge(0)] = 9  # moves sampled from the visit shares, then argmax; 9: every move
-    # Each self-play game opens with k uniformly random moves, k drawn from 0..random_opening (a move must be left to
-    # play); they are neither searched nor trained on. From the empty board alone, self-play rarely reaches a won
-    # position (it needs a blunder first), so the net never learns its forks and the search, led by the net's
-    # priors, lets some won games go as draws. 0: every game from the empty board.
-    random_opening: Annotated[int, Ge(0), Le(8)] = 6
-    dirichlet_alpha: Annotated[float, Gt(0)] = 1.0  # about 10 / legal moves, as AlphaZero's 0.3 for chess's ~35
-    dirichlet_fraction: Annotated[float, Ge(0), Le(1)] = 0.25  # share of the root prior replaced by noise, root only
-    replay_iterations: Annotated[int, Ge(1)] = 20  # train on the games of this many latest rounds
-    symmetries: bool = True  # train on each position's 8 rotations and reflections
-    epochs: Annotated[int, Ge(1)] = 2  # passes over the replay buffer per round
-    batch_size: Annotated[int, Ge(1)] = 256
-    learning_rate: Annotated[float, Gt(0)] = 2e-3
-    weight_decay: Annotated[float, Ge(0)] = 1e-4  # AlphaZero's L2 term, through AdamW
-    arena_games: Annotated[int, Ge(0)] = 20  # trained net vs best net before it replaces it; 0: always replace
 
 
 def _search_settings(settings: AlphaZeroSettings, temperature: float, noise: bool) -> SearchSettings:

@@ -28,9 +28,9 @@ from azlib.data.arithmetic import STEP_COUNTS
 from azlib.models import DEFAULT_MODEL
 from azlib.paths import REPO_ROOT, checkpoint_step, repo_path
 from azlib.lab.run_folder import trainings_in
-from azlib.settings import (ARMS, TRAINING_SEARCH, ForkSettings, GPTShape, GRPOSettings, LoraSettings,
-                            RefereeRLSettings, RefereeTrainSettings, RLTSettings, SearchSettings, TextSearchSettings,
-                            TrainSettings, arm_asks_teachers, asks_teachers)
+from azlib.settings import (ARMS, TRAINING_SEARCH, AlphaZeroSettings, ForkSettings, GPTShape, GRPOSettings,
+                            LoraSettings, RefereeRLSettings, RefereeTrainSettings, RLTSettings, SearchSettings,
+                            TextSearchSettings, TrainSettings, arm_asks_teachers, asks_teachers)
 from azlib.teachers.presets import TIERS
 from azlib.teachers.spec import TeacherSpec
 
@@ -122,6 +122,7 @@ GRPO = section(GRPOSettings)
 Train = section(TrainSettings, fixed=("seed",))
 RLT = section(RLTSettings)
 Fork = section(ForkSettings)
+AlphaZero = section(AlphaZeroSettings)
 CountdownPolicy = section(GPTShape, fixed=("block_size",))
 Imitation = section(ImitationSettings)
 CountdownArms = section(ArmSettings)
@@ -215,13 +216,10 @@ class MctsTreeParams(StudentParams, SearchParams, GSM8KParams):
 
     ttt_position: str = Field(pattern=r"^[XO.]{9}$", description="board, row by row, '.' for empty")
     ttt_simulations: int = Field(ge=1)
-    az_iterations: int = Field(ge=1, description="AlphaZero loop on tic-tac-toe: self-play/train rounds")
-    az_games: int = Field(ge=1, description="self-play games per round")
-    az_simulations: int = Field(ge=2, description="search simulations per move in self-play, arena and the grade")
-    az_arena_games: int = Field(ge=0, description="trained net vs best net before it replaces it (0: always)")
-    az_random_opening: int = Field(ge=0, le=8, description="self-play games open with 0..this many random moves")
-    az_grade_every: int = Field(ge=1, description="the exact grade (4,520 searches) after every this many rounds "
-                                                   "and the last")
+    alphazero: AlphaZero = Field(description="azlib.settings.AlphaZeroSettings fields: AlphaZero on tic-tac-toe "
+                                             "(rounds, games, simulations, arena, random openings, ...)")
+    grade_every: int = Field(ge=1, description="AlphaZero's exact grade (4,520 searches) after every this many "
+                                               "rounds and the last")
     task: Literal["arithmetic", "gsm8k"]
     problem_index: int = Field(ge=0)
     text: TextSearch = Field(description="azlib.settings.TextSearchSettings fields: expansion, samples, lengths")
