@@ -19,7 +19,7 @@ import torch  # noqa: E402
 
 from azlib.lab.config import NOTEBOOKS_DIR, PROFILES, resolve  # noqa: E402
 from azlib.games.countdown.evaluate import greedy_moves  # noqa: E402
-from azlib.games.countdown.experiment import CountdownSetup, heldout_problems, run_arms, summary, train_start  # noqa: E402
+from azlib.games.countdown.experiment import CountdownSetup, run_arms, summary, train_start  # noqa: E402
 from azlib.viz.countdown import plot_learning, plot_methods, plot_value_precision  # noqa: E402
 
 
@@ -36,10 +36,10 @@ def main() -> None:
     start, history = train_start(setup)
     torch.set_num_threads(1)
     print(f"start: {setup.imitation.steps} imitation steps in {time.perf_counter() - started:.0f} s", flush=True)
-    moves = greedy_moves(start, heldout_problems(setup, "unseen"))  # where the start's greedy policy loses a game
-    print(f"start, unseen targets: {json.dumps(moves)}", flush=True)
     result = run_arms(setup, start, history,
                       lambda name: print(f"  {name} done at {time.perf_counter() - started:.0f} s", flush=True))
+    moves = greedy_moves(start, result.start["unseen"]["greedy"]["episodes"])  # where the start's greedy games are lost
+    print(f"start, unseen targets: {json.dumps(moves)}", flush=True)
     minutes = (time.perf_counter() - started) / 60
     out = summary(result) | {"start_moves": moves, "minutes": minutes, "profile": args.profile}
     (args.out / "summary.json").write_text(json.dumps(out, indent=1))

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from azlib.games.countdown.arms import ProblemStream, reference_value, start_policy, train_arm  # noqa: E402
 from azlib.games.countdown.curves import BUDGETS, CurveMethod, against_best_of, curves, rates  # noqa: E402
 from azlib.games.countdown.evaluate import value_gate  # noqa: E402
-from azlib.games.countdown.play import play_episodes  # noqa: E402
+from azlib.games.countdown.play import play_greedy  # noqa: E402
 from azlib.games.countdown.policy import Policy, PolicyValueNet  # noqa: E402
 from azlib.games.countdown.problems import heldout  # noqa: E402
 from azlib.games.countdown.settings import (  # noqa: E402
@@ -104,7 +104,7 @@ def run_curves(args, policy_state: dict, reference_state: dict, chosen: list[Cur
 
 
 def greedy_rate(policy: Policy, problems) -> float:
-    return sum(g[0].solved for g in play_episodes(policy, problems, 1, 0.0)) / len(problems)
+    return sum(e.solved for e in play_greedy(policy, problems)) / len(problems)
 
 
 def shipped_form(summary: dict, result: dict) -> dict:

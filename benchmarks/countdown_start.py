@@ -18,6 +18,7 @@ import torch
 
 from azlib.games.countdown.arms import start_policy
 from azlib.games.countdown.evaluate import greedy_moves
+from azlib.games.countdown.play import play_greedy
 from azlib.games.countdown.problems import heldout
 from azlib.games.countdown.settings import ImitationSettings
 from azlib.settings import GPTShape
@@ -39,7 +40,7 @@ def main() -> None:
     started, steps = time.perf_counter(), itertools.count(args.every, args.every)
 
     def read(policy) -> dict:
-        row = greedy_moves(policy, unseen) | {"minutes": (time.perf_counter() - started) / 60}
+        row = greedy_moves(policy, play_greedy(policy, unseen)) | {"minutes": (time.perf_counter() - started) / 60}
         kept = " ".join(f"{row[f'kept_{d}']:5.1%}" for d in (1, 2, 3))
         print(f"step {next(steps):5d}: {row['greedy']:6.1%} greedy | kept {kept} | first move: uniform keeps "
               f"{row['uniform_keeps_1']:5.1%}, policy mass {row['policy_mass_keeps_1']:5.1%} | "

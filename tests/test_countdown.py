@@ -620,6 +620,47 @@ def test_subtree_labels_are_exact_where_the_search_listed_every_line():
     assert 0.0 in labels.values() and 1.0 in labels.values()
 
 
+class FixedLines(StubPolicy):
+    """Without the legal mask: at each state the lines `by_state` gives it (the rules refuse some)."""
+
+    def __init__(self, by_state: dict[State, list[str]]):
+        self.by_state = by_state
+
+    def lines(self, contexts, n, temperature, generator=None, legal=None):
+        return [[Line(t, -1.0, len(t) + 1, True) for t in self.by_state[state_of(c)]] for c in contexts], \
+            [0.5] * len(contexts)
+
+
+def test_subtree_labels_count_a_state_exhausted_only_when_every_legal_line_was_searched():
+    """Without the legal mask, children as many as the legal lines need not be every legal line: below the root,
+    (4, 3) -> 12 has 5 legal lines; the search draws 3 of them, all ending unsolved, and 2 lines the rules refuse.
+    It is solvable (3*4), so it gets no label, where counting its children would have labelled it dead. With its
+    legal lines drawn but the solving ones (and 2 refused), it is exhausted, and dead by its subtree: a mistake
+    only the count of its children could hide, so the state is made unsolvable there (target 13)."""
+    from azlib.games.countdown.play import subtree_labels
+
+    settings = CountdownSearchSettings(candidates=8, simulations=8)
+    cases = [(12, ["3+4", "4+3", "4-3", "3-4", "4/3"], None),  # solvable; 3 of its 5 legal lines: no label
+             (13, ["3+4", "4+3", "4-3", "3*4", "4*3", "3-4"], 0.0)]  # every legal line, none reaches 13: dead
+    for target, lines, label in cases:
+        root, below = State(target, (1, 3, 4)), State(target, (4, 3))
+        assert len(legal_lines(below)) == 5 and solvable(below) == (label is None)
+        env = LineSearch(FixedLines({root: ["1*3"], below: lines}), settings, "none")
+        [result] = search(env, [Episode.start(root)], search_settings(settings, 8, 0.0), random.Random(0))
+        [child] = [result.tree.nodes[c] for c in result.tree.root.children]
+        assert child.expanded and len(child.children) == len(lines)
+        assert subtree_labels(result.tree).get(child.state.text) == label
+
+
+def test_the_sampled_prior_asks_for_lines_sampled_at_temperature_1():
+    """A line's share of the samples estimates its probability only where the lines are drawn from the policy
+    itself; at another temperature the prior must be the policy's."""
+    with pytest.raises(ValueError, match="temperature 1"):
+        CountdownSearchSettings(temperature=0.5)
+    assert CountdownSearchSettings(temperature=0.5, prior="policy").temperature == 0.5
+    assert CountdownSearchSettings(temperature=0.5, children="listed").children == "listed"
+
+
 def test_searched_games_carry_each_states_subtree_label_once():
     """play_searched's moves carry their searches' labels, each exact (brute force), each state once a game: with
     2 sampled lines a node, a state whose every searched line ended unsolved is labelled only where those were all
@@ -738,9 +779,10 @@ def test_arms_at_matched_optimiser_steps_by_hand():
 
 def test_greedy_moves_says_at_which_move_the_greedy_policy_loses():
     from azlib.games.countdown.evaluate import greedy_moves
+    from azlib.games.countdown.play import play_greedy
 
-    problems = list(heldout(3, "unseen"))[:40]
-    out = greedy_moves(tiny_policy(legal_only=True), problems)
+    policy = tiny_policy(legal_only=True)
+    out = greedy_moves(policy, play_greedy(policy, list(heldout(3, "unseen"))[:40]))
     # every problem starts solvable, so a game is won exactly when each of its two moves kept it so
     assert out["greedy"] == pytest.approx(out["kept_1"] * out["kept_2"])
     assert 0 < out["uniform_keeps_1"] < 1 and 0 <= out["policy_mass_keeps_1"] <= 1

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from scipy import stats
 
-from azlib.games.countdown.play import Episode, play_episodes, play_searched
+from azlib.games.countdown.play import Episode, play_episodes, play_greedy, play_searched
 from azlib.games.countdown.policy import Policy
 from azlib.games.countdown.rules import State, legal_lines, legal_moves, problem_text, solvable, step
 from azlib.games.countdown.settings import CountdownSearchSettings, EvalSettings
@@ -90,15 +90,16 @@ def value_gate(policy: Policy, problems: Sequence[State], seed: int, walks: int 
     return out
 
 
-def greedy_moves(policy: Policy, problems: Sequence[State]) -> dict[str, float]:
-    """Where the greedy policy loses a game: per move d, kept_d = the share of its moves that leave a solvable state
-    among those made from one (the last move must reach the target itself); beside it, at the problem, the share of
-    the legal first moves that keep it solvable (what a uniform move keeps, mean over problems) and the policy's
-    probability mass on them (each legal line scored under the legal mask, Policy.score_lines)."""
-    episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
-    out: dict[str, float] = {"greedy": sum(e.solved for e in episodes) / len(episodes)}
+def greedy_moves(policy: Policy, greedy: Sequence[Episode]) -> dict[str, float]:
+    """Where the greedy policy loses a game, read off its `greedy` episodes (play_greedy, one per problem): per
+    move d, kept_d = the share of its moves that leave a solvable state among those made from one (the last move
+    must reach the target itself); beside it, at the problems, the share of the legal first moves that keep them
+    solvable (what a uniform move keeps, mean over problems) and the policy's probability mass on them (each legal
+    line scored under the legal mask, Policy.score_lines)."""
+    problems = [e.problem for e in greedy]
+    out: dict[str, float] = {"greedy": sum(e.solved for e in greedy) / len(greedy)}
     for d in range(1, max(len(p.numbers) for p in problems)):
-        made = [(e.states[d - 1], e.states[d] if len(e.states) > d else None) for e in episodes
+        made = [(e.states[d - 1], e.states[d] if len(e.states) > d else None) for e in greedy
                 if len(e.states) >= d and solvable(e.states[d - 1]) and not e.states[d - 1].finished]
         kept = sum(after is not None and (after.solved if after.finished else solvable(after)) for _, after in made)
         out[f"kept_{d}"] = kept / len(made) if made else float("nan")
@@ -113,10 +114,10 @@ def greedy_moves(policy: Policy, problems: Sequence[State]) -> dict[str, float]:
 
 def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, search: CountdownSearchSettings,
              seed: int, methods: Sequence[str] = METHODS) -> dict:
-    """Per method: `solved` (one bool per problem) and `tokens` (generated characters per problem); `best_of` also
-    at the search's token count (`best_of_at_mcts_tokens`, unbiased pass@k from the same samples; `capped` where the
-    search spent more than `best_of` samples cost, so k stops short of it), and the value's quality on the sampled
-    episodes' states."""
+    """Per method: `solved` (one bool per problem) and `tokens` (generated characters per problem); `greedy` also its
+    `episodes` (its games, where greedy_moves reads where they are lost); `best_of` also at the search's token count
+    (`best_of_at_mcts_tokens`, unbiased pass@k from the same samples; `capped` where the search spent more than
+    `best_of` samples cost, so k stops short of it), and the value's quality on the sampled episodes' states."""
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown test-time methods {sorted(unknown)}: choose from {METHODS}")
@@ -124,8 +125,9 @@ def evaluate(policy: Policy, problems: Sequence[State], settings: EvalSettings, 
     out: dict = {}
     n = len(problems)
     if "greedy" in methods:
-        episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
-        out["greedy"] = {"solved": [e.solved for e in episodes], "tokens": sum(e.tokens for e in episodes) / n}
+        greedy = play_greedy(policy, problems)
+        out["greedy"] = {"solved": [e.solved for e in greedy], "tokens": sum(e.tokens for e in greedy) / n,
+                         "episodes": greedy}
     sampled = None
     if {"sample", "best_of"} & set(methods):
         sampled = play_episodes(policy, problems, settings.best_of, 1.0, generator)

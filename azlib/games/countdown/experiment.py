@@ -18,7 +18,7 @@ from pydantic.dataclasses import dataclass
 
 from azlib.games.countdown.arms import ProblemStream, start_policy, train_arm
 from azlib.games.countdown.evaluate import METHODS, evaluate, rate, value_quality
-from azlib.games.countdown.play import play_episodes
+from azlib.games.countdown.play import play_episodes, play_greedy
 from azlib.games.countdown.policy import Policy, PolicyValueNet
 from azlib.games.countdown.problems import heldout
 from azlib.games.countdown.rules import State
@@ -62,10 +62,10 @@ def heldout_problems(setup: CountdownSetup, split: str) -> list[State]:
 def curve_point(policy: Policy, problems: Sequence[State]) -> dict:
     """What the learning curves show after an iteration: the greedy solve rate, and the value's quality on the states
     of two samples per problem (at most 50 problems)."""
-    episodes = [g[0] for g in play_episodes(policy, problems, 1, 0.0)]
+    greedy = play_greedy(policy, problems)
     sampled = [e for g in play_episodes(policy, problems[:50], 2, 1.0,
                                                    torch.Generator(device=policy.device).manual_seed(0)) for e in g]
-    return {"greedy_unseen": sum(e.solved for e in episodes) / len(problems)} | value_quality(sampled)
+    return {"greedy_unseen": sum(e.solved for e in greedy) / len(problems)} | value_quality(sampled)
 
 
 def evaluate_policy(policy: Policy, setup: CountdownSetup, seed: int, splits: Sequence[str] = SPLITS) -> dict:

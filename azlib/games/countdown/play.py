@@ -129,6 +129,11 @@ def play_episodes(policy: Policy, problems: Sequence[State], n: int, temperature
     return episodes
 
 
+def play_greedy(policy: Policy, problems: Sequence[State]) -> list[Episode]:
+    """One greedy episode per problem (temperature 0), in lock-step."""
+    return [group[0] for group in play_episodes(policy, problems, 1, 0.0)]
+
+
 # -- the search over the model's lines ---------------------------------------------------------------------------
 
 Value = Literal["learned", "oracle", "none"]
@@ -203,9 +208,8 @@ class LineSearch:
 
     def _complete(self, episode: Episode, group: list) -> bool:
         """Whether these children are every line there is: listed, or (under the legal mask) every legal line drawn."""
-        accepted = {line + MOVE_END for line, _, (_, info) in group if not info["refused"]}
-        return self.settings.children == "listed" or (
-            self.policy.legal_only and accepted == set(legal_lines(episode.state)))
+        return self.settings.children == "listed" or (self.policy.legal_only and every_legal_line(
+            episode.state, [line for line, _, (_, info) in group if not info["refused"]]))
 
     def widen(self, states: Sequence[Episode], rng: random.Random) -> list[Expansion]:
         """`candidates` more lines sampled at each state (progressive widening): the children as before, their
@@ -318,6 +322,12 @@ class SearchedMove(NamedTuple):
     labels: tuple[tuple[str, float], ...] = ()
 
 
+def every_legal_line(state: State, lines: Sequence[str]) -> bool:
+    """Whether `lines` (accepted lines, without their end marks) include every legal line of `state`. Without the
+    legal mask the rules also accept lines that are no legal line's text (`03*4`): counting lines is not enough."""
+    return set(legal_lines(state)) <= {line + MOVE_END for line in lines}
+
+
 def subtree_labels(tree) -> dict[str, float]:
     """What a search's tree proves of each state it expanded below its root, by the text of the state: 1 where a
     solved end lies below it, 0 where every legal line below it was searched to an end without one. Both exact; a
@@ -329,8 +339,9 @@ def subtree_labels(tree) -> dict[str, float]:
     for i in reversed(range(len(tree.nodes))):  # a child comes after its parent
         node = tree.nodes[i]
         below[i] = (node.terminal and node.info.get("terminal_value", 0.0) > 0) or any(below[c] for c in node.children)
+        accepted = [tree.nodes[c].action for c in node.children if not tree.nodes[c].info["refused"]]
         exhausted[i] = node.terminal or (node.expanded and all(exhausted[c] for c in node.children) and
-                                         len(node.children) == len(legal_lines(node.state.state)))
+                                         every_legal_line(node.state.state, accepted))
     return {node.state.text: float(below[i]) for i, node in enumerate(tree.nodes)
             if i > 0 and node.expanded and not node.terminal and (below[i] or exhausted[i])}
 

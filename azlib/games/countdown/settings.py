@@ -49,7 +49,8 @@ class CountdownSearchSettings:
     candidates: Annotated[int, Ge(1)] = 8  # K lines sampled per expanded node
     temperature: Annotated[float, Ge(0)] = 1.0  # of those samples
     # A child's prior: "sampled" (its share of the K samples: Sampled MuZero's beta-hat / beta * pi with beta = pi,
-    # the unbiased choice) or "policy" (the model's probabilities of the distinct lines, renormalised).
+    # the unbiased choice; so at temperature 1 only) or "policy" (the model's probabilities of the distinct lines,
+    # renormalised: the uncorrected prior over the sampled subset, which Sampled MuZero's correction replaces).
     prior: Literal["sampled", "policy"] = "sampled"
     simulations: Annotated[int, Ge(1)] = 16  # per move
     c: Annotated[float, Ge(0)] = 1.25  # PUCT's constant
@@ -65,12 +66,17 @@ class CountdownSearchSettings:
     # azlib.settings.SearchSettings.widen_after). 0: a node keeps its first draw (Sampled MuZero). Not with gumbel.
     widen_after: Annotated[int, Ge(0)] = 0
     # Self-play moves to the child sampled by visit shares; later moves (and every test-time move) to the most
-    # visited. 0: always the most visited.
+    # visited. 0: always the most visited. No Dirichlet noise at the root (tic-tac-toe's AlphaZero has it): self-play
+    # explores by the K sampled lines and this first move; with listed children, by this move alone.
     exploratory_moves: Annotated[int, Ge(0)] = 1
 
     def __post_init__(self):
         # the engine's own checks of these (azlib.settings.SearchSettings: gumbel does not widen)
         SearchSettings(rule=self.rule, c=self.c, q_transform=self.q_transform, widen_after=self.widen_after)
+        if self.children == "sampled" and self.prior == "sampled" and self.temperature != 1.0:
+            raise ValueError(f"prior 'sampled' (a line's share of the samples) is Sampled MuZero's beta-hat / beta * pi "
+                             f"only for lines sampled from the policy itself, at temperature 1, not "
+                             f"{self.temperature}: use prior 'policy' at another temperature")
 
 
 @dataclass(frozen=True)
