@@ -309,14 +309,18 @@ class TestSmokeRun08(SmokeRun):
     prefixes = ("08",)
 
     def test_its_tree_is_saved_coloured_by_the_oracle(self, smoke_run):
-        """The first move's search, with its history for the replay; the SVG's legend names the oracle's kinds of
-        its nodes (solvable, dead; refused lines only without the legal-move mask)."""
+        """The first move's search, with its history for the replay, read back through the game's decoder (its
+        states the game's episodes, so that it draws again); the SVG's legend names the oracle's kinds of its nodes
+        (solvable, dead; refused lines only without the legal-move mask)."""
+        from azlib.games.countdown.play import Episode
         from azlib.mcts import Tree
-        from azlib.viz import solvable_kind
+        from azlib.viz import describe_countdown_node, solvable_kind
 
         out, _, _ = smoke_run
-        tree = Tree.load(out / "trees" / "08_countdown.json")
+        tree = Tree.load(out / "trees" / "08_countdown.json", decode=Episode.from_json)
         assert tree.root.visits > 0 and tree.history, "the tree keeps its history for the replay"
+        assert all(isinstance(n.state, Episode) for n in tree.nodes)
+        assert describe_countdown_node(tree.root)[1].endswith(tree.root.state.text)
         svg = (out / "trees" / "08_countdown.svg").read_text()
         kinds = set(re.findall(r'<rect class="azlib-kind"[^>]*/>\n<text[^>]*>([^<]*)</text>', svg))
         assert kinds == {solvable_kind(n) for n in tree.nodes[1:]} and kinds <= {"solvable", "dead"}
