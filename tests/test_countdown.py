@@ -320,18 +320,22 @@ def full_forward_logprob(policy: Policy, context: str, line: Line) -> float:
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
 def test_cached_sampling_equals_full_forward(temperature):
+    """Each sampled line's log-probability is its full forward's, each context's value its own; a context given
+    twice (prefilled once) still gives each of its rows lines of its own."""
     policy = tiny_policy()
-    lines, values = policy.lines(CONTEXTS, 6, temperature, torch.Generator().manual_seed(1))
-    assert [len(g) for g in lines] == [6] * len(CONTEXTS)
+    contexts = [*CONTEXTS, CONTEXTS[2]]
+    lines, values = policy.lines(contexts, 6, temperature, torch.Generator().manual_seed(1))
+    assert [len(g) for g in lines] == [6] * len(contexts)
     every = [line for group in lines for line in group]
     assert any(l.ended for l in every) and any(not l.ended for l in every)  # both kinds exercised
-    for context, group in zip(CONTEXTS, lines):
+    for context, group in zip(contexts, lines):
         for line in group:
             assert "=" not in line.text
             assert line.logprob == pytest.approx(full_forward_logprob(policy, context, line), abs=1e-4)
-    assert policy.values(CONTEXTS) == pytest.approx(values, abs=1e-5)
+    assert lines[2] != lines[-1] and values[2] == values[-1]
+    assert policy.values(contexts) == pytest.approx(values, abs=1e-5)
     # the left padding changes nothing: each context alone has the value it has in the batch
-    assert [policy.values([c])[0] for c in CONTEXTS] == pytest.approx(values, abs=1e-5)
+    assert [policy.values([c])[0] for c in contexts] == pytest.approx(values, abs=1e-5)
 
 
 def test_greedy_lines_equal_for_every_n():

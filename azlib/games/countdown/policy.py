@@ -20,7 +20,6 @@ from azlib.settings import GPTShape
 # Every character the rules and the model write; one more id pads a batch's rows on the left (never read).
 VOCAB = "\n ()*+-/0123456789=>"
 PAD = len(VOCAB)
-LINE_ENDS = (MOVE_END, "\n")  # a line the model writes ends at its end mark, or is refused at a line's end
 _IDS = {c: i for i, c in enumerate(VOCAB)}
 
 
@@ -172,17 +171,20 @@ class Policy:
         """`n` lines sampled after each context (temperature 0: greedy, the n lines equal), and each context's value.
         With `legal` (per context, the lines the rules accept, each with its end mark), every character is drawn
         from those that continue a legal line, the model's probabilities renormalised over them: AlphaZero's masking
-        of illegal moves, one character at a time. One prefill of the contexts, then one cached forward per
-        character for every row at once."""
+        of illegal moves, one character at a time. One prefill of the distinct contexts (episodes that played the
+        same lines share theirs), then one cached forward per character for every row at once."""
         self.net.eval()
-        batch = left_padded(contexts, self.block_size, self.device)
+        distinct = {context: i for i, context in enumerate(dict.fromkeys(contexts))}
+        batch = left_padded(list(distinct), self.block_size, self.device)
         caches: list[list[torch.Tensor]] = [[] for _ in self.net.gpt.blocks]
         logits, value = self.net(batch.ids, positions=batch.positions, mask=batch.mask, caches=caches)
         rows = len(contexts) * n
-        logits = logits[:, -1].repeat_interleave(n, 0)
-        _rows_with_room(caches, torch.arange(len(contexts), device=self.device).repeat_interleave(n), MAX_MOVE_CHARS)
-        real = batch.real.repeat_interleave(n, 0)
-        position = batch.positions[:, -1].repeat_interleave(n, 0)
+        prefilled = torch.tensor([distinct[c] for c in contexts], device=self.device)
+        row_context = prefilled.repeat_interleave(n)  # the prefilled context each row continues
+        logits = logits[row_context, -1]
+        _rows_with_room(caches, row_context, MAX_MOVE_CHARS)
+        real = batch.real[row_context]
+        position = batch.positions[row_context, -1]
         written = torch.full((rows, MAX_MOVE_CHARS), PAD, dtype=torch.long, device=self.device)
         logprob = torch.zeros(rows, device=self.device)
         open_rows = torch.ones(rows, dtype=torch.bool, device=self.device)
@@ -217,7 +219,7 @@ class Policy:
         for ids, end, lp in zip(written.tolist(), ended.tolist(), logprob.tolist()):
             text = "".join(VOCAB[c] for c in ids if c != PAD)
             out.append(Line(text[:-1] if end else text, lp, len(text), end))
-        return [out[i * n:(i + 1) * n] for i in range(len(contexts))], torch.sigmoid(value[:, -1]).tolist()
+        return [out[i * n:(i + 1) * n] for i in range(len(contexts))], torch.sigmoid(value[prefilled, -1]).tolist()
 
     @torch.no_grad()
     def score_lines(self, contexts: Sequence[str], lines: Sequence[Sequence[str]]) -> tuple[list[list[float]],
