@@ -111,8 +111,8 @@ def shipped_form(summary: dict, result: dict) -> dict:
     """What benchmarks/results/countdown-curves ships: the summary without the training's histories, and each
     method's first answer and compute per problem (its solve rate at any budget follows; azlib.viz.plot_curves)."""
     training = {k: v for k, v in summary["training"].items() if not k.endswith("history")}
-    methods = {name: {"first_answer": m["first_answer"], "spent": m["spent"], "short": m["short"]}
-               for name, m in result["methods"].items()}
+    methods = {name: {"first_answer": m["first_answer"], "spent": m["spent"], "generated": m["generated"],
+                      "short": m["short"]} for name, m in result["methods"].items()}
     return summary | {"training": training, "curves": {"budgets": result["budgets"], "methods": methods}}
 
 
@@ -189,6 +189,8 @@ def main() -> None:
                "greedy_unseen": {"start": greedy_rate(start, problems), "alphazero": greedy_rate(trained, problems)},
                "value_gate": gates, "rates": rates(result), "tests": result["tests"],
                "spent_median": {n: sorted(m["spent"])[len(m["spent"]) // 2] for n, m in result["methods"].items()},
+               "generated_median": {n: sorted(m["generated"])[len(m["generated"]) // 2]
+                                    for n, m in result["methods"].items()},
                "training": {"start_minutes": self_play["start_minutes"], "self_play_minutes": self_play["minutes"],
                             "reference_minutes": reference["minutes"], "history": self_play["history"],
                             "reference_history": reference["history"]},
@@ -196,7 +198,8 @@ def main() -> None:
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     (args.out / "metrics.json").write_text(json.dumps(shipped_form(summary, result)))
     save_figures(result, args.size, args.problems, args.out)
-    print(json.dumps({k: summary[k] for k in ("greedy_unseen", "value_gate", "rates", "spent_median")}, indent=1))
+    print(json.dumps({k: summary[k] for k in ("greedy_unseen", "value_gate", "rates", "spent_median",
+                                              "generated_median")}, indent=1))
     for row in result["tests"]:
         print(f"{row['method']:32s} {row['budget']:5d}  best-of {row['best_of']:.3f}  search {row['rate']:.3f}  "
               f"diff {row['difference']:+.3f}  p_holm {row['p_holm']:.3g}")

@@ -18,7 +18,7 @@ from azlib.games.countdown.evaluate import value_gate
 from azlib.games.countdown.play import Episode, LineSearch, search_settings
 from azlib.games.countdown.policy import Policy, PolicyValueNet
 from azlib.games.countdown.problems import heldout
-from azlib.games.countdown.rules import MOVE_END, State, legal_lines, problem_text, solvable
+from azlib.games.countdown.rules import MAX_MOVE_CHARS, MOVE_END, State, legal_lines, problem_text, solvable
 from azlib.games.countdown.settings import CountdownSearchSettings, ReferenceValueSettings
 from azlib.settings import GPTShape
 from azlib.mcts.search import search
@@ -154,6 +154,11 @@ def test_curves_solve_rates_grow_with_the_budget_and_the_oracle_search_finds_eve
         assert rates == sorted(rates)
         for first, spent in zip(method["first_answer"], method["spent"]):
             assert first is None or first <= spent
+    # generated characters beside: listed lines are scored, never sampled; each of best-of's 16 samples plays 3 legal
+    # moves of 4 ("a+b=") to MAX_MOVE_CHARS characters, every one counted, shared prefix or not
+    assert oracle["generated"] == [0] * len(problems)
+    assert all(16 * 3 * 4 <= g <= 16 * 3 * MAX_MOVE_CHARS for g in out["methods"]["best_of"]["generated"])
+    assert all(g > 0 for g in out["methods"]["mcts sampled puct none"]["generated"])
     rows = {(r["method"], r["budget"]): r for r in out["tests"]}
     assert set(rows) == {(m.name, b) for m in methods[1:] for b in (100, 300, 2000)}
     row = rows["mcts listed puct oracle", 2000]

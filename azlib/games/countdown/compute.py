@@ -24,13 +24,15 @@ def problem_key(text: str) -> str:
 
 
 class Compute:
-    """Characters computed per problem (summed over the nets that read them), and the compute spent when each
-    problem's first answer was found."""
+    """Characters computed per problem (summed over the nets that read them), the compute spent when each problem's
+    first answer was found, and beside them the characters the policy generated (sampled; a listed line is scored,
+    not generated)."""
 
     def __init__(self):
         self._tries: dict[tuple[str, str], dict] = {}
         self.spent: Counter[str] = Counter()  # problem -> characters computed so far
         self.first_answer: dict[str, int] = {}  # problem -> characters computed when its first answer was found
+        self.generated: Counter[str] = Counter()  # problem -> characters the policy sampled, each sample's own
 
     def charge(self, text: str, net: str = "policy") -> int:
         """The characters of `text` that `net` has not yet computed for its problem, now counted; returns them."""
@@ -44,6 +46,10 @@ class Compute:
             node = node[character]
         self.spent[key] += new
         return new
+
+    def generate(self, text: str, characters: int) -> None:
+        """The policy sampled `characters` after this text, for its problem."""
+        self.generated[problem_key(text)] += characters
 
     def answered(self, text: str) -> None:
         """An answer of this text's problem was found (by the exact check of the end), at the compute spent so far."""

@@ -59,6 +59,7 @@ def best_of_compute(policy: Policy, problems: Sequence[State], samples: int, see
         for group in play_episodes(policy, problems[start:start + per_call], samples, 1.0, generator):
             for episode in group:
                 compute.charge(episode.text[:_last_written(episode) + 1])
+                compute.generate(episode.text, episode.tokens)
                 if episode.solved:
                     compute.answered(episode.text)
     return compute
@@ -89,8 +90,8 @@ def curves(policy: Policy, problems: Sequence[State], methods: Sequence[CurveMet
            *, samples: int, simulations: int, seed: int, budgets: Sequence[int] = BUDGETS,
            reference: Policy | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """Per method: `solved` {budget: one bool per problem}, `first_answer` (characters per problem, None where none
-    was found), `spent` (characters per problem in all) and `short` {budget: unsolved problems it stopped below the
-    budget on}; and
+    was found), `spent` (characters per problem in all), `generated` beside it (characters the policy sampled per
+    problem in all) and `short` {budget: unsolved problems it stopped below the budget on}; and
     `tests`: each search against best-of-k at each budget (exact McNemar, Holm over every row)."""
     out: dict = {"budgets": list(budgets), "methods": {}}
     for method in methods:
@@ -103,6 +104,7 @@ def curves(policy: Policy, problems: Sequence[State], methods: Sequence[CurveMet
             "solved": {str(b): [compute.solved_within(k, b) for k in keys] for b in budgets},
             "first_answer": [compute.first_answer.get(k) for k in keys],
             "spent": [compute.spent[k] for k in keys],
+            "generated": [compute.generated[k] for k in keys],
             # unsolved problems on which the method stopped below the budget (its samples or simulations used up,
             # or every line searched): at that budget it was not at equal compute
             "short": {str(b): sum(k not in compute.first_answer and compute.spent[k] < b for k in keys)

@@ -244,6 +244,8 @@ class LineSearch:
         drawn, an answer marked at the first line that solves the problem (as best-of-k's samples are); listed lines
         are scored in one pass, so all of them come before any answer among them (Compute keeps the first mark)."""
         self.compute.charge(text)
+        if self.settings.children == "sampled":
+            self.compute.generate(text, sum(line.tokens for line in drawn))
         solves = [line.ended and (after := step(episode.state, line.text)) is not None and after.solved
                   for line in drawn]
         for line, solved in zip(drawn, solves):
