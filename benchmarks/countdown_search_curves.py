@@ -1,8 +1,10 @@
 """Where search can win on Countdown: 4-number problems, solve rate against the characters a model computes per
 problem, best-of-k against the search over sampled lines (kept as first drawn, or widened as visits grow) and over
 listed lines, each with no value, the self-play value, the oracle-labelled reference value and the exact oracle
-(azlib.games.countdown.curves); the value gate of each learned value; exact McNemar per problem at each budget, Holm over all. One policy: the start by imitation, then the
-alphazero arm from it (its value head is the self-play value). Goals and their measured outcome: docs/results.md.
+(azlib.games.countdown.curves), a child per position its lines reach, and PUCT's widened and listed searches again
+with a child per line; the value gate of each learned value; exact McNemar per problem at each budget, Holm over
+all. One policy: the start by imitation, then the alphazero arm from it (its value head is the self-play value).
+Goals and their measured outcome: docs/results.md.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/countdown_search_curves.py [--out outputs/bench-countdown-curves]
 """
@@ -29,6 +31,7 @@ from azlib.games.countdown.policy import Policy, PolicyValueNet  # noqa: E402
 from azlib.games.countdown.problems import heldout  # noqa: E402
 from azlib.games.countdown.settings import (  # noqa: E402
     ArmSettings, CountdownSearchSettings, ImitationSettings, ReferenceValueSettings)
+from azlib.evaluation import compare_outcomes, holm  # noqa: E402
 from azlib.settings import GPTShape  # noqa: E402
 from azlib.viz.countdown import plot_curves  # noqa: E402
 
@@ -40,14 +43,37 @@ TEST_SEARCH = CountdownSearchSettings(child_values=False, q_transform="parent_va
 
 def methods(rules: list[str], widen_after: int) -> list[CurveMethod]:
     """Best-of-k, then per rule the search over sampled lines, over sampled lines widened (PUCT only), and over
-    listed lines, each with every value."""
+    listed lines, each with every value (a child per position); last, PUCT's widened and listed searches with the
+    self-play value and the oracle again with a child per line, each against its twin (`by_position`)."""
     out = [CurveMethod()]
     for rule in rules:
         searches = [("sampled", 0), ("listed", 0)]
         if widen_after and rule == "puct":  # Gumbel's sequential halving keeps the root lines it chose first
             searches.insert(1, ("sampled", widen_after))
         out += [CurveMethod(children, value, rule, widen) for children, widen in searches for value in VALUES]
+    if "puct" in rules:
+        out += [CurveMethod(children, value, "puct", widen, "line") for children, widen in
+                [("sampled", widen_after), ("listed", 0)] for value in ("learned", "oracle")]
     return out
+
+
+def by_position(result: dict) -> list[dict]:
+    """Each search with a child per line against its twin with a child per position, per budget: the two rates,
+    the problems only each solved, exact McNemar's p and Holm's over these rows."""
+    rows = []
+    for name, method in result["methods"].items():
+        if not name.endswith(" by-line"):
+            continue
+        twin = result["methods"][name.removesuffix(" by-line")]
+        for budget in map(str, result["budgets"]):
+            a, b = method["solved"][budget], twin["solved"][budget]
+            test = compare_outcomes(a, b)
+            rows.append({"method": name.removesuffix(" by-line"), "budget": int(budget), "by_line": sum(a) / len(a),
+                         "by_position": sum(b) / len(b), "only_by_line": test.only_a, "only_by_position": test.only_b,
+                         "p": test.p_value})
+    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        row["p_holm"] = adjusted
+    return rows
 
 
 def _policy(state: dict) -> Policy:
@@ -178,6 +204,7 @@ def main() -> None:
     for method in chosen:  # in the order listed
         result["methods"][method.name] = next(p["methods"][method.name] for p in parts if method.name in p["methods"])
     result["tests"] = against_best_of(result)
+    result["by_position"] = by_position(result)
     (args.out / "curves.json").write_text(json.dumps(result))  # first: what took longest is kept whatever follows
     problems = list(heldout(args.size, "unseen"))[:args.problems]
     torch.set_num_threads(2)
@@ -188,6 +215,7 @@ def main() -> None:
     summary = {"setting": setting | {"test_search": vars(TEST_SEARCH)},
                "greedy_unseen": {"start": greedy_rate(start, problems), "alphazero": greedy_rate(trained, problems)},
                "value_gate": gates, "rates": rates(result), "tests": result["tests"],
+               "by_position": result["by_position"],
                "spent_median": {n: sorted(m["spent"])[len(m["spent"]) // 2] for n, m in result["methods"].items()},
                "generated_median": {n: sorted(m["generated"])[len(m["generated"]) // 2]
                                     for n, m in result["methods"].items()},
@@ -203,6 +231,9 @@ def main() -> None:
     for row in result["tests"]:
         print(f"{row['method']:32s} {row['budget']:5d}  best-of {row['best_of']:.3f}  search {row['rate']:.3f}  "
               f"diff {row['difference']:+.3f}  p_holm {row['p_holm']:.3g}")
+    for row in result["by_position"]:
+        print(f"{row['method']:32s} {row['budget']:5d}  a child per line {row['by_line']:.3f}  per position "
+              f"{row['by_position']:.3f}  p_holm {row['p_holm']:.3g}")
     print(f"{minutes:.1f} min in all")
 
 

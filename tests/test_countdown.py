@@ -635,24 +635,25 @@ class FixedLines(StubPolicy):
             [0.5] * len(contexts)
 
 
-def test_subtree_labels_count_a_state_exhausted_only_when_every_legal_line_was_searched():
-    """Without the legal mask, children as many as the legal lines need not be every legal line: below the root,
-    (4, 3) -> 12 has 5 legal lines; the search draws 3 of them, all ending unsolved, and 2 lines the rules refuse.
-    It is solvable (3*4), so it gets no label, where counting its children would have labelled it dead. With its
-    legal lines drawn but the solving ones (and 2 refused), it is exhausted, and dead by its subtree: a mistake
-    only the count of its children could hide, so the state is made unsolvable there (target 13)."""
+def test_subtree_labels_count_a_state_exhausted_only_when_every_position_after_it_was_searched():
+    """Without the legal mask, lines are compared with the legal ones by where they lead, never counted: below the
+    root, (4, 3) has 5 legal lines reaching 3 positions (7, 1 and 12). Target 12: 3 legal lines drawn (2
+    positions, all ending unsolved) and 2 the rules refuse, as many children as positions: solvable (3*4), so no
+    label. Target 13: every position reached, none is 13: dead by its subtree. 03*4 is no legal line's text but
+    reaches 3*4's position: with 3+4 and 4-3 it reaches every position, dead at target 13 too."""
     from azlib.games.countdown.play import subtree_labels
 
     settings = CountdownSearchSettings(candidates=8, simulations=8)
-    cases = [(12, ["3+4", "4+3", "4-3", "3-4", "4/3"], None),  # solvable; 3 of its 5 legal lines: no label
-             (13, ["3+4", "4+3", "4-3", "3*4", "4*3", "3-4"], 0.0)]  # every legal line, none reaches 13: dead
-    for target, lines, label in cases:
+    cases = [(12, ["3+4", "4+3", "4-3", "3-4", "4/3"], None, 4),  # 2 positions of 3, 2 refused lines
+             (13, ["3+4", "4+3", "4-3", "3*4", "4*3", "3-4"], 0.0, 4),  # 3 positions, 1 refused line
+             (13, ["3+4", "4-3", "03*4"], 0.0, 3)]
+    for target, lines, label, children in cases:
         root, below = State(target, (1, 3, 4)), State(target, (4, 3))
         assert len(legal_lines(below)) == 5 and solvable(below) == (label is None)
         env = LineSearch(FixedLines({root: ["1*3"], below: lines}), settings, "none")
         [result] = search(env, [Episode.start(root)], search_settings(settings, 8, 0.0), random.Random(0))
         [child] = [result.tree.nodes[c] for c in result.tree.root.children]
-        assert child.expanded and len(child.children) == len(lines)
+        assert child.expanded and len(child.children) == children
         assert subtree_labels(result.tree).get(child.state.text) == label
 
 

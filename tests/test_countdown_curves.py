@@ -18,7 +18,7 @@ from azlib.games.countdown.evaluate import value_gate
 from azlib.games.countdown.play import Episode, LineSearch, search_settings
 from azlib.games.countdown.policy import Policy, PolicyValueNet
 from azlib.games.countdown.problems import heldout
-from azlib.games.countdown.rules import MAX_MOVE_CHARS, MOVE_END, State, legal_lines, problem_text, solvable
+from azlib.games.countdown.rules import MAX_MOVE_CHARS, MOVE_END, State, legal_lines, problem_text, solvable, step
 from azlib.games.countdown.settings import CountdownSearchSettings, ReferenceValueSettings
 from azlib.settings import GPTShape
 from azlib.mcts.search import search
@@ -68,7 +68,8 @@ def test_compute_counts_each_character_once_per_problem_and_net():
 def test_a_listed_expansion_has_every_legal_line_as_a_child_at_the_models_probability():
     policy = tiny_policy()
     compute = Compute()
-    env = LineSearch(policy, CountdownSearchSettings(children="listed"), "learned", compute=compute)
+    env = LineSearch(policy, CountdownSearchSettings(children="listed", children_by="line"), "learned",
+                     compute=compute)
     state = STATES[0]
     root = Episode.start(state)
     (expansion,) = env.expand([root], random.Random(0))
@@ -81,6 +82,26 @@ def test_a_listed_expansion_has_every_legal_line_as_a_child_at_the_models_probab
     # the problem, its lines as a trie, and each child's text (each line's, then the rules') read by the value head
     assert compute.spent[root.text] == trie_characters([c.state.text for c in expansion.children])
     assert all(c.value is not None for c in expansion.children)
+
+
+def test_lines_to_one_position_are_one_child_with_their_summed_prior_and_the_most_probable_line():
+    """3+8= and 8+3= reach the same numbers: one child, its prior both lines' probabilities, its line the more
+    probable; its lines (the target's) carry each line's own. Scoring them costs what scoring them apart does."""
+    policy = tiny_policy()
+    state = STATES[0]
+    apart, merged = [LineSearch(policy, CountdownSearchSettings(children="listed", children_by=by), "learned",
+                                compute=Compute()) for by in ("line", "position")]
+    lines, by_position = [env.expand([Episode.start(state)], random.Random(0))[0].children for env in (apart, merged)]
+    prior = {c.action: c.prior for c in lines}
+    after = {c.action: step(state, c.action).position for c in lines}
+    assert len(by_position) == len(set(after.values())) < len(lines)
+    for child in by_position:
+        same = [line for line, position in after.items() if position == child.state.state.position]
+        assert child.prior == pytest.approx(sum(prior[line] for line in same), abs=1e-6)
+        assert prior[child.action] == max(prior[line] for line in same)
+        assert dict(child.info["lines"]) == pytest.approx({line: prior[line] for line in same}, abs=1e-6)
+    assert sum(c.prior for c in by_position) == pytest.approx(1.0, abs=1e-5)
+    assert merged.tokens == apart.tokens
 
 
 def test_without_child_values_only_the_expanded_leaf_is_read():
@@ -261,5 +282,6 @@ def test_widening_samples_more_lines_where_a_draw_left_legal_lines_out_until_it_
     (result,) = search(env, [Episode.start(STATES[2])], search_settings(settings, 200, 0.0),
                        random.Random(0))
     root = result.tree.root
-    assert {result.tree.nodes[i].action + MOVE_END for i in root.children} == set(legal_lines(STATES[2]))
-    assert root.widen_at is None, "3 numbers: every legal line drawn, the root widens no more"
+    positions = {step(STATES[2], line.removesuffix(MOVE_END)).position for line in legal_lines(STATES[2])}
+    assert sorted(result.tree.nodes[i].state.state.position for i in root.children) == sorted(positions)
+    assert root.widen_at is None, "3 numbers: every position drawn, the root widens no more"

@@ -178,7 +178,8 @@ CURVE_MARKERS = {"sampled-widened": "o"}  # widened sampled lines: solid, dotted
 def plot_curves(result: dict, title: str = "Test time at equal compute", methods: list[str] | None = None):
     """Solve rate against the characters a model computed per problem (azlib.games.countdown.curves): best-of-k (black)
     and each search (or those named in `methods`), its colour the value it read, its line style (and markers) how
-    its children were made and chosen (sampled, widened or listed; PUCT or Gumbel), the budgets marked; a line that
+    its children were made and chosen (sampled, widened or listed; PUCT or Gumbel; crosses: a child per line, not
+    per position), the budgets marked; a line that
     stays along the axis has its final rate in its legend entry."""
     budgets = result["budgets"]
     grid = np.linspace(0, max(budgets), 121)
@@ -190,10 +191,11 @@ def plot_curves(result: dict, title: str = "Test time at equal compute", methods
         if name == "best_of":
             colour, style, marker, width, label = "k", "-", "", 2.5, "best-of-k"
         else:
-            _, children, rule, value = name.split()
+            _, children, rule, value, *by_line = name.split()
             colour, style, width = CURVE_COLOURS[value], CURVE_STYLES[children, rule], 1.4
-            marker = CURVE_MARKERS.get(children, "")
-            label = f"MCTS, {CURVE_CHILDREN[children]}, {rule}, {CURVE_VALUES[value]}"
+            marker = "x" if by_line else CURVE_MARKERS.get(children, "")
+            label = f"MCTS, {CURVE_CHILDREN[children]}, {rule}, {CURVE_VALUES[value]}" + \
+                (", a child per line" if by_line else "")
         rates = [(first <= g).mean() for g in grid]
         if rates[-1] < 0.05:  # a line along the axis: its legend entry says where it ends
             label += f" ({rates[-1]:.1%} at {grid[-1]:,.0f})"

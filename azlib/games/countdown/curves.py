@@ -30,12 +30,14 @@ BEST_OF_ROWS = 4096  # episodes played in lock-step at most
 class CurveMethod:
     """One test-time method: best-of-k (children None), or the search over `children` lines by `rule` with `value`
     ("learned": the policy's head; "reference": the separate reference net; "oracle"; "none"), sampled lines
-    widened as visits grow where `widen_after` (CountdownSearchSettings.widen_after; named "sampled-widened")."""
+    widened as visits grow where `widen_after` (CountdownSearchSettings.widen_after; named "sampled-widened"), a
+    child per position or per line (CountdownSearchSettings.children_by; the latter named "... by-line")."""
 
     children: Literal["sampled", "listed"] | None = None
     value: Literal["learned", "reference", "oracle", "none"] = "none"
     rule: Literal["puct", "gumbel"] = "puct"
     widen_after: int = 0
+    children_by: Literal["position", "line"] = "position"
 
     def __post_init__(self):
         if self.widen_after and self.children != "sampled":
@@ -46,7 +48,7 @@ class CurveMethod:
         if self.children is None:
             return "best_of"
         children = f"{self.children}-widened" if self.widen_after else self.children
-        return f"mcts {children} {self.rule} {self.value}"
+        return f"mcts {children} {self.rule} {self.value}" + (" by-line" if self.children_by == "line" else "")
 
 
 def best_of_compute(policy: Policy, problems: Sequence[State], samples: int, seed: int) -> Compute:
@@ -76,7 +78,8 @@ def search_compute(policy: Policy, problems: Sequence[State], settings: Countdow
     character the nets computed charged."""
     if method.value == "reference" and reference is None:
         raise ValueError("the reference value's search needs the reference net (reference=...)")
-    settings = replace(settings, children=method.children, rule=method.rule, widen_after=method.widen_after)
+    settings = replace(settings, children=method.children, rule=method.rule, widen_after=method.widen_after,
+                       children_by=method.children_by)
     compute = Compute()
     generator = torch.Generator(device=policy.device).manual_seed(seed)
     env = LineSearch(policy, settings, "learned" if method.value == "reference" else method.value, generator,

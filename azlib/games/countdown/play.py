@@ -141,10 +141,10 @@ NO_VALUE = 0.5  # every open state's value where the search reads none: only the
 
 
 class LineSearch:
-    """The environment `azlib.mcts.search` plays: a node's children are the distinct lines among `candidates` the
-    model samples there (sampled AlphaZero, Hubert et al. 2021), or every legal line with the model's probability
-    of it as its prior (settings.children "listed": AlphaZero's listed moves), each applied by the rules (a refused
-    line is a lost terminal child). Values: the value head (of the policy, or of `judge`, a separate net), the exact
+    """The environment `azlib.mcts.search` plays: a node's children come from the lines among `candidates` the
+    model samples there (sampled AlphaZero, Hubert et al. 2021), or from every legal line with the model's
+    probability of it as its prior (settings.children "listed": AlphaZero's listed moves), each applied by the
+    rules (a refused line is a lost terminal child); one child per position they reach (settings.children_by). Values: the value head (of the policy, or of `judge`, a separate net), the exact
     oracle (1 if the target is still reachable), or none (NO_VALUE everywhere); a finished state's value is exact, 1
     if solved, else 0. With settings.child_values each child is evaluated as it is made, so that the search
     compares siblings by value before it visits them (the estimate is a child's first Q, not a visit); the expanded
@@ -207,9 +207,9 @@ class LineSearch:
         return expansion
 
     def _complete(self, episode: Episode, group: list) -> bool:
-        """Whether these children are every line there is: listed, or (under the legal mask) every legal line drawn."""
-        return self.settings.children == "listed" or (self.policy.legal_only and every_legal_line(
-            episode.state, [line for line, _, (_, info) in group if not info["refused"]]))
+        """Whether these children reach every position there is: listed, or every legal line's position drawn."""
+        return self.settings.children == "listed" or every_position_reached(
+            episode.state, [child.state for _, child, (_, info) in group if not info["refused"]])
 
     def widen(self, states: Sequence[Episode], rng: random.Random) -> list[Expansion]:
         """`candidates` more lines sampled at each state (progressive widening): the children as before, their
@@ -276,7 +276,10 @@ class LineSearch:
         return net.values(texts, parents)
 
     def _children(self, episode: Episode, drawn: list[Line]) -> list[tuple[str, Episode, tuple[float, dict]]]:
-        """The distinct lines among `drawn`, each applied by the rules: (line, the episode after it, (prior, info))."""
+        """The children `drawn` makes, each applied by the rules: (line, the episode after it, (prior, info)). One per
+        distinct line, or (settings.children_by "position") per position the accepted lines reach, its prior theirs
+        summed and its line the first drawn (listed: the most probable); info["lines"] holds each merged line with
+        its prior, the policy target's lines. A refused line stays a child of its own."""
         distinct: dict[tuple[str, bool], list[Line]] = {}
         for line in drawn:
             distinct.setdefault((line.text, line.ended), []).append(line)
@@ -284,16 +287,24 @@ class LineSearch:
             priors = [len(same) / len(drawn) for same in distinct.values()]
         else:  # listed lines' probabilities already sum to 1 under the legal mask
             priors = torch.tensor([same[0].logprob for same in distinct.values()]).softmax(0).tolist()
+        merged: dict[tuple, list[tuple[list[Line], float]]] = {}
+        for ((text, ended), same), prior in zip(distinct.items(), priors):
+            after = step(episode.state, text) if ended else None
+            key = ("position", after.position) if after is not None and self.settings.children_by == "position" \
+                else ("line", text, ended)
+            merged.setdefault(key, []).append((same, prior))
         out = []
-        for ((line, ended), same), prior in zip(distinct.items(), priors):
-            if not ended:  # a line cut before its end mark (refused) is kept apart from the same text ended
-                line += " (unended)"
+        for group in merged.values():
+            same, _ = group[0] if self.settings.children == "sampled" else max(group, key=lambda g: g[1])
             child = episode.copy()
             child.play(same[0])
             if child.solved:
                 self.solved_found.add(child.text)
-            out.append((line, child, (prior, {"line": line, "samples": len(same), "refused": child.refused,
-                                              "solvable": not child.refused and solvable(child.state)})))
+            line = same[0].text + ("" if same[0].ended else " (unended)")  # kept apart from the same text ended
+            info = {"line": line, "lines": [(s[0].text, prior) for s, prior in group],
+                    "samples": sum(len(s) for s, _ in group), "refused": child.refused,
+                    "solvable": not child.refused and solvable(child.state)}
+            out.append((line, child, (sum(prior for _, prior in group), info)))
         return out
 
     def _values(self, parents: list[str], groups: list[list[Episode]]):
@@ -313,7 +324,8 @@ class LineSearch:
 
 class SearchedMove(NamedTuple):
     """One move of a searched game: the state's text and state, its candidate lines that the rules accept with their
-    share of the root's visits (renormalised over those lines: the policy target), the line played, and what the
+    share of the root's visits (renormalised over those lines, a child's share spread over the lines merged in it by
+    their priors: the policy target), the line played, and what the
     move's search learnt of the states it expanded (`subtree_labels`, each state once a game)."""
 
     text: str
@@ -324,15 +336,17 @@ class SearchedMove(NamedTuple):
     labels: tuple[tuple[str, float], ...] = ()
 
 
-def every_legal_line(state: State, lines: Sequence[str]) -> bool:
-    """Whether `lines` (accepted lines, without their end marks) include every legal line of `state`. Without the
-    legal mask the rules also accept lines that are no legal line's text (`03*4`): counting lines is not enough."""
-    return set(legal_lines(state)) <= {line + MOVE_END for line in lines}
+def every_position_reached(state: State, reached: Sequence[State]) -> bool:
+    """Whether the states `reached` (accepted lines') include the position after every legal line of `state`: then
+    every game on from it is below them. Without the legal mask the rules accept texts that are no legal line
+    (`03*4`, the position of 3*4=), so lines are compared by where they lead, not counted."""
+    return {step(state, line.removesuffix(MOVE_END)).position for line in legal_lines(state)} <= \
+        {s.position for s in reached}
 
 
 def subtree_labels(tree) -> dict[str, float]:
     """What a search's tree proves of each state it expanded below its root, by the text of the state: 1 where a
-    solved end lies below it, 0 where every legal line below it was searched to an end without one. Both exact; a
+    solved end lies below it, 0 where every position below it was searched to an end without one. Both exact; a
     state whose subtree proves neither (some legal line not searched) is left out, and so is the root, whose label
     is the game's outcome. AlphaZero's value learns from these beside the outcome: tens of labels a game instead of
     one a move."""
@@ -341,9 +355,9 @@ def subtree_labels(tree) -> dict[str, float]:
     for i in reversed(range(len(tree.nodes))):  # a child comes after its parent
         node = tree.nodes[i]
         below[i] = (node.terminal and node.info.get("terminal_value", 0.0) > 0) or any(below[c] for c in node.children)
-        accepted = [tree.nodes[c].action for c in node.children if not tree.nodes[c].info["refused"]]
+        accepted = [tree.nodes[c].state.state for c in node.children if not tree.nodes[c].info["refused"]]
         exhausted[i] = node.terminal or (node.expanded and all(exhausted[c] for c in node.children) and
-                                         every_legal_line(node.state.state, accepted))
+                                         every_position_reached(node.state.state, accepted))
     return {node.state.text: float(below[i]) for i, node in enumerate(tree.nodes)
             if i > 0 and node.expanded and not node.terminal and (below[i] or exhausted[i])}
 
@@ -397,14 +411,16 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
         game, labelled = Game(problem), set()  # the game's states already labelled by a search
         for state, result in moves:
             children = [result.tree.nodes[i] for i in result.tree.root.children]
-            accepted = [c for c in children if not c.info["refused"]]
-            # the search's target (visit shares; gumbel: the improved policy), renormalised over the accepted lines
-            weights = [w for w, c in zip(result.action_weights, children) if not c.info["refused"]]
-            shares = [w / sum(weights) for w in weights] if sum(weights) > 0 else weights
+            accepted = [(w, c.info["lines"]) for w, c in zip(result.action_weights, children) if not c.info["refused"]]
+            # the search's target (visit shares; gumbel: the improved policy), renormalised over the accepted
+            # children, a child's share spread over its merged lines by their priors
+            total = sum(w for w, _ in accepted)
+            lines = [(line, w / total * prior / sum(p for _, p in merged) if total > 0 else 0.0)
+                     for w, merged in accepted for line, prior in merged]
             labels = tuple((text, z) for text, z in subtree_labels(result.tree).items() if text not in labelled)
             labelled.update(text for text, _ in labels)
-            game.moves.append(SearchedMove(state.text, state.state, [c.action for c in accepted],
-                                           shares, result.action, labels))
+            game.moves.append(SearchedMove(state.text, state.state, [line for line, _ in lines],
+                                           [share for _, share in lines], result.action, labels))
             if keep_trees:
                 game.trees.append(result.tree)
         game.end = end.copy()  # the caller's to play on; the one in the search's cache stays as it was

@@ -35,6 +35,12 @@ class State(NamedTuple):
     def solved(self) -> bool:
         return self.numbers == (self.target,)
 
+    @property
+    def position(self) -> tuple[int, tuple[int, ...]]:
+        """The state whatever the order of its numbers: lines that reach one position (3+4= and 4+3=) lead to the
+        same game from there."""
+        return self.target, tuple(sorted(self.numbers))
+
 
 class Move(NamedTuple):
     a: int

@@ -46,6 +46,10 @@ class CountdownSearchSettings:
     # "sampled": the distinct lines among `candidates` samples (free text can only be searched this way); "listed":
     # every legal line, scored by the model in one batched forward (Countdown's moves can be listed, as Go's can).
     children: Literal["sampled", "listed"] = "sampled"
+    # A node's children: one per position its lines reach (lines to the same numbers, as 3+4= and 4+3=, merged: the
+    # child's prior is their summed prior, its line the first drawn or, listed, the most probable), or one per
+    # distinct line (Sampled MuZero's, and AlphaZero's in Go, where moves do not commute).
+    children_by: Literal["position", "line"] = "position"
     candidates: Annotated[int, Ge(1)] = 8  # K lines sampled per expanded node
     temperature: Annotated[float, Ge(0)] = 1.0  # of those samples
     # A child's prior: "sampled" (its share of the K samples: Sampled MuZero's beta-hat / beta * pi with beta = pi,
