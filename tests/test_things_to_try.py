@@ -123,6 +123,9 @@ TRIES = [
     Try("08", '`search.children = "listed"`', ("search.children=listed",),
         effect="tests/test_countdown_curves.py::"
                "test_a_listed_expansion_has_every_legal_line_as_a_child_at_the_models_probability"),
+    Try("08", '`search.children_by = "line"`', ("search.children_by=line",),
+        effect="tests/test_countdown_curves.py::"
+               "test_lines_to_one_position_are_one_child_with_their_summed_prior_and_the_most_probable_line"),
 ]
 
 # Smoke runs of the changes that make other code run: the smoke profile, a tiny random student (a run checks that

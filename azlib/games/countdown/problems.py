@@ -55,17 +55,12 @@ def training_problems(count: int, size: int, seed: int) -> list[State]:
 
 def draw_training(count: int, size: int, rng: random.Random) -> list[State]:
     """The next `count` training problems from `rng` (a stream: call again with the same rng for more)."""
-    held = {_unordered(p) for p in heldout(size, "seen")}
+    held = {p.position for p in heldout(size, "seen")}
     problems = []
     while len(problems) < count:
         problems += [p for p in generate(count - len(problems), size, target_split()[0], rng)
-                     if _unordered(p) not in held]
+                     if p.position not in held]
     return problems
-
-
-def _unordered(problem: State) -> tuple[int, tuple[int, ...]]:
-    """A problem up to the order of its numbers (the same problem to a solver)."""
-    return problem.target, tuple(sorted(problem.numbers))
 
 
 def _heldout_path(size: int, split: str) -> Path:
