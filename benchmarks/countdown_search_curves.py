@@ -149,7 +149,7 @@ def save_figures(result: dict, size: int, problems: int, folder: Path) -> None:
     """Every method's curve (countdown-curves.png), and the headline: best-of-k against the widened search with the
     self-play value and with the oracle (countdown-search-headline.png)."""
     title = f"Countdown, {size} numbers, {problems} unseen-target problems"
-    plot_curves(result, title).savefig(folder / "countdown-curves.png", dpi=90)
+    plot_curves(result, title).savefig(folder / "countdown-curves.png", dpi=90, bbox_inches="tight")  # its legend
     fig = plot_curves(result, title, methods=[m for m in HEADLINE if m in result["methods"]])
     fig.set_size_inches(7.5, 3.6)
     fig.axes[0].legend(fontsize=8, loc="upper left")
@@ -224,7 +224,7 @@ def main() -> None:
                             "reference_history": reference["history"]},
                "minutes": minutes}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (args.out / "metrics.json").write_text(json.dumps(shipped_form(summary, result)))
+    (args.out / "metrics.json").write_text(json.dumps(shipped_form(summary, result), separators=(",", ":")))
     save_figures(result, args.size, args.problems, args.out)
     print(json.dumps({k: summary[k] for k in ("greedy_unseen", "value_gate", "rates", "spent_median",
                                               "generated_median")}, indent=1))

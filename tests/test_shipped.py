@@ -189,4 +189,4 @@ def test_the_shipped_countdown_curves_read_back_and_their_rates_follow_from_the_
     assert len(numbers["tests"]) == (len(curves["methods"]) - 1) * len(curves["budgets"])
     fig = plot_curves(curves)
     assert len([l for l in fig.axes[0].get_lines() if not l.get_label().startswith("_")]) == len(curves["methods"])
-    assert sum(f.stat().st_size for f in COUNTDOWN_CURVES.iterdir()) < 120_000, "shipped results stay small"
+    assert sum(f.stat().st_size for f in COUNTDOWN_CURVES.iterdir()) < 150_000, "shipped results stay small"
