@@ -30,7 +30,11 @@ def position(state, line: str):
 
 
 def gumbel(rng: random.Random) -> float:
-    return -math.log(-math.log(rng.random()))
+    """A standard Gumbel draw, -log(-log u) for u uniform in (0, 1) (random() may return 0)."""
+    u = rng.random()
+    while u == 0.0:
+        u = rng.random()
+    return -math.log(-math.log(u))
 
 
 def stochastic_beam_search(lines: list[str], logprobs: list[float], k: int, rng: random.Random

@@ -657,6 +657,23 @@ def test_subtree_labels_count_a_state_exhausted_only_when_every_position_after_i
         assert subtree_labels(result.tree).get(child.state.text) == label
 
 
+def test_a_childs_share_is_spread_over_its_lines_by_their_priors_and_evenly_where_they_underflow():
+    from azlib.games.countdown.play import shares
+
+    assert shares([("3+4", 0.3), ("4+3", 0.1)]) == pytest.approx([0.75, 0.25])
+    assert shares([("3+4", 0.0), ("4+3", 0.0)]) == [0.5, 0.5]  # a float32 softmax far below the best line
+
+
+def test_a_position_no_line_can_write_is_never_reached():
+    """A legal move on a 7-digit number has no line the rules accept (at most 6 digits): its position is never
+    reached, and asking does not fail."""
+    from azlib.games.countdown.play import every_position_reached
+
+    state = State(5, (1234567, 2))
+    assert all(step(state, line.removesuffix(MOVE_END)) is None for line in legal_lines(state))
+    assert not every_position_reached(state, [])
+
+
 def test_the_sampled_prior_asks_for_lines_sampled_at_temperature_1():
     """A line's share of the samples estimates its probability only where the lines are drawn from the policy
     itself; at another temperature the prior must be the policy's."""

@@ -14,7 +14,8 @@ import torch
 
 from azlib.games.countdown.compute import Compute, trie_characters
 from azlib.games.countdown.policy import Line, Policy
-from azlib.games.countdown.rules import MOVE_END, Move, State, legal_lines, problem_text, solvable, step, written_result
+from azlib.games.countdown.rules import (MOVE_END, Move, State, apply, legal_lines, legal_moves, problem_text, solvable,
+                                         step, written_result)
 from azlib.games.countdown.settings import CountdownSearchSettings
 from azlib.mcts import selfplay
 from azlib.mcts.search import Child, Expansion
@@ -185,7 +186,7 @@ class LineSearch:
     def _grow(self, texts: list[str], episodes: list[Episode], lines: list[list[Line]], leaf_values: list[float]
               ) -> None:
         """Each state's expansion from the lines drawn there so far and these: the children it had (their priors now
-        from all the lines), then the new distinct lines, each valued as it is made; what the policy computed
+        from all the lines), then the children the new lines add, each valued as it is made; what the policy computed
         (generated characters; listed lines are scored, not generated: their trie's characters) counted."""
         groups = [self._children(e, self.drawn.get(text, []) + drawn) for text, e, drawn in zip(texts, episodes, lines)]
         kept = [self.cache[text].children if text in self.cache else [] for text in texts]
@@ -213,7 +214,7 @@ class LineSearch:
 
     def widen(self, states: Sequence[Episode], rng: random.Random) -> list[Expansion]:
         """`candidates` more lines sampled at each state (progressive widening): the children as before, their
-        priors now each line's share of all the samples drawn there, then the new distinct lines (each new child
+        priors now their lines' share of all the samples drawn there, then the children the new lines add (each
         valued as a child of expand is)."""
         by_text = {s.text: s for s in states}
         texts = [text for text in by_text if not self.cache[text].complete]  # another tree may have completed it
@@ -337,21 +338,26 @@ class SearchedMove(NamedTuple):
 
 
 def every_position_reached(state: State, reached: Sequence[State]) -> bool:
-    """Whether the states `reached` (accepted lines') include the position after every legal line of `state`: then
+    """Whether the states `reached` (accepted lines') include the position after every legal move of `state`: then
     every game on from it is below them. Without the legal mask the rules accept texts that are no legal line
     (`03*4`, the position of 3*4=), so lines are compared by where they lead, not counted."""
-    return {step(state, line.removesuffix(MOVE_END)).position for line in legal_lines(state)} <= \
-        {s.position for s in reached}
+    return {apply(state, move).position for move in legal_moves(state)} <= {s.position for s in reached}
+
+
+def shares(merged: Sequence[tuple[str, float]]) -> list[float]:
+    """Each merged line's share of its child: its prior over theirs, or even where every prior underflowed to 0."""
+    total = sum(prior for _, prior in merged)
+    return [prior / total if total > 0 else 1 / len(merged) for _, prior in merged]
 
 
 def subtree_labels(tree) -> dict[str, float]:
     """What a search's tree proves of each state it expanded below its root, by the text of the state: 1 where a
     solved end lies below it, 0 where every position below it was searched to an end without one. Both exact; a
-    state whose subtree proves neither (some legal line not searched) is left out, and so is the root, whose label
+    state whose subtree proves neither (some position not searched) is left out, and so is the root, whose label
     is the game's outcome. AlphaZero's value learns from these beside the outcome: tens of labels a game instead of
     one a move."""
     below = [False] * len(tree.nodes)  # a solved end at or below the node
-    exhausted = [False] * len(tree.nodes)  # every legal line below the node searched to an end
+    exhausted = [False] * len(tree.nodes)  # every position below the node searched to an end
     for i in reversed(range(len(tree.nodes))):  # a child comes after its parent
         node = tree.nodes[i]
         below[i] = (node.terminal and node.info.get("terminal_value", 0.0) > 0) or any(below[c] for c in node.children)
@@ -413,10 +419,10 @@ def play_searched(policy: Policy, problems: Sequence[State], settings: Countdown
             children = [result.tree.nodes[i] for i in result.tree.root.children]
             accepted = [(w, c.info["lines"]) for w, c in zip(result.action_weights, children) if not c.info["refused"]]
             # the search's target (visit shares; gumbel: the improved policy), renormalised over the accepted
-            # children, a child's share spread over its merged lines by their priors
+            # children, a child's share spread over its merged lines by their priors (evenly where they underflow)
             total = sum(w for w, _ in accepted)
-            lines = [(line, w / total * prior / sum(p for _, p in merged) if total > 0 else 0.0)
-                     for w, merged in accepted for line, prior in merged]
+            lines = [(line, w / total * spread if total > 0 else 0.0)
+                     for w, merged in accepted for (line, _), spread in zip(merged, shares(merged))]
             labels = tuple((text, z) for text, z in subtree_labels(result.tree).items() if text not in labelled)
             labelled.update(text for text, _ in labels)
             game.moves.append(SearchedMove(state.text, state.state, [line for line, _ in lines],

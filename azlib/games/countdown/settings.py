@@ -39,9 +39,9 @@ class ReferenceValueSettings:
 
 @dataclass(frozen=True)
 class CountdownSearchSettings:
-    """How the search over the model's lines reads the model: at a node, `candidates` lines are sampled and the
-    distinct ones are its children (sampled AlphaZero, Hubert et al. 2021), or every legal line is a child, its prior
-    the model's probability of it (AlphaZero's listed moves, as in Go)."""
+    """How the search over the model's lines reads the model: at a node, `candidates` lines are sampled (sampled
+    AlphaZero, Hubert et al. 2021), or every legal line is scored, its prior the model's probability of it
+    (AlphaZero's listed moves, as in Go); the node's children are the positions those lines reach."""
 
     # "sampled": the distinct lines among `candidates` samples (free text can only be searched this way); "listed":
     # every legal line, scored by the model in one batched forward (Countdown's moves can be listed, as Go's can).
@@ -66,7 +66,7 @@ class CountdownSearchSettings:
     # value of its own), "parent_value" (its parent's value: first-play urgency), "mctx".
     q_transform: Literal["raw", "parent_value", "mctx"] = "raw"
     # Sampled children only: a node samples `candidates` more lines each time its visits grow by widen_after, and
-    # whenever every line it has was searched to its end, until it has every legal line (progressive widening;
+    # whenever every child it has was searched to its end, until it reaches every position (progressive widening;
     # azlib.settings.SearchSettings.widen_after). 0: a node keeps its first draw (Sampled MuZero). Not with gumbel.
     widen_after: Annotated[int, Ge(0)] = 0
     # Self-play moves to the child sampled by visit shares; later moves (and every test-time move) to the most
