@@ -24,14 +24,13 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 
 from azlib.games.countdown.arms import ProblemStream, reference_value, start_policy, train_arm  # noqa: E402
-from azlib.games.countdown.curves import BUDGETS, CurveMethod, against_best_of, curves, rates  # noqa: E402
+from azlib.games.countdown.curves import BUDGETS, CurveMethod, against_best_of, by_position, curves, rates  # noqa: E402
 from azlib.games.countdown.evaluate import value_gate  # noqa: E402
 from azlib.games.countdown.play import play_greedy  # noqa: E402
 from azlib.games.countdown.policy import Policy, PolicyValueNet  # noqa: E402
 from azlib.games.countdown.problems import heldout  # noqa: E402
 from azlib.games.countdown.settings import (  # noqa: E402
     ArmSettings, CountdownSearchSettings, ImitationSettings, ReferenceValueSettings)
-from azlib.evaluation import compare_outcomes, holm  # noqa: E402
 from azlib.settings import GPTShape  # noqa: E402
 from azlib.viz.countdown import plot_curves  # noqa: E402
 
@@ -55,25 +54,6 @@ def methods(rules: list[str], widen_after: int) -> list[CurveMethod]:
         out += [CurveMethod(children, value, "puct", widen, "line") for children, widen in
                 [("sampled", widen_after), ("listed", 0)] for value in ("learned", "oracle")]
     return out
-
-
-def by_position(result: dict) -> list[dict]:
-    """Each search with a child per line against its twin with a child per position, per budget: the two rates,
-    the problems only each solved, exact McNemar's p and Holm's over these rows."""
-    rows = []
-    for name, method in result["methods"].items():
-        if not name.endswith(" by-line"):
-            continue
-        twin = result["methods"][name.removesuffix(" by-line")]
-        for budget in map(str, result["budgets"]):
-            a, b = method["solved"][budget], twin["solved"][budget]
-            test = compare_outcomes(a, b)
-            rows.append({"method": name.removesuffix(" by-line"), "budget": int(budget), "by_line": sum(a) / len(a),
-                         "by_position": sum(b) / len(b), "only_by_line": test.only_a, "only_by_position": test.only_b,
-                         "p": test.p_value})
-    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
-        row["p_holm"] = adjusted
-    return rows
 
 
 def _policy(state: dict) -> Policy:

@@ -24,6 +24,7 @@ from azlib.mcts.search import search
 
 BUDGETS = (300, 600, 1200)  # characters per problem
 BEST_OF_ROWS = 4096  # episodes played in lock-step at most
+BY_LINE = " by-line"  # a method's name ends so when its search makes a child per line, not per position
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class CurveMethod:
         if self.children is None:
             return "best_of"
         children = f"{self.children}-widened" if self.widen_after else self.children
-        return f"mcts {children} {self.rule} {self.value}" + (" by-line" if self.children_by == "line" else "")
+        return f"mcts {children} {self.rule} {self.value}" + (BY_LINE if self.children_by == "line" else "")
 
 
 def best_of_compute(policy: Policy, problems: Sequence[State], samples: int, seed: int) -> Compute:
@@ -118,26 +119,45 @@ def curves(policy: Policy, problems: Sequence[State], methods: Sequence[CurveMet
     return out
 
 
+def paired_tests(result: dict, pairs: Sequence[tuple[str, str]], row: Callable[..., dict]) -> list[dict]:
+    """For each pair (a, b) of method names, per budget: row(a, b, budget, a's solved, b's solved, exact McNemar)
+    with its p, then Holm's p over every row."""
+    rows = []
+    for a, b in pairs:
+        for budget in map(str, result["budgets"]):
+            solved_a, solved_b = result["methods"][a]["solved"][budget], result["methods"][b]["solved"][budget]
+            rows.append(row(a, b, budget, solved_a, solved_b, compare_outcomes(solved_a, solved_b)))
+    for r, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = adjusted
+    return rows
+
+
 def against_best_of(result: dict) -> list[dict]:
     """Each search against best-of-k, per budget: the two rates, b - a, the problems only each solved, exact
     McNemar's p and Holm's over every row."""
-    base = result["methods"].get("best_of")
-    if base is None:
+    if "best_of" not in result["methods"]:
         return []
-    rows = []
-    for name, method in result["methods"].items():
-        if name == "best_of":
-            continue
-        for budget in map(str, result["budgets"]):
-            a, b = base["solved"][budget], method["solved"][budget]
-            test = compare_outcomes(a, b)
-            rows.append({"method": name, "budget": int(budget), "best_of": sum(a) / len(a), "rate": sum(b) / len(b),
-                         "difference": (sum(b) - sum(a)) / len(a), "only_best_of": test.only_a,
-                         "only_method": test.only_b, "p": test.p_value, "short": method["short"][budget],
-                         "best_of_short": base["short"][budget]})
-    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
-        row["p_holm"] = adjusted
-    return rows
+    methods = result["methods"]
+
+    def row(_, name, budget, a, b, test):
+        return {"method": name, "budget": int(budget), "best_of": sum(a) / len(a), "rate": sum(b) / len(b),
+                "difference": (sum(b) - sum(a)) / len(a), "only_best_of": test.only_a, "only_method": test.only_b,
+                "p": test.p_value, "short": methods[name]["short"][budget],
+                "best_of_short": methods["best_of"]["short"][budget]}
+
+    return paired_tests(result, [("best_of", name) for name in methods if name != "best_of"], row)
+
+
+def by_position(result: dict) -> list[dict]:
+    """Each search with a child per line against its twin with a child per position, per budget: the two rates,
+    the problems only each solved, exact McNemar's p and Holm's over these rows."""
+    twins = [(name, name.removesuffix(BY_LINE)) for name in result["methods"] if name.endswith(BY_LINE)]
+
+    def row(by_line, twin, budget, a, b, test):
+        return {"method": twin, "budget": int(budget), "by_line": sum(a) / len(a), "by_position": sum(b) / len(b),
+                "only_by_line": test.only_a, "only_by_position": test.only_b, "p": test.p_value}
+
+    return paired_tests(result, twins, row)
 
 
 def rates(result: dict) -> dict[str, dict[int, float]]:

@@ -192,8 +192,12 @@ class LineSearch:
         kept = [self.cache[text].children if text in self.cache else [] for text in texts]
         values = self._values(texts, [[child for _, child, _ in group[len(had):]] for group, had in zip(groups, kept)])
         for text, episode, group, drawn, had, leaf_value in zip(texts, episodes, groups, lines, kept, leaf_values):
-            tokens = sum(line.tokens for line in drawn) if self.settings.children == "sampled" else \
-                trie_characters([line.text + MOVE_END for line in drawn])
+            if self.settings.children == "sampled":
+                tokens = sum(line.tokens for line in drawn)
+                if self.compute is not None:
+                    self.compute.generate(text, tokens)
+            else:
+                tokens = trie_characters([line.text + MOVE_END for line in drawn])
             self.tokens += tokens
             self.drawn[text] = self.drawn.get(text, []) + drawn
             children = [c._replace(prior=prior, info=c.info | info) for c, (_, _, (prior, info)) in zip(had, group)]
@@ -245,8 +249,6 @@ class LineSearch:
         drawn, an answer marked at the first line that solves the problem (as best-of-k's samples are); listed lines
         are scored in one pass, so all of them come before any answer among them (Compute keeps the first mark)."""
         self.compute.charge(text)
-        if self.settings.children == "sampled":
-            self.compute.generate(text, sum(line.tokens for line in drawn))
         solves = [line.ended and (after := step(episode.state, line.text)) is not None and after.solved
                   for line in drawn]
         for line, solved in zip(drawn, solves):
