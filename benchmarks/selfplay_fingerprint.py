@@ -2,8 +2,9 @@
 the update or the games leaves what they play and learn unchanged: tic-tac-toe's self-play, arena and one training pass
 (azlib.games.tictactoe_alphazero), and Countdown's searched games (azlib.games.countdown.play.play_searched, sampled
 lines widened with the learned value, listed lines with the oracle) and an alphazero, an rft and a grpo update on
-what they played (azlib.games.countdown.arms.Learner), from fixed seeds and untrained nets, one torch thread. The
-updates are recorded by their weights' sums (and Countdown's by its logged losses). Prints the SHA-256 of the JSON
+what they played (azlib.games.countdown.arms.Learner), from fixed seeds and untrained nets, one torch thread; then
+two rounds of each game's whole loop (tic-tac-toe's `alphazero`, each Countdown arm's `train_arm`), their histories
+less their seconds. The updates are recorded by their weights' sums (and Countdown's by its logged losses). Prints the SHA-256 of the JSON
 (run it before and after the change); --out writes the JSON, to find where two runs part.
 
     .venv/bin/python benchmarks/selfplay_fingerprint.py [--out loops.json]
@@ -19,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from azlib.games.countdown.arms import Learner
+from azlib.games.countdown.arms import Learner, ProblemStream, train_arm
 from azlib.games.countdown.play import play_episodes, play_searched
 from azlib.games.countdown.policy import Policy, PolicyValueNet as CountdownNet
 from azlib.games.countdown.problems import heldout
-from azlib.games.countdown.settings import ArmSettings, CountdownSearchSettings
-from azlib.games.tictactoe_alphazero import PolicyValueNet, arena, augment, self_play, train
+from azlib.games.countdown.settings import ARMS, ArmSettings, CountdownSearchSettings
+from azlib.games.tictactoe_alphazero import PolicyValueNet, alphazero, arena, augment, self_play, train
 from azlib.settings import AlphaZeroSettings, GPTShape
 
 
@@ -58,6 +59,15 @@ def loops() -> dict:
     out["countdown_rft"] = learner.rft([e for g in groups for e in g], rng)
     out["countdown_grpo"] = learner.grpo(groups, rng)
     out["countdown_trained"] = weights(policy.net)
+    untimed = lambda history: [{k: v for k, v in row.items() if k != "seconds"} for row in history]  # noqa: E731
+    best, history = alphazero(AlphaZeroSettings(iterations=2, games_per_iteration=4, simulations=8, arena_games=2,
+                                                batch_size=32, replay_iterations=2), seed=8, grade_every=2)
+    out["ttt_loop"] = untimed(history) + [weights(best)]
+    for arm in ARMS:
+        run = train_arm(arm, policy, ArmSettings(iterations=2, tokens_per_iteration=400, problems_per_batch=8,
+                                                 group_size=2, batch_size=8), CountdownSearchSettings(simulations=4),
+                        ProblemStream(4, 9), 9, evaluate=lambda p: {"weights": weights(p.net)[:2]})
+        out[f"countdown_loop_{arm}"] = untimed(run.history) + [run.tokens, run.value_evaluations, weights(run.policy.net)]
     return out
 
 

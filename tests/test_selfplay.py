@@ -1,9 +1,11 @@
-"""AlphaZero's one loop: self-play (azlib.mcts.selfplay: lock-step batching, grouping, the recorded target) and the
-update (azlib.mcts.learn: minibatches that keep a unit together, epochs, clipping)."""
+"""AlphaZero's one loop: self-play (azlib.mcts.selfplay: lock-step batching, grouping, the recorded target), the
+update (azlib.mcts.learn: minibatches that keep a unit together, epochs, clipping) and the rounds (azlib.mcts.rounds:
+the replay window, the row, the untimed measure)."""
 
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch
 from azlib.games import tictactoe as ttt
 from azlib.mcts import SearchSettings, selfplay
 from azlib.mcts.learn import minibatches, update
+from azlib.mcts.rounds import run_rounds
 
 
 class CountingTicTacToe(ttt.TicTacToe):
@@ -87,3 +90,31 @@ def test_update_steps_once_a_minibatch_an_epoch_and_clips_the_gradient():
     assert float(first.detach().norm()) == pytest.approx(3 * 0.5) and float(second.detach().norm()) == pytest.approx(
         3 * 0.5)
     assert logs == {"loss": pytest.approx(20 / 6)}
+
+
+def test_rounds_learn_on_the_latest_window_and_time_only_play_and_learning():
+    """Round i plays examples [i, i]: with a window of 2 the learner sees rounds i-1 and i, oldest first; a slow
+    measure is in its round's row but not in the loop's seconds, which count play and learning so far."""
+    played, windows, measured = iter(range(1, 5)), [], []
+
+    def play():
+        i = next(played)
+        time.sleep(0.02)
+        return [i, i], {"played": i}
+
+    def learn(window):
+        windows.append(window)
+        return {"seen": len(window)}
+
+    def measure(iteration):
+        measured.append(iteration)
+        time.sleep(0.2)
+        return {"grade": 10 * iteration} if iteration % 2 == 0 else {}
+
+    history = run_rounds(4, play, learn, window=2, measure=measure)
+    assert windows == [[1, 1], [1, 1, 2, 2], [2, 2, 3, 3], [3, 3, 4, 4]] and measured == [1, 2, 3, 4]
+    assert [{k: v for k, v in row.items() if k != "seconds"} for row in history] == [
+        {"iteration": 1, "played": 1, "seen": 2}, {"iteration": 2, "played": 2, "seen": 4, "grade": 20},
+        {"iteration": 3, "played": 3, "seen": 4}, {"iteration": 4, "played": 4, "seen": 4, "grade": 40}]
+    seconds = [row["seconds"] for row in history]
+    assert seconds == sorted(seconds) and 0.08 <= seconds[-1] < 0.5, "four plays of 0.02 s, no measure of 0.2 s"

@@ -1,13 +1,11 @@
-"""AlphaZero on tic-tac-toe: a small policy-value net, self-play through the kit's one AlphaZero loop
-(azlib.mcts.selfplay), training on the search's targets and the outcomes, an arena against the best net, and an
-exact grade against minimax."""
+"""AlphaZero on tic-tac-toe: a small policy-value net, self-play and rounds through the kit's one AlphaZero loop
+(azlib.mcts.selfplay, azlib.mcts.rounds), training on the search's targets and the outcomes, an arena against the
+best net, and an exact grade against minimax."""
 
 from __future__ import annotations
 
 import copy
 import random
-import time
-from collections import deque
 from typing import Sequence
 
 import numpy as np
@@ -17,6 +15,7 @@ from torch import nn
 from azlib.games import tictactoe as ttt
 from azlib.mcts import selfplay
 from azlib.mcts.learn import update
+from azlib.mcts.rounds import run_rounds
 from azlib.mcts.search import Child, Expansion, SearchResult, search
 from azlib.settings import AlphaZeroSettings, SearchSettings
 
@@ -247,9 +246,10 @@ def evaluate(net: PolicyValueNet, settings: AlphaZeroSettings) -> dict[str, floa
 
 def alphazero(settings: AlphaZeroSettings, seed: int = 0, progress=None,
               grade_every: int = 1) -> tuple[PolicyValueNet, list[dict]]:
-    """The loop: self-play by the best net -> train -> arena, `iterations` times. The best net's exact grade
-    (4,520 searches: a measurement, not part of the loop's seconds) is in the history at round 0, every
-    `grade_every`-th round and the last; a grade is computed once per best net (a kept net keeps its grade)."""
+    """The loop (azlib.mcts.rounds): self-play by the best net -> train on the latest `replay_iterations` rounds ->
+    arena, `iterations` times. The best net's exact grade (4,520 searches: a measurement, not part of the loop's
+    seconds) is in the history at round 0, every `grade_every`-th round and the last; a grade is computed once per
+    best net (a kept net keeps its grade)."""
     if grade_every < 1:
         raise ValueError(f"grade_every must be at least 1, got {grade_every}")
     rng = random.Random(seed)
@@ -258,25 +258,28 @@ def alphazero(settings: AlphaZeroSettings, seed: int = 0, progress=None,
     best = copy.deepcopy(net)
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     best_grade = evaluate(best, settings)  # None once the best net has changed and not been graded since
-    history = [{"iteration": 0, **best_grade}]
-    replay: deque[list] = deque(maxlen=settings.replay_iterations)
-    seconds = 0.0  # the loop's own time; the exact grade is a measurement, not part of it
-    for it in range(1, settings.iterations + 1):
-        start = time.perf_counter()
+
+    def play() -> tuple[list, dict]:
         data = self_play(best, settings, rng)
-        replay.append(augment(data) if settings.symmetries else data)
-        losses = train(net, [x for d in replay for x in d], settings, optimizer, rng)
+        return augment(data) if settings.symmetries else data, {"positions": len(data)}
+
+    def learn(window: list) -> dict:
+        nonlocal best, best_grade
+        losses = train(net, window, settings, optimizer, rng)
         games = arena(net, best, settings, rng) if settings.arena_games else {"new_wins": 0, "best_wins": 0}
         accepted = games["new_wins"] >= games["best_wins"]
         if accepted:
             best, best_grade = copy.deepcopy(net), None
-        seconds += time.perf_counter() - start
-        row = {"iteration": it, "positions": len(data), **losses, **games, "accepted": accepted, "seconds": seconds}
-        if it % grade_every == 0 or it == settings.iterations:
-            if best_grade is None:
-                best_grade = evaluate(best, settings)
-            row |= best_grade
-        history.append(row)
-        if progress is not None:
-            progress.update(1)
+        return losses | games | {"accepted": accepted}
+
+    def measure(iteration: int) -> dict:
+        nonlocal best_grade
+        if iteration % grade_every and iteration != settings.iterations:
+            return {}
+        if best_grade is None:
+            best_grade = evaluate(best, settings)
+        return best_grade
+
+    history = [{"iteration": 0, **best_grade}]
+    history += run_rounds(settings.iterations, play, learn, settings.replay_iterations, measure, progress)
     return best, history

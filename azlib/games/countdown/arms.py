@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import math
 import random
-import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
@@ -33,6 +32,7 @@ from azlib.games.countdown.settings import (ARMS, ArmSettings, CountdownSearchSe
                                       ReferenceValueSettings)
 from azlib.grpo import group_advantages
 from azlib.mcts.learn import update
+from azlib.mcts.rounds import run_rounds
 from azlib.settings import GPTShape
 from azlib.models.gpt import cosine_schedule
 
@@ -222,8 +222,9 @@ class ProblemStream:
 
 def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownSearchSettings, stream: ProblemStream,
               seed: int, evaluate: Callable[[Policy], dict] | None = None) -> ArmRun:
-    """`settings.iterations` rounds of: spend `tokens_per_iteration` generated characters on the arm's way of
-    playing, then update on what it played. `evaluate` (if given) is called on the policy after every iteration."""
+    """`settings.iterations` rounds (azlib.mcts.rounds, a window of one round) of: spend `tokens_per_iteration`
+    generated characters on the arm's way of playing, then update on what it played. `evaluate` (if given) is called
+    on the policy after every round."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}: choose from {ARMS}")
     policy = Policy(copy.deepcopy(start.net), start.device, start.legal_only)
@@ -231,12 +232,11 @@ def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownS
     rng = random.Random(f"{arm} {seed}")
     generator = torch.Generator(device=policy.device).manual_seed(seed)
     run = ArmRun(arm, policy)
-    for iteration in range(1, settings.iterations + 1):
-        started, spent = time.perf_counter(), 0
-        groups: list[list[Episode]] = []
-        moves: list[SearchedMove] = []
-        outcomes: list[float] = []
-        problems_seen = solved = 0
+
+    def play() -> tuple[list, dict]:
+        """rft and grpo: a group of episodes per problem; the AlphaZero arms: (searched move, game outcome) pairs."""
+        examples: list = []
+        spent = problems_seen = solved = 0
         while spent < settings.tokens_per_iteration:
             # a quarter batch first, then as many problems as the characters left should take (at the cost per
             # problem so far), so that every arm ends its iteration within about one problem of the same count
@@ -246,7 +246,7 @@ def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownS
             problems_seen += len(problems)
             if arm in ("rft", "grpo"):
                 batch = play_episodes(policy, problems, settings.group_size, settings.temperature, generator)
-                groups += batch
+                examples += batch
                 spent += sum(e.tokens for g in batch for e in g)
                 solved += sum(any(e.solved for e in g) for g in batch)
             else:
@@ -255,21 +255,19 @@ def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownS
                     generator=generator)
                 spent += tokens
                 run.value_evaluations += evaluations
-                for game in games:
-                    moves += game.moves
-                    outcomes += [float(game.solved)] * len(game.moves)
+                examples += [(move, float(game.solved)) for game in games for move in game.moves]
                 solved += sum(g.solved for g in games)
-        if arm == "rft":
-            logs = learner.rft([e for g in groups for e in g], rng)
-        elif arm == "grpo":
-            logs = learner.grpo(groups, rng)
-        else:
-            logs = learner.alphazero(moves, outcomes, rng)
         run.tokens += spent
-        row = {"iteration": iteration, "tokens": run.tokens, "problems": problems_seen,
-               "train_solved_share": solved / max(problems_seen, 1), "seconds": time.perf_counter() - started,
-               **logs}
-        if evaluate is not None:
-            row |= evaluate(policy)
-        run.history.append(row)
+        return examples, {"tokens": run.tokens, "problems": problems_seen,
+                          "train_solved_share": solved / max(problems_seen, 1)}
+
+    def learn(examples: list) -> dict:
+        if arm == "rft":
+            return learner.rft([e for g in examples for e in g], rng)
+        if arm == "grpo":
+            return learner.grpo(examples, rng)
+        return learner.alphazero([move for move, _ in examples], [z for _, z in examples], rng)
+
+    run.history = run_rounds(settings.iterations, play, learn,
+                             measure=None if evaluate is None else lambda _: evaluate(policy))
     return run
