@@ -141,15 +141,16 @@ def test_gumbel_wins_and_blocks_on_tictactoe():
     everything) and no noise (gumbel_scale 0, mctx's setting for evaluation), the search takes the win or the
     block; signs wrong anywhere and it would take the opposite. With random playouts, a win in one is found."""
 
-    def exact(board):
-        moves = ttt.legal_moves(board)
-        return [1 / len(moves)] * len(moves), float(ttt.minimax(board))
+    class Exact(ttt.TicTacToe):
+        def expand(self, boards, rng):
+            return [Expansion([Child(m, ttt.play(b, m), 1 / len(ttt.legal_moves(b))) for m in ttt.legal_moves(b)],
+                              float(ttt.minimax(b))) for b in boards]
 
     must = {"XX.OO....": 2, "XX..O....": 2, "X.O.X....": 8}  # X wins at 2; O blocks at 2; O blocks at 8
     config = SearchSettings(rule="gumbel", num_simulations=32, max_depth=9, gumbel_scale=0.0)
     for board, move in must.items():
         for seed in range(3):
-            (result,) = search(ttt.TicTacToe(exact), [board], config, random.Random(seed))
+            (result,) = search(Exact(), [board], config, random.Random(seed))
             assert result.action == move, f"{board}: played {result.action}, must play {move}"
             assert result.simulations == 32 and sum(result.action_weights) == pytest.approx(1.0)
             assert max(range(len(result.actions)), key=result.action_weights.__getitem__) == result.actions.index(move)
@@ -159,7 +160,7 @@ def test_gumbel_wins_and_blocks_on_tictactoe():
             assert result.action in wins
     # With the default noise (gumbel_scale 1) the move is a sample that favours the improved policy.
     noisy = SearchSettings(rule="gumbel", num_simulations=32, max_depth=9)
-    picks = [search(ttt.TicTacToe(exact), ["XX..O...."], noisy, random.Random(seed))[0].action for seed in range(20)]
+    picks = [search(Exact(), ["XX..O...."], noisy, random.Random(seed))[0].action for seed in range(20)]
     assert picks.count(2) >= 16
 
 

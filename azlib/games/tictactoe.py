@@ -103,17 +103,11 @@ class Match:
         return move
 
 
-# A policy-value function: board -> (prior per legal move, value for the player to move).
-PolicyValue = Callable[[str], tuple[Sequence[float], float]]
-
-
 class TicTacToe:
-    """Leaves are valued by one random playout (classic MCTS) unless a policy-value net is given."""
+    """Classic MCTS's tic-tac-toe: uniform priors, a leaf valued by one random playout (AlphaZero's net-valued one is
+    azlib.games.tictactoe_alphazero.NetTicTacToe)."""
 
     two_player = True
-
-    def __init__(self, policy_value: PolicyValue | None = None):
-        self.policy_value = policy_value
 
     def is_terminal(self, board: str) -> bool:
         return not legal_moves(board)
@@ -126,11 +120,7 @@ class TicTacToe:
 
     def _expand(self, board: str, rng: random.Random) -> Expansion:
         moves = legal_moves(board)
-        if self.policy_value is None:
-            priors, value = [1 / len(moves)] * len(moves), self._playout(board, rng)
-        else:
-            priors, value = self.policy_value(board)
-        return Expansion([Child(m, play(board, m), p) for m, p in zip(moves, priors)], value)
+        return Expansion([Child(m, play(board, m), 1 / len(moves)) for m in moves], self._playout(board, rng))
 
     @staticmethod
     def _playout(board: str, rng: random.Random) -> float:

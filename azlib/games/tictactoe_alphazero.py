@@ -168,12 +168,12 @@ def train(net: PolicyValueNet, data, settings: AlphaZeroSettings, optimizer, rng
 POSITIONS = [b for b in ttt.reachable_positions() if ttt.legal_moves(b)]  # 4,520, either side to move
 
 
-def greedy_settings(simulations: int, c: float = 1.414) -> SearchSettings:
+def greedy_settings(simulations: int, c: float = AlphaZeroSettings.c) -> SearchSettings:
     """The search that is graded and that plays people: the most visited move, no noise (deterministic)."""
     return SearchSettings(num_simulations=simulations, max_depth=9, c=c, temperature=0.0)
 
 
-def search_moves(net: PolicyValueNet, simulations: int, c: float = 1.414) -> dict[str, int]:
+def search_moves(net: PolicyValueNet, simulations: int, c: float = AlphaZeroSettings.c) -> dict[str, int]:
     """The net-guided search's move in every position (argmax of visits, no noise: deterministic)."""
     results = search(NetTicTacToe(net), POSITIONS, greedy_settings(simulations, c), random.Random(0))
     return {r.tree.root.state: r.action for r in results}
@@ -183,7 +183,8 @@ class NetPlayer:
     """The net as an opponent, board -> move: its search's move, as the grade plays it; `last` keeps the
     search of its latest move (the root's visit shares say what it weighed)."""
 
-    def __init__(self, net: PolicyValueNet, simulations: int = 64, c: float = 1.414):
+    def __init__(self, net: PolicyValueNet, simulations: int = AlphaZeroSettings.simulations,
+                 c: float = AlphaZeroSettings.c):
         self.env, self.settings = NetTicTacToe(net), greedy_settings(simulations, c)
         self.last: SearchResult | None = None
 
@@ -192,12 +193,8 @@ class NetPlayer:
         return self.last.action
 
     def visit_shares(self) -> dict[int, float]:
-        """Square -> share of the root's visits in the latest search ({} before the first move)."""
-        if self.last is None:
-            return {}
-        children = [self.last.tree.nodes[i] for i in self.last.tree.root.children]
-        total = sum(n.visits for n in children) or 1
-        return {n.action: n.visits / total for n in children}
+        """Square -> share of the root's visits in the latest search, its target ({} before the first move)."""
+        return {} if self.last is None else dict(zip(self.last.actions, self.last.action_weights))
 
 
 @torch.no_grad()
