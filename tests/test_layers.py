@@ -1,5 +1,6 @@
-"""The library's import layering: azlib's modules import one another without a circle (module-level and
-function-level imports alike), and `import azlib.lab.config`, the notebook-parameter schema, loads no model library."""
+"""The library's import layering: azlib's modules import only from their own layer and those below it (LAYERS, as
+docs/library.md's layout draws them), without a circle (module-level and function-level imports alike), and
+`import azlib.lab.config`, the notebook-parameter schema, loads no model library."""
 
 import ast
 import subprocess
@@ -10,6 +11,21 @@ from azlib.paths import REPO_ROOT
 
 AZLIB = REPO_ROOT / "azlib"
 MODEL_LIBRARIES = ("torch", "transformers", "peft", "accelerate", "vllm", "datasets")
+
+# From the top; a module belongs to the layer of its longest matching prefix.
+LAYERS = {
+    "the lab": ("azlib.lab", "azlib.__main__"),
+    "figures": ("azlib.viz",),
+    "experiments": ("azlib.tree_vs_sampling", "azlib.trl_arm", "azlib.games.countdown.experiment"),
+    "training": ("azlib.training", "azlib.games.text.explorers", "azlib.games.text.signals", "azlib.bandit",
+                 "azlib.rlt", "azlib.referee", "azlib.games.countdown.arms", "azlib.games.countdown.evaluate",
+                 "azlib.games.countdown.curves"),
+    "the update": ("azlib.grpo",),
+    "search and games": ("azlib.mcts", "azlib.games", "azlib.teachers", "azlib.evaluation",
+                         "azlib.step_check_precision"),
+    "foundations": ("azlib", "azlib.models", "azlib.rewards", "azlib.data", "azlib.sampled_answer", "azlib.prompts",
+                    "azlib.parallel", "azlib.optional_packages", "azlib.paths", "azlib.settings"),
+}
 
 
 def module_name(path: Path, package: Path) -> str:
@@ -82,6 +98,19 @@ def circle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"{sorted(component)} is not strongly connected")
 
 
+def layer_of(module: str, layers: dict[str, tuple[str, ...]] = LAYERS) -> int:
+    """The index of a module's layer (0 at the top): the layer of its longest matching prefix."""
+    matches = [(len(prefix), i) for i, prefixes in enumerate(layers.values()) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict[str, tuple[str, ...]] = LAYERS) -> list[str]:
+    """Every import of a module from a layer above its own."""
+    return [f"{m} -> {e}" for m, edges in sorted(graph.items()) for e in sorted(edges)
+            if layer_of(e, layers) < layer_of(m, layers)]
+
+
 def test_azlib_has_no_import_circle():
     found = cycles(import_graph(AZLIB))
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
@@ -94,6 +123,22 @@ def test_no_algorithm_module_imports_the_lab():
     upward = {m: sorted(e for e in edges if e.startswith("azlib.lab")) for m, edges in graph.items()
               if not m.startswith("azlib.lab") and m != "azlib.__main__"}
     assert not {m: e for m, e in upward.items() if e}, upward
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = upward_imports(import_graph(AZLIB))
+    assert not upward, "imports up a layer: " + "; ".join(upward)
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    graph = {"azlib.grpo": {"azlib.sampled_answer"}, "azlib.games.text.signals": {"azlib.grpo"},
+             "azlib.games.text.env": {"azlib.mcts.search"}, "azlib.mcts.search": set(), "azlib.sampled_answer": set()}
+    assert upward_imports(graph) == []
+    graph["azlib.mcts.search"] = {"azlib.games.text.signals"}  # the search reaching into a training signal
+    graph["azlib.sampled_answer"] = {"azlib.viz.tree"}
+    assert upward_imports(graph) == ["azlib.mcts.search -> azlib.games.text.signals",
+                                     "azlib.sampled_answer -> azlib.viz.tree"]
+    assert layer_of("azlib.games.countdown.arms") < layer_of("azlib.games.countdown.play") == layer_of("azlib.games")
 
 
 def test_the_settings_import_no_azlib_module():
