@@ -2,7 +2,7 @@
 choices and help. The components that read them: sampling (the answers of a run), the search (azlib.mcts), the
 search over text and the forking tree (azlib.games.text), the server's limits (azlib.models.serve), the update
 (azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training), notebook 05's arms
-(azlib.tree_vs_sampling), RLT's teacher (azlib.rlt), AlphaZero on tic-tac-toe (azlib.games.tictactoe_alphazero),
+(azlib.lab.tree_vs_sampling), RLT's teacher (azlib.rlt), AlphaZero on tic-tac-toe (azlib.games.tictactoe_alphazero),
 the referee (azlib.referee). Elsewhere: notebook 08's in azlib.games.countdown.settings (its package's), and beside
 their one user the original system's reward weights (azlib.rewards.RewardWeights) and a teacher
 (azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
@@ -267,7 +267,7 @@ def asks_teachers(signal: str, writer: str) -> bool:
     return EXPLORER_OF[signal] == "tree" or writer == "teachers"
 
 
-# -- notebook 05's arms (azlib.tree_vs_sampling) ------------------------------------------------------------------------
+# -- notebook 05's arms (azlib.lab.tree_vs_sampling) ------------------------------------------------------------------------
 
 # What each arm searches or samples, and how it updates: a key that names a ForkSettings field sets the fork
 # section, the rest the train section. Every arm but "trl" runs azlib's Trainer.

@@ -16,7 +16,7 @@ import pickle
 import resource
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -30,7 +30,7 @@ from azlib.games.text.signals import SCORABLE_SIGNALS, best_verified, verified, 
 from azlib.games.text.explorers import Exploration, ForkExplorer, TreeExplorer, explorer
 from azlib.models.generation import Resource
 from azlib.models.student import Student
-from azlib.parallel import barrier, gather, local_device, shard, world
+from azlib.parallel import barrier, gather, shard, world
 from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_reward_function, reward_name
 from azlib.paths import CHECKPOINT_PREFIX, saved_checkpoints
 from azlib.settings import (EXPLORER_OF, TRAINING_SEARCH, AnswerSampling, ForkSettings, GRPOSettings, LoraSettings,
@@ -39,7 +39,6 @@ from azlib.settings import (EXPLORER_OF, TRAINING_SEARCH, AnswerSampling, ForkSe
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.
 RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_every")
-GENERATION_MAX_MODEL_LEN = 4096  # tokens of one sequence in the student's vLLM engine (prompt + answer)
 
 
 class CheckpointError(RuntimeError):
@@ -353,52 +352,6 @@ class Trainer(Resource):
         self.policy_update.updates, self.replay = state["updates"], replay
         if self.teachers is not None:
             self.teachers.rule.load_state(saved_teachers)
-
-
-def training_problems(params) -> tuple[list[Row], str]:
-    """The training rows a TrainingParams names, and a note when GSM8K was unreachable (gsm8k_fallback)."""
-    from azlib.data import task_problems
-
-    return task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
-                         fallback=params.gsm8k_fallback, steps=tuple(params.arithmetic_steps))
-
-
-def generation_engine(params) -> dict:
-    """The vLLM engine options of a trained model that generates through one (generation "vllm": notebook 04 and
-    05's student, 06's teacher): its dtype, share and length."""
-    return {"dtype": params.dtype, "gpu_memory_utilization": params.generation_memory,
-            "max_model_len": GENERATION_MAX_MODEL_LEN}
-
-
-def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, engine=None,
-                        teacher_engines: dict | None = None, **train_changes) -> Trainer:
-    """Student, teachers and trainer as a TrainingParams (notebooks 04, 05; `python -m azlib train`) says;
-    `train_changes` replace fields of its `train` section (05's equal-budget arms). `engine` (generation "vllm")
-    and `teacher_engines` (keyed as azlib.teachers.backends.engine_key): engines the caller opened and keeps open
-    across trainers, used instead of new ones. The caller closes the trainer when done with it (`with
-    trainer_from_params(...) as trainer:`): its student and teachers may hold engines of their own."""
-    from azlib.teachers import TeacherEnsemble, chosen_teachers
-
-    specs = chosen_teachers(params.teachers, params.teacher_tier)
-    if params.fork.writer == "teachers" and not specs:
-        raise ValueError("fork.writer 'teachers' needs teachers: set teacher_tier (cpu, vllm, ...) or teachers")
-    settings = TrainerSettings(train=replace(params.train, seed=params.seed, **train_changes), search=params.search,
-                               text=params.text, fork=params.fork, grpo=params.grpo, lora=params.lora)
-    torch.manual_seed(params.seed)  # the LoRA initialisation
-    student = Student(params.model, lora=settings.lora, reference=params.reference, dtype=params.dtype,
-                      device=local_device(params.device), gradient_checkpointing=params.gradient_checkpointing,
-                      use_unsloth=params.use_unsloth, generation=params.generation,
-                      server={"base_url": params.generation_url, "model": params.model},
-                      vllm_options=generation_engine(params), engine=engine)
-    teachers = None
-    if specs:  # their own copies: a teacher must not drift with the student
-        try:
-            teachers = TeacherEnsemble(specs, shared=teacher_engines, per_node=params.teachers_per_node,
-                                       seed=params.seed)
-        except Exception:  # e.g. a teacher engine that finds no memory: the student's engine goes too
-            student.close()
-            raise
-    return Trainer(student, problems, folder, settings, teachers=teachers)
 
 
 def _replayed(saved: dict) -> Rollout:

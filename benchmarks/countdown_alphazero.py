@@ -19,7 +19,8 @@ import torch  # noqa: E402
 
 from azlib.lab.config import NOTEBOOKS_DIR, PROFILES, resolve  # noqa: E402
 from azlib.games.countdown.evaluate import greedy_moves  # noqa: E402
-from azlib.games.countdown.experiment import CountdownSetup, run_arms, summary, train_start  # noqa: E402
+from azlib.games.countdown.experiment import run_arms, summary, train_start  # noqa: E402
+from azlib.lab.from_params import countdown_setup  # noqa: E402
 from azlib.viz.countdown import plot_learning, plot_methods, plot_value_precision  # noqa: E402
 
 
@@ -29,7 +30,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/bench-countdown"))
     args = parser.parse_args()
     params, _ = resolve(NOTEBOOKS_DIR / "08_countdown_alphazero.ipynb", args.profile, args.out.resolve())
-    setup = CountdownSetup.from_params(params)
+    setup = countdown_setup(params)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     torch.set_num_threads(max(1, setup.workers))

@@ -3,7 +3,7 @@
 
 What training samples: SmolLM2-135M-Instruct in fp32, the kit's chat prompt of arithmetic problems (1- and 2-step,
 training wordings), G answers per problem at T 0.7, at most 96 new tokens, every row ended at its answer line
-('#### N' and a newline; for `generate`, the stopping criteria the TRL arm uses, azlib.trl_arm.answer_line_stop).
+('#### N' and a newline; for `generate`, the stopping criteria the TRL arm uses, azlib.lab.trl_arm.answer_line_stop).
 Peers: `generate` with a static cache (`cache_implementation="static"`, what transformers recommends for fast
 decoding) and with its default dynamic cache. The runs alternate, repeated, and each method's best time counts.
 Prints generated tokens per second, greedy (the same tokens for every method: pure speed) and sampled (training's
@@ -22,7 +22,7 @@ import torch
 
 from azlib.data.arithmetic import arithmetic_problems
 from azlib.models import DEFAULT_MODEL, make_backend
-from azlib.trl_arm import answer_line_stop
+from azlib.lab.trl_arm import answer_line_stop
 from azlib.prompts import chat_prompt
 
 MAX_NEW_TOKENS = 96

@@ -479,11 +479,11 @@ def logprob_gap(student, prompts: list, samples: list) -> float:
 
 def phase_vllm_coresident(check: Check, entry: dict) -> None:
     """Notebook 05's engines held at once, as its tree_teachers arm holds them: the student model's engine with
-    LoRA enabled (azlib.tree_vs_sampling.instrument, the profile's generation_memory), then the profile's teachers
+    LoRA enabled (azlib.lab.tree_vs_sampling.instrument, the profile's generation_memory), then the profile's teachers
     (TeacherEnsemble, its teacher_tier) from dummy-weight configs at their shares, Phi-3.5-mini last at its
     small one. A generation through each engine, their KV caches beside the plan's, all closed."""
     vllm_settings(check, entry)
-    from azlib.tree_vs_sampling import instrument
+    from azlib.lab.tree_vs_sampling import instrument
     from azlib.teachers import TeacherEnsemble, tier_teachers
 
     cuda, r = check.cuda, check.size["lora_r"]
@@ -520,7 +520,7 @@ def phase_vllm_lora_swap(check: Check, entry: dict) -> None:
     vllm_settings(check, entry)
     from azlib.data import arithmetic_problems
     from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
-    from azlib.training import trainer_from_params
+    from azlib.lab.from_params import trainer_from_params
 
     cuda, r = check.cuda, check.size["lora_r"]
     tolerance = LOGPROB_TOLERANCE[check.args.dtype]
@@ -574,7 +574,7 @@ def phase_vllm_lora_swap(check: Check, entry: dict) -> None:
 
 
 def phase_trl_colocate_twice(check: Check, entry: dict) -> None:
-    """Notebook 05's TRL arm as the profile runs it (azlib.trl_arm.train_with_trl, generation "vllm": TRL's own
+    """Notebook 05's TRL arm as the profile runs it (azlib.lab.trl_arm.train_with_trl, generation "vllm": TRL's own
     vLLM engine in this process, colocate mode, the run's share), twice in one process as two seeds of one
     experiment, about one optimiser step each; the memory after each. On a CPU, TRL's engine runs in this process
     on the GEMM path --vllm-cpu-gemm asks for, and the path each of its linear layers took at each load is counted
@@ -584,10 +584,10 @@ def phase_trl_colocate_twice(check: Check, entry: dict) -> None:
 
     import torch.distributed as dist
 
-    from azlib.tree_vs_sampling import task_sets
+    from azlib.lab.tree_vs_sampling import task_sets
     from azlib.models.loading import free_memory
     from azlib.models.vllm import cpu_gemm
-    from azlib.trl_arm import train_with_trl
+    from azlib.lab.trl_arm import train_with_trl
 
     length, cuda = check.size["answer_tokens"], check.cuda
     params = check.resolved("05_base_vs_trained", *training_assignments(check), "generation=vllm",
@@ -800,7 +800,8 @@ def phase_notebook_04(check: Check, entry: dict) -> None:
     checkpoint) on shorter answers (SIZES' step_tokens), a resume in a fresh trainer for a second, then the
     GPU's checkpoint restored by a trainer on the CPU."""
     from azlib.models.student import Student
-    from azlib.training import Trainer, trainer_from_params, training_problems
+    from azlib.lab.from_params import trainer_from_params, training_problems
+    from azlib.training import Trainer
 
     params = check.resolved("04_gsm8k_run", *training_assignments(check, check.size["step_tokens"]), "train.steps=1",
                             "train.checkpoint_every=1")
@@ -834,7 +835,7 @@ def phase_notebook_05(check: Check, entry: dict) -> None:
     """Notebook 05's Experiment under the profile, one seed of the tree and GRPO arms at about one step's budget
     through hf generation, each arm a run of its own in one folder (as the experiment continues an interrupted
     one). The TRL arm: trl_colocate_twice."""
-    from azlib.tree_vs_sampling import Experiment, task_sets
+    from azlib.lab.tree_vs_sampling import Experiment, task_sets
 
     length = check.size["answer_tokens"]
     params = check.resolved("05_base_vs_trained", *training_assignments(check), "teacher_tier=none", "seeds=[0]",
@@ -861,15 +862,15 @@ def phase_notebook_06(check: Check, entry: dict) -> None:
     generating through its vLLM engine (generation "vllm", its adapter synced after the step) for one GRPO step
     at the profile's explanations per step, its explanations of a few problems, the engine closed; an SFT learner
     (the 0.5B shape) distilled on them; the base and the learner's adapter evaluated in turn through the
-    instrument (azlib.tree_vs_sampling.instrument: a vLLM engine with LoRA). Where vLLM is not installed, hf
+    instrument (azlib.lab.tree_vs_sampling.instrument: a vLLM engine with LoRA). Where vLLM is not installed, hf
     throughout."""
     from azlib.evaluation import evaluate
-    from azlib.tree_vs_sampling import instrument
+    from azlib.lab.tree_vs_sampling import instrument
     from azlib.grpo import GRPOSettings, PolicyUpdate
     from azlib.models import make_backend
     from azlib.models.student import Student
     from azlib.rlt import TeacherTrainer, explain, sft_examples, sft_to_budget
-    from azlib.training import generation_engine, training_problems
+    from azlib.lab.from_params import generation_engine, training_problems
 
     generation = "vllm" if importlib.util.find_spec("vllm") else "hf"
     if generation == "vllm":
@@ -940,7 +941,7 @@ def phase_notebook_07(check: Check, entry: dict) -> None:
     """Notebook 07's arms at the profile's shapes for a few dozen steps, on the repository's few GSM8K rows."""
     from azlib.lab.plan import GPT_CHARS
     from azlib.referee import load_corpus
-    from azlib.referee.train import arms_from_params
+    from azlib.lab.from_params import arms_from_params
 
     steps = 30 if check.args.shape == "student" else 4
     params = check.resolved("07_referee_rl", *check.assignments(

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from azlib.lab.config import NOTEBOOKS_DIR, PROFILES, resolve  # noqa: E402
 from azlib.referee import load_corpus  # noqa: E402
-from azlib.referee.train import arms_from_params  # noqa: E402
+from azlib.lab.from_params import arms_from_params  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """The base student's right answers per generated token at two sampling temperatures (notebook 05's quick
-default 0.3 against the library's 0.7): azlib.tree_vs_sampling.calibration on fresh arithmetic chains of 1 and 2
+default 0.3 against the library's 0.7): azlib.lab.tree_vs_sampling.calibration on fresh arithmetic chains of 1 and 2
 steps, the same problems and seed at each temperature. Writes nothing.
 
     .venv/bin/python benchmarks/sampling_temperature.py [--temperatures 0.3 0.7] [--problems 16] [--samples 8]
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from azlib.data import arithmetic_problems
-from azlib.tree_vs_sampling import calibration
+from azlib.lab.tree_vs_sampling import calibration
 from azlib.models import DEFAULT_MODEL, make_backend
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import azlib
 from azlib.lab.config import resolve_library
-from azlib.training import trainer_from_params, training_problems
+from azlib.lab.from_params import trainer_from_params, training_problems
 
 PACKAGE = str(Path(azlib.__file__).parent)
 INTERNALS = (PACKAGE + "/models", PACKAGE + "/parallel")

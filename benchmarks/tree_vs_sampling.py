@@ -1,4 +1,4 @@
-"""Does the tree earn its place? Notebook 05's experiment (azlib.tree_vs_sampling) with the `cpu` profile, on 2 CPU
+"""Does the tree earn its place? Notebook 05's experiment (azlib.lab.tree_vs_sampling) with the `cpu` profile, on 2 CPU
 cores: the base student's calibration table, then the forking tree and rejection sampling (main mode; every
 arm in --mode all) trained to one budget of generated tokens for each of 3 training seeds, every model on
 the profile's held-out problems (200) in the training wordings and the same problems in wordings never trained on.
@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from azlib.lab.config import ParamsError, resolve_library
-from azlib.tree_vs_sampling import Experiment, calibration, calibration_sets, comparison_pairs, task_sets
+from azlib.lab.tree_vs_sampling import Experiment, calibration, calibration_sets, comparison_pairs, task_sets
 from azlib.settings import ARMS
 from azlib.models import make_backend
 from azlib.paths import REPO_ROOT
@@ -34,7 +34,7 @@ from azlib.paths import REPO_ROOT
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("main", "all"), default="main",
-                        help="main: base, tree and RFT; all: every arm of azlib.tree_vs_sampling.ARMS, tree and RFT first (so an "
+                        help="main: base, tree and RFT; all: every arm of azlib.lab.tree_vs_sampling.ARMS, tree and RFT first (so an "
                              "interrupted run has the main comparison), with the embedded teacher ensemble for tree_teachers")
     parser.add_argument("--steps", type=int, default=None, help="arithmetic steps per problem (default: the profile's)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the profile's token budget")

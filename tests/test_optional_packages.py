@@ -241,7 +241,7 @@ def unsloth_student(tmp_path):
 
 
 def trl_arm(tmp_path):
-    from azlib.trl_arm import train_with_trl
+    from azlib.lab.trl_arm import train_with_trl
 
     train_with_trl(None, [], tmp_path, token_budget=0)
 

@@ -155,7 +155,7 @@ def test_the_run_builds_its_networks_from_the_shapes_and_the_corpus():
     """The vocabulary is the corpus's; the small referee reads the main models' windows; the loop's seed is the
     notebook's."""
     from azlib.referee.data import CharCorpus
-    from azlib.referee.train import arms_from_params
+    from azlib.lab.from_params import arms_from_params
 
     params = config.resolve_library("07_referee_rl", "smoke", "outputs/test", ["seed=3"])[0]
     chars = [chr(32 + i) for i in range(57)]

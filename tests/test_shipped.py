@@ -11,7 +11,7 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from azlib.lab import config
-from azlib.tree_vs_sampling import comparison_pairs
+from azlib.lab.tree_vs_sampling import comparison_pairs
 from azlib.settings import ARMS
 from azlib.lab.shipped_results import RLT, TEACHER_ENSEMBLE, TRAINING, TREE_VS_SAMPLING, provenance, shipped_experiment, shipped_metrics
 from azlib.viz import plot_ensemble, plot_experiment, plot_rlt, plot_training

@@ -395,7 +395,7 @@ def test_04_a_bonus_every_answer_earns_moves_nothing_and_the_notebook_says_so():
 
 
 def test_05_one_step_task_has_one_step_problems():
-    from azlib.tree_vs_sampling import task_sets
+    from azlib.lab.tree_vs_sampling import task_sets
 
     problems, sets, _ = task_sets(resolved("05", "arithmetic_steps=[1]", "num_train_problems=16", "eval_problems=8"))
     assert {r["info"]["steps"] for r in problems + [r for rows in sets.values() for r in rows]} == {1}
@@ -420,7 +420,7 @@ def test_05_the_mcts_arm_takes_the_signal_of_its_search():
 
 
 def test_05_the_verdict_says_what_it_compared():
-    from azlib.tree_vs_sampling import verdict
+    from azlib.lab.tree_vs_sampling import verdict
 
     def row(a, b, name, difference):
         return {"a": a, "b": b, "set": name, "difference": difference, "ci_low": -0.1, "ci_high": 0.1, "seeds": 1,
@@ -538,12 +538,13 @@ def test_07_group_advantages_keep_the_gradient():
 
 
 def test_07_without_ablations_two_arms_train():
-    from azlib.referee.train import arm_specs, shapes
+    from azlib.lab.from_params import referee_shapes
+    from azlib.referee.train import arm_specs
 
     names = {}
     for sets in ((), ("ablations=[]",)):
         p = resolved("07", *sets)
-        names[sets] = [spec.name for spec in arm_specs(*shapes(p, 64), p.reward, list(p.ablations), p.seed)]
+        names[sets] = [spec.name for spec in arm_specs(*referee_shapes(p, 64), p.reward, list(p.ablations), p.seed)]
     assert names[("ablations=[]",)] == ["ce", "rl"] and len(names[()]) > 2
 
 

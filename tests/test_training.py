@@ -29,7 +29,8 @@ from azlib.rewards import RewardWeights, answer_reward
 from azlib.settings import AnswerSampling, ForkSettings, SearchSettings, TextSearchSettings
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.games.text.explorers import accuracy_column
-from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings, trainer_from_params, training_problems
+from azlib.lab.from_params import trainer_from_params, training_problems
+from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings
 from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student

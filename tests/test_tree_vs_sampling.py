@@ -1,4 +1,4 @@
-"""azlib.tree_vs_sampling on a hand-written run folder (no model): what it reads back, the comparisons across
+"""azlib.lab.tree_vs_sampling on a hand-written run folder (no model): what it reads back, the comparisons across
 seeds (per-seed McNemar, seeds where b is above a, over the seeds both arms finished), the mechanism; and
 one real run of two arms on the embedded model: each arm's engine closed once its result is on disk."""
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from azlib.tree_vs_sampling import Experiment, comparison_pairs
+from azlib.lab.tree_vs_sampling import Experiment, comparison_pairs
 
 
 def write_run(folder, correct: dict[str, list[int]], log=None):
@@ -73,7 +73,7 @@ def test_answers_on_disk_are_only_compared_with_the_same_problems(experiment):
 
 
 def test_task_sets_hold_out_chains_and_reword_the_same_problems():
-    from azlib.tree_vs_sampling import task_sets
+    from azlib.lab.tree_vs_sampling import task_sets
 
     params = SimpleNamespace(task="arithmetic", gsm8k="auto", gsm8k_fallback=False, num_train_problems=300, seed=0,
                              arithmetic_steps=[1, 2], eval_problems=50, eval_gsm8k_problems=0)
@@ -88,7 +88,7 @@ def test_task_sets_hold_out_chains_and_reword_the_same_problems():
 
 def test_gsm8k_held_out_sets_have_the_configured_sizes(gsm8k_dir):
     from azlib.data import load_gsm8k, solution_steps
-    from azlib.tree_vs_sampling import task_sets
+    from azlib.lab.tree_vs_sampling import task_sets
 
     params = SimpleNamespace(task="gsm8k", gsm8k=str(gsm8k_dir), gsm8k_fallback=False, num_train_problems=8, seed=0,
                              arithmetic_steps=[1], eval_problems=5, eval_gsm8k_problems=7)
@@ -103,7 +103,7 @@ def test_gsm8k_held_out_sets_have_the_configured_sizes(gsm8k_dir):
 
 def test_an_unreadable_gsm8k_is_an_error_unless_the_fallback_is_allowed(tmp_path):
     from azlib.data import DataUnavailable
-    from azlib.tree_vs_sampling import task_sets
+    from azlib.lab.tree_vs_sampling import task_sets
 
     missing = tmp_path / "no-gsm8k"
     strict = SimpleNamespace(task="gsm8k", gsm8k=str(missing), gsm8k_fallback=False, num_train_problems=8, seed=0,
@@ -126,9 +126,9 @@ def test_every_model_answers_through_one_instrument_opened_after_the_training(tm
     """The base, an azlib arm and the TRL arm are evaluated by one backend (hf here: generation "hf"), each
     arm's saved adapter put on the base weights in turn: one instrument for every model compared. Each arm's
     student is closed before the next trains, and the instrument after every result is on disk."""
-    from azlib import tree_vs_sampling as experiment_module
+    from azlib.lab import tree_vs_sampling as experiment_module
     from azlib.lab import config
-    from azlib.tree_vs_sampling import task_sets
+    from azlib.lab.tree_vs_sampling import task_sets
     from azlib.models.hf import HFBackend
     from azlib.models.student import Student
 
@@ -168,7 +168,7 @@ def test_an_arm_stops_at_train_steps_when_its_budget_is_not_reached(tmp_path, ti
     """train.steps bounds every arm: with a token budget that two steps do not reach, an arm of train.steps = 2
     (a tiny random student) trains two steps and stops, its tokens short of the budget."""
     from azlib.lab.config import resolve_library
-    from azlib.tree_vs_sampling import Engines, task_sets
+    from azlib.lab.tree_vs_sampling import Engines, task_sets
 
     budget = 10**6
     params, _ = resolve_library("05_base_vs_trained", "smoke", tmp_path, [
@@ -185,7 +185,7 @@ def test_an_arm_stops_at_train_steps_when_its_budget_is_not_reached(tmp_path, ti
 def test_a_problem_in_several_sets_is_answered_once(tmp_path, monkeypatch, hf):
     """GSM8K's held-out problems are among its test problems: the base answers the union once (one evaluation,
     each problem once), and each set's records are its own problems' answers in its order."""
-    from azlib import tree_vs_sampling as experiment_module
+    from azlib.lab import tree_vs_sampling as experiment_module
     from azlib.data import arithmetic_problems
 
     rows = arithmetic_problems(4, seed=5, steps=(1,))
@@ -210,7 +210,7 @@ def test_the_reported_comparisons_are_each_arm_against_the_tree_then_against_the
 
 def test_the_verdict_gives_no_interval_below_three_seeds_and_no_gap_for_a_tie():
     from azlib.evaluation import comparison_table
-    from azlib.tree_vs_sampling import verdict
+    from azlib.lab.tree_vs_sampling import verdict
 
     def rows(seeds):
         table = comparison_table({"base": [0.5] * seeds, "tree": [0.5] * seeds, "rft": [0.4 + 0.01 * s for s in

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from azlib.data.arithmetic import arithmetic_problems
-from azlib.trl_arm import answer_line_stop
+from azlib.lab.trl_arm import answer_line_stop
 from azlib.prompts import ANSWER_LINE, chat_prompt
 from azlib.rewards import complete_answer
 
@@ -37,7 +37,7 @@ def test_the_trl_arm_trains_in_the_runs_micro_batches_and_generates_as_the_run_d
     of at most grpo.micro_batch_size rows, train.steps steps at most; generation "vllm" hands TRL its colocated
     engine with the run's share."""
     from azlib.lab.config import resolve_library
-    from azlib.trl_arm import trl_config
+    from azlib.lab.trl_arm import trl_config
 
     _, tokenizer = embedded
     base = ["train.problems_per_step=6", "train.group_size=4", "grpo.micro_batch_size=16"]

@@ -14,7 +14,7 @@ import pytest
 from azlib.lab.config import resolve_library
 from azlib.data.arithmetic import arithmetic_problems
 from azlib.models.vllm import cpu_gemm, reload_weights
-from azlib.trl_arm import close_trl_engine, train_with_trl
+from azlib.lab.trl_arm import close_trl_engine, train_with_trl
 from conftest import save_tiny_llama
 
 pytestmark = pytest.mark.vllm

@@ -42,11 +42,11 @@ def engine():
 def shared_instrument():
     """Notebook 05's instrument with generation "vllm": an engine of the embedded model with LoRA enabled (rank 8),
     eager as CPU_ENGINE, that the tests with adapters share."""
-    import azlib.training
-    from azlib.tree_vs_sampling import instrument
+    import azlib.lab.from_params
+    from azlib.lab.tree_vs_sampling import instrument
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(azlib.training, "generation_engine", lambda p: CPU_ENGINE)  # eager: no compile on the CPU
+        patch.setattr(azlib.lab.from_params, "generation_engine", lambda p: CPU_ENGINE)  # eager: no compile on the CPU
         backend = instrument(instrument_params("vllm"))
     yield backend
     backend.close()
@@ -217,7 +217,7 @@ def test_an_adapter_rank_above_vllms_largest_is_refused_by_name():
 def test_an_experiments_one_engine_answers_for_the_base_and_each_adapter_as_hf_does(tmp_path, lora_engine):
     """Notebook 05's instrument with generation "vllm": one engine, the base and two arms' adapters as LoRA ids
     in turn, greedy outputs equal to the hf instrument's with the same adapters (fp32 on the CPU)."""
-    from azlib.tree_vs_sampling import instrument
+    from azlib.lab.tree_vs_sampling import instrument
     from azlib.grpo import GRPOSettings, PolicyUpdate, Rollout
     from azlib.models.student import LoraSettings, Student
 

@@ -16,9 +16,9 @@ def test_an_experiment_trains_and_answers_every_arm_through_one_engine(tmp_path,
     """Notebook 05 with generation "vllm": one engine of the student model for the whole run. Each arm and seed
     generates through it as it trains (its own adapter, loaded by a new LoRA id after each optimiser step), then
     the base and each trained adapter answer through it; no second engine starts."""
-    import azlib.training
+    import azlib.lab.from_params
     from azlib.lab import config
-    from azlib.tree_vs_sampling import Experiment, task_sets
+    from azlib.lab.tree_vs_sampling import Experiment, task_sets
     from azlib.models.vllm import VLLMBackend
 
     starts, adapters = [], []
@@ -26,7 +26,7 @@ def test_an_experiment_trains_and_answers_every_arm_through_one_engine(tmp_path,
     monkeypatch.setattr(VLLMBackend, "__init__", lambda self, *a, **k: starts.append(a) or start(self, *a, **k))
     monkeypatch.setattr(VLLMBackend, "use_adapter",
                         lambda self, folder: adapters.append(folder and Path(folder)) or use_adapter(self, folder))
-    monkeypatch.setattr(azlib.training, "generation_engine", lambda p: CPU_ENGINE)  # eager: no compile on the CPU
+    monkeypatch.setattr(azlib.lab.from_params, "generation_engine", lambda p: CPU_ENGINE)  # eager: no compile on the CPU
     params, _ = config.resolve(config.NOTEBOOKS_DIR / "05_base_vs_trained.ipynb", "smoke", tmp_path)
     params = params.model_copy(update={"seeds": [0, 1], "arms": ["rft", "grpo"], "generation": "vllm"})
     problems, sets, _ = task_sets(params)

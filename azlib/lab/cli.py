@@ -112,7 +112,7 @@ def _train(args) -> int:
     import torch
 
     from azlib.parallel import init_from_env, world
-    from azlib.training import trainer_from_params, training_problems
+    from azlib.lab.from_params import trainer_from_params, training_problems
 
     params = _library_params("04_gsm8k_run", args)
     if params.custom_reward:
@@ -140,7 +140,7 @@ def _train(args) -> int:
 
 def _experiment(args) -> int:
     from azlib.lab.config import validate
-    from azlib.tree_vs_sampling import EXPERIMENT_FOLDER, Experiment, task_sets
+    from azlib.lab.tree_vs_sampling import EXPERIMENT_FOLDER, Experiment, task_sets
     from azlib.parallel import independent_process
 
     params = _library_params("05_base_vs_trained", args)
@@ -167,7 +167,7 @@ def _referee(args) -> int:
 
     from azlib.parallel import init_from_env, world
     from azlib.referee import load_corpus
-    from azlib.referee.train import arms_from_params
+    from azlib.lab.from_params import arms_from_params
 
     params = _library_params("07_referee_rl", args)
     init_from_env()

@@ -371,7 +371,7 @@ class BaseVsTrainedParams(TrainingParams):
 class RefereeRLParams(GSM8KParams):
     """Notebook 07: a small GPT trained from scratch by RL against a referee beside cross-entropy (azlib.referee).
     The sections are the referee package's settings: `model` and `small_referee` GPTShape (a shape without its
-    vocabulary, which is the corpus's, read at run time: azlib.referee.train.shapes makes the GPTSettings), `train`
+    vocabulary, which is the corpus's, read at run time: azlib.lab.from_params.referee_shapes makes the GPTSettings), `train`
     RefereeTrainSettings (its seed is `seed`), `reward` RefereeRLSettings."""
 
     gsm8k: DataSource = Field("auto", description="corpus: GSM8K train text (auto: the kit's copy; a folder; hub: "

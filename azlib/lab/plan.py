@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from azlib.lab.config import ParamsError
-from azlib.tree_vs_sampling import problems_answered
+from azlib.lab.tree_vs_sampling import problems_answered
 from azlib.models.hf import BATCH_SIZE, kv_bytes_per_token
 from azlib.models.shared_prompts import SCORING_MEMORY
 from azlib.models.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, ModelLoadError, resolve_model_path
 from azlib.prompts import PROMPT_TOKENS
 from azlib.settings import arm_asks_teachers
 from azlib.teachers import chosen_teachers
-from azlib.training import GENERATION_MAX_MODEL_LEN, TrainerSettings
+from azlib.lab.from_params import GENERATION_MAX_MODEL_LEN
+from azlib.training import TrainerSettings
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
@@ -391,7 +392,7 @@ def _arms_work(params, shape: ModelShape, length: int, row: int) -> tuple[list[W
     """Notebook 05's work and engine starts. Every arm generates `token_budget` answer tokens per seed, in steps
     of problems_per_step x group_size answers at the length cap. A GRPO arm trains each answer once; an
     imitation arm (update "sft") trains its replay every step, counted full (replay_size answers) from the first.
-    azlib's arms generate through one engine of the student (azlib.tree_vs_sampling.Engines) and the arms that ask
+    azlib's arms generate through one engine of the student (azlib.lab.tree_vs_sampling.Engines) and the arms that ask
     teachers through one engine per teacher, each started once; TRL's arm starts its own engine per seed."""
     from azlib.settings import ARMS
 
@@ -417,7 +418,7 @@ def _arms_work(params, shape: ModelShape, length: int, row: int) -> tuple[list[W
             arm_asks_teachers(a, params.fork, t.signal) for a in azlib_arms)
     if "trl" in params.arms:  # TRL's own generation: its colocated vLLM engine (the student's share, before
         # azlib's student engine starts) or transformers' generate, at azlib's hf rate until a GPU measures it;
-        # its micro-batches are the grpo section's (azlib.trl_arm.trl_config), the phase above
+        # its micro-batches are the grpo section's (azlib.lab.trl_arm.trl_config), the phase above
         work.append(_work(f"the TRL arm's generation ({kind})", t.token_budget * seeds, kind, shape))
         starts += seeds if kind == "vllm" else 0
     return work, starts
@@ -426,7 +427,7 @@ def _arms_work(params, shape: ModelShape, length: int, row: int) -> tuple[list[W
 def _rlt_plan(notebook: str, params) -> NotebookPlan:
     """Notebook 06: the LoRA teacher trained by GRPO (generating through its own weights, or a vLLM engine with
     generation "vllm"), the frozen student scoring its explanations; then the students, each answering through
-    one instrument (azlib.tree_vs_sampling.instrument: an engine of the student model with generation "vllm"), which
+    one instrument (azlib.lab.tree_vs_sampling.instrument: an engine of the student model with generation "vllm"), which
     starts once the teacher's engine is closed."""
     teacher, source = model_shape(params.teacher_model)
     student, _ = model_shape(params.model)

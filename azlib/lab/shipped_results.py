@@ -1,6 +1,6 @@
 """The results the repository ships (`benchmarks/results/`), read back with what wrote them: each folder holds its
 results and a `provenance.json`. Reads only; running notebooks, training and evaluating are the runner's and
-azlib.tree_vs_sampling's."""
+azlib.lab.tree_vs_sampling's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from azlib.lab.config import NOTEBOOKS_DIR, resolve, resolve_library
-from azlib.tree_vs_sampling import Experiment, task_sets
+from azlib.lab.tree_vs_sampling import Experiment, task_sets
 from azlib.paths import REPO_ROOT
 from azlib.lab.run_folder import read_json
 

@@ -11,7 +11,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from azlib.models.gpt import GPT, cosine_schedule
-from azlib.parallel import local_device, world
+from azlib.parallel import world
 from azlib.referee.data import CharCorpus
 from azlib.referee.objective import ce_loss, referee_rl_loss
 from azlib.settings import GPTSettings, RefereeRLSettings, RefereeTrainSettings
@@ -150,21 +150,3 @@ def arm_specs(main: GPTSettings, small: GPTSettings, rl: RefereeRLSettings, abla
         specs += [ArmSpec("referee_small", "ce", small, init_seed=seed + 1),
                   ArmSpec("rl_small_referee", "rl", main, "referee_small", rl, seed)]
     return specs
-
-
-def shapes(params, vocab_size: int) -> tuple[GPTSettings, GPTSettings]:
-    """Notebook 07's networks over the corpus's vocabulary: the main models' (`params.model`) and the small
-    referee's (`params.small_referee`, reading the main models' windows: their block_size)."""
-    small = replace(params.small_referee, block_size=params.model.block_size)
-    return params.model.gpt(vocab_size), small.gpt(vocab_size)
-
-
-def arms_from_params(params, corpus: CharCorpus) -> Arms:
-    """Notebook 07's run from its parameters (azlib.lab.config.RefereeRLParams): the arms, their shapes and the loop
-    settings, seeded by `params.seed`."""
-    main, small = shapes(params, corpus.vocab_size)
-    device = local_device(params.device)
-    if device.startswith("cuda"):  # fp32 GPTs from scratch: TF32 matmuls, as nanoGPT trains them (not on the CPU)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    specs = arm_specs(main, small, params.reward, list(params.ablations), params.seed)
-    return Arms(specs, corpus, replace(params.train, seed=params.seed), device)

@@ -32,7 +32,8 @@ VALUE_GATE = 0.9  # AUC and precision at recall 0.5 a value must reach after the
 
 @dataclass(frozen=True)
 class CountdownSetup:
-    """Everything one run of the comparison reads (notebook 08's parameters, azlib.lab.config.CountdownParams)."""
+    """Everything one run of the comparison reads (notebook 08's parameters of the same names, through
+    azlib.lab.from_params.countdown_setup)."""
 
     size: int = 4  # numbers per problem
     seed: int = 0  # the start's (imitation's) seed; every arm and training seed starts from that one policy
@@ -48,11 +49,6 @@ class CountdownSetup:
     workers: int = 2  # processes for the arms, one torch thread each; 0: in this process
     device: str = "cpu"
     legal_only: bool = True  # the engine offers only legal lines (False: the model may write anything, and lose)
-
-    @classmethod
-    def from_params(cls, params) -> CountdownSetup:
-        """The setup from notebook 08's parameters (azlib.lab.config.CountdownParams) of the same names."""
-        return cls(**{f.name: getattr(params, f.name) for f in dataclasses.fields(cls)})
 
 
 def heldout_problems(setup: CountdownSetup, split: str) -> list[State]:

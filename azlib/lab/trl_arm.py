@@ -50,7 +50,7 @@ def trl_config(params, folder: str | Path, tokenizer):
     vLLM's sampling takes stop strings, not the answer line's pattern, so there a row ends at EOS or the length
     cap and its tokens after the answer line count against the budget."""
     trl = require("trl", "the TRL arm")
-    from azlib.training import GENERATION_MAX_MODEL_LEN
+    from azlib.lab.from_params import GENERATION_MAX_MODEL_LEN
 
     t, g = params.train, params.grpo
     batch = t.group_size * t.problems_per_step

@@ -235,13 +235,13 @@ class Experiment:
             return
         p = self.params
         if arm == "trl":
-            from azlib.trl_arm import train_with_trl
+            from azlib.lab.trl_arm import train_with_trl
 
             peer = train_with_trl(p.model_copy(update={"seed": seed}), self.problems, folder / "train",
                                   token_budget=p.train.token_budget)  # its adapter to train/adapter/
             tokens, log = peer.tokens, peer.log
         else:
-            from azlib.training import trainer_from_params
+            from azlib.lab.from_params import trainer_from_params
 
             fork, train = arm_settings(arm, p.fork, p.train.signal)
             # only the arms that ask teachers open their engines (the run's teachers are theirs)
@@ -278,13 +278,14 @@ class Experiment:
                     lines.append(f"{name:9s} {model:13s} {mean:6.1%}  seeds {seeds}  tokens {tokens}")
         return "\n".join(lines)
 
-    def comparisons(self, pairs: Sequence[tuple[str, str]]) -> list[dict]:
-        """Each pair (a, b) on each set: the mean over seeds of b - a with its t-interval, the per-seed exact
-        McNemar p-values, and Holm's correction over every pair and set compared here ("base" is the same
-        model in every seed). A pair is compared over the seeds both have finished (all, once run)."""
+    def comparisons(self, pairs: Sequence[tuple[str, str]] | None = None) -> list[dict]:
+        """Each pair (a, b) on each set (default: `comparison_pairs` of the arms): the mean over seeds of b - a with
+        its t-interval, the per-seed exact McNemar p-values, and Holm's correction over every pair and set compared
+        here ("base" is the same model in every seed). A pair is compared over the seeds both have finished (all,
+        once run); a pair with none is left out."""
         per_seed, mcnemar, named, rows_of = {}, {}, [], []
         for name in self.eval_sets:
-            for a, b in pairs:
+            for a, b in pairs if pairs is not None else comparison_pairs(self.params.arms):
                 seeds = [s for s in self.params.seeds
                          if all(name in self.base if m == "base" else (m, s) in self.runs for m in (a, b))]
                 if not seeds:
@@ -359,7 +360,7 @@ def verdict(rows: Sequence[dict], budget: int) -> str:
 
 
 def _adapter(folder: Path) -> Path:
-    """Where an arm's trained LoRA adapter is kept (beside its checkpoints; azlib.trl_arm saves TRL's there too)."""
+    """Where an arm's trained LoRA adapter is kept (beside its checkpoints; azlib.lab.trl_arm saves TRL's there too)."""
     return folder / "train" / "adapter"
 
 
@@ -428,7 +429,7 @@ def instrument(params) -> Backend:
     generate with (the adapters as LoRA ids), else the hf decode loop. Notebook 05's models, notebook 06's students."""
     from azlib.models import make_backend
     from azlib.parallel import local_device
-    from azlib.training import generation_engine
+    from azlib.lab.from_params import generation_engine
 
     if params.generation == "vllm":
         return make_backend("vllm", params.model, lora_rank=params.lora.r, **generation_engine(params))
