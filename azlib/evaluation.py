@@ -185,16 +185,6 @@ class EvalResult:
         lines.append(f"{self.tokens_generated} tokens in {self.seconds:.1f} s ({self.tokens_per_second:.1f} tok/s)")
         return "\n".join(lines)
 
-    def metrics(self, prefix: str = "") -> dict[str, float | int | str]:
-        """Flat numbers for metrics.json."""
-        out: dict[str, float | int | str] = {f"{prefix}protocol": self.protocol, f"{prefix}n": self.scores[self.headline].n,
-                                             f"{prefix}tokens_generated": self.tokens_generated,
-                                             f"{prefix}tokens_per_second": round(self.tokens_per_second, 2)}
-        for metric, s in self.scores.items():
-            key = prefix + metric.replace("-", "_")
-            out |= {f"{key}_accuracy": s.accuracy, f"{key}_ci_low": s.interval[0], f"{key}_ci_high": s.interval[1]}
-        return out
-
 
 def evaluate(
     backend: Backend,
@@ -283,12 +273,6 @@ class Comparison:
     p_value: float
     fixed: list[str]  # ids B gets right and A got wrong
     broken: list[str]  # ids A got right and B gets wrong
-
-    def table(self, a: str = "A", b: str = "B") -> str:
-        return (f"{'':14s}{b + ' right':>12s}{b + ' wrong':>12s}\n"
-                f"{a + ' right':14s}{self.both:12d}{self.only_a:12d}\n"
-                f"{a + ' wrong':14s}{self.only_b:12d}{self.neither:12d}\n"
-                f"exact McNemar p = {self.p_value:.4g} (n = {self.both + self.only_a + self.only_b + self.neither})")
 
 
 def compare(records_a: Sequence[dict], records_b: Sequence[dict]) -> Comparison:
