@@ -22,26 +22,25 @@ SPLIT_SEED = 4  # Stream of Search's: `countdown_generate.py --seed 4` in their 
 
 
 @cache
-def target_split(seed: int = SPLIT_SEED) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(seen, unseen) targets: 10..100 shuffled by random.seed(seed), the first tenth unseen (Stream of Search's
+def target_split() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(seen, unseen) targets: 10..100 shuffled by random.seed(SPLIT_SEED), the first tenth unseen (Stream of Search's
     val_target split at their seed)."""
-    rng = random.Random(seed)
+    rng = random.Random(SPLIT_SEED)
     targets = list(range(MIN_TARGET, MAX_TARGET + 1))
     rng.shuffle(targets)
     held = len(targets) // 10
     return tuple(sorted(targets[held:])), tuple(sorted(targets[:held]))
 
 
-def generate(count: int, size: int, targets: tuple[int, ...], rng: random.Random,
-             max_number: int = MAX_NUMBER) -> list[State]:
-    """`count` problems of `size` numbers: a target drawn from `targets`, numbers drawn from 1..max_number again
+def generate(count: int, size: int, targets: tuple[int, ...], rng: random.Random) -> list[State]:
+    """`count` problems of `size` numbers: a target drawn from `targets`, numbers drawn from 1..MAX_NUMBER again
     until the oracle says they reach it."""
     if size < 2:
         raise ValueError(f"a problem needs at least 2 numbers, got {size}")
     problems = []
     while len(problems) < count:
         target = rng.choice(targets)
-        while not solvable(state := State(target, tuple(rng.randint(1, max_number) for _ in range(size)))):
+        while not solvable(state := State(target, tuple(rng.randint(1, MAX_NUMBER) for _ in range(size)))):
             pass
         problems.append(state)
     return problems
@@ -63,10 +62,6 @@ def draw_training(count: int, size: int, rng: random.Random) -> list[State]:
     return problems
 
 
-def _heldout_path(size: int, split: str) -> Path:
-    return HELDOUT_DIR / f"{size}_numbers_{split}.jsonl"
-
-
 def make_heldout(size: int, split: str) -> list[State]:
     """The held-out set as the kit generates it: HELDOUT_SIZE problems on the seen or the unseen targets."""
     seen, unseen = target_split()
@@ -74,19 +69,11 @@ def make_heldout(size: int, split: str) -> list[State]:
     return generate(HELDOUT_SIZE, size, targets, random.Random(f"heldout {size} {split}"))
 
 
-def save_heldout(size: int, split: str) -> Path:
-    path = _heldout_path(size, split)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"numbers": list(p.numbers), "target": p.target}) + "\n"
-                            for p in make_heldout(size, split)))
-    return path
-
-
 @cache
 def heldout(size: int, split: str) -> tuple[State, ...]:
     """A shipped held-out set: `split` "seen" (targets seen in training, other problems) or "unseen" (Stream of
     Search's held-out targets), of 3- or 4-number problems."""
-    path = _heldout_path(size, split)
+    path = HELDOUT_DIR / f"{size}_numbers_{split}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no held-out set of {size}-number {split!r} problems at {path} (the kit ships "
                                 "3 and 4 numbers, seen and unseen)")
