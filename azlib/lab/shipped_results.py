@@ -63,7 +63,8 @@ def provenance(folder: Path | str) -> Provenance:
 
 
 def shipped_results(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
-    """A shipped benchmark's results that no notebook profile made (its command says how), and its provenance."""
+    """A shipped folder's results file as read, and its provenance: a benchmark's results that no notebook profile
+    made (its command says how), or a notebook run's whole metrics.json."""
     folder = Path(folder)
     made = provenance(folder)
     path = folder / made.results
@@ -86,13 +87,10 @@ def shipped_metrics(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
     """A shipped notebook run's numbers, its notebook's section of the run's metrics.json (what the notebook
     records for itself, `RunFolder.record_metrics`), and its provenance."""
     folder = Path(folder)
-    made = provenance(folder)
-    path = folder / made.results
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: {folder / 'provenance.json'} names it as the results")
-    recorded = read_json(path)
+    recorded, made = shipped_results(folder)
     if not isinstance(recorded, dict) or not isinstance(recorded.get(made.notebook), dict):
-        raise ValueError(f"{path} holds no section for {made.notebook}, the notebook its provenance names")
+        raise ValueError(f"{folder / made.results} holds no section for {made.notebook}, the notebook its provenance "
+                         "names")
     section = dict(recorded[made.notebook])
     params, _ = resolve(NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, folder, made.set)
     if hasattr(params, "task"):  # the task its settings name, where the run recorded none (a figure beside says it)
