@@ -16,7 +16,7 @@ SET_TITLES = {"heldout": "held-out (training wordings)", "transfer": "transfer (
 SIGNIFICANT = "C3"  # colour of a difference significant after Holm's correction
 
 
-def plot_experiment(experiment, label: str, pairs: list[tuple[str, str]] | None = None) -> plt.Figure:
+def plot_experiment(experiment, label: str) -> plt.Figure:
     """One figure of an experiment (azlib.lab.tree_vs_sampling.Experiment: a finished run's, or a shipped one read by
     azlib.lab.shipped_results), titled `label`.
 
@@ -24,14 +24,14 @@ def plot_experiment(experiment, label: str, pairs: list[tuple[str, str]] | None 
     training seeds (bar), each seed (dot), and the 95% Wilson interval of the answers pooled over the seeds (the
     evaluation set's noise; the seeds' spread is the dots). The axis ends a little above the highest interval, not
     at 100%.
-    Bottom row, per set: `experiment.comparisons(pairs)` (default: the experiment's own family, notebook 05's and
-    the benchmark's), b - a in points with its 95% t-interval over seeds and Holm's p over the whole
+    Bottom row, per set: `experiment.comparisons()` (the experiment's own family, notebook 05's and the
+    benchmark's), b - a in points with its 95% t-interval over seeds and Holm's p over the whole
     family; a difference significant after Holm is drawn in red and its label ends in " *". An interval that one
     seed cannot give is left out."""
     arms = [arm for arm in experiment.params.arms if any(a == arm for a, _ in experiment.runs)]
     models = ["base", *arms] if experiment.base else arms
     rows = experiment.accuracies()
-    comparisons = experiment.comparisons(pairs)
+    comparisons = experiment.comparisons()
     sets = list(experiment.eval_sets)
     per_set = max(1, len(comparisons) // max(len(sets), 1))
     fig, axes = plt.subplots(2, len(sets), figsize=(6.8 * len(sets), 3.2 + 0.3 * (len(models) + per_set)),

@@ -110,12 +110,11 @@ class CountdownResult:
     def per_seed(self, split: str, method: str) -> dict[str, list[float]]:
         return {a: [self.rate(a, s, split, method) for s in self.setup.seeds] for a in ["start", *self.setup.arms]}
 
-    def comparisons(self, split: str = "unseen", method: str = "greedy",
-                    pairs: Sequence[tuple[str, str]] | None = None) -> list[dict]:
-        """b - a across seeds for each pair (paired t, Holm over the pairs), with each seed's exact McNemar p."""
+    def comparisons(self, split: str = "unseen", method: str = "greedy") -> list[dict]:
+        """b - a across seeds for each pair of a baseline arm (rft, grpo) and an AlphaZero arm (alphazero,
+        alphazero_oracle) that ran (paired t, Holm over the pairs), with each seed's exact McNemar p."""
         arms = self.setup.arms
-        pairs = list(pairs or [(a, b) for b in ("alphazero", "alphazero_oracle") for a in ("rft", "grpo")
-                               if a in arms and b in arms])
+        pairs = [(a, b) for b in ("alphazero", "alphazero_oracle") for a in ("rft", "grpo") if a in arms and b in arms]
         mcnemar = {(a, b): [compare_outcomes(self.source(a, s)[split][method]["solved"],
                                              self.source(b, s)[split][method]["solved"]).p_value
                             for s in self.setup.seeds] for a, b in pairs}
