@@ -55,9 +55,9 @@ def _windows(data: torch.Tensor, starts: torch.Tensor, block_size: int) -> tuple
     return x, y
 
 
-def load_corpus(source: str = "auto", max_chars: int | None = None, val_fraction: float = 0.1,
-                arithmetic_rows: int = 20_000, *, fallback: bool) -> tuple[CharCorpus, str]:
-    """GSM8K's train split as text (the last `val_fraction` of its rows held out), from `source` ("auto":
+def load_corpus(source: str = "auto", max_chars: int | None = None, arithmetic_rows: int = 20_000, *,
+                fallback: bool) -> tuple[CharCorpus, str]:
+    """GSM8K's train split as text (the last tenth of its rows held out), from `source` ("auto":
     the kit's copy, a folder, or "hub": a download); with `fallback`, arithmetic_problems text when GSM8K cannot be read (else
     DataUnavailable naming the source). Returns the corpus and a note ("" when GSM8K)."""
     note = ""
@@ -69,7 +69,7 @@ def load_corpus(source: str = "auto", max_chars: int | None = None, val_fraction
                                   "arithmetic text)") from err
         rows, name = arithmetic_problems(arithmetic_rows, seed=0), "arithmetic"
         note = f"GSM8K unavailable ({err}); the corpus is azlib.data.arithmetic_problems text instead"
-    cut = int(len(rows) * (1 - val_fraction))
+    cut = int(len(rows) * 0.9)
     train_text = "".join(_row_text(r) for r in rows[:cut])
     val_text = "".join(_row_text(r) for r in rows[cut:])
     if max_chars is not None:
