@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from azlib.data.rows import Row
-from azlib.evaluation import wilson_interval
+from azlib.statistics import wilson_interval
 from azlib.rewards import complete_answer, extract_answer, is_correct
 from azlib.rewards.step_checks import STEP_CHECKS, answer_complete, answer_passes, check_steps
 

@@ -394,8 +394,8 @@ def check_kl_gradient(fn: Callable, seed: int | None = None) -> Grade:
 # -- 05: the Wilson interval and the exact McNemar test (azlib.evaluation) ---------------------------
 
 def check_wilson(fn: Callable[..., tuple[float, float]], seed: int | None = None) -> Grade:
-    """fn(correct, n, z) -> (low, high), azlib.evaluation.wilson_interval."""
-    from azlib.evaluation import wilson_interval
+    """fn(correct, n, z) -> (low, high), azlib.statistics.wilson_interval."""
+    from azlib.statistics import wilson_interval
 
     rng = random.Random(seed)
     cases = []
@@ -411,8 +411,8 @@ def check_wilson(fn: Callable[..., tuple[float, float]], seed: int | None = None
 
 
 def check_mcnemar(fn: Callable[[int, int], float], seed: int | None = None) -> Grade:
-    """fn(only_a, only_b) -> the two-sided exact McNemar p-value, azlib.evaluation.mcnemar_exact."""
-    from azlib.evaluation import mcnemar_exact
+    """fn(only_a, only_b) -> the two-sided exact McNemar p-value, azlib.statistics.mcnemar_exact."""
+    from azlib.statistics import mcnemar_exact
 
     rng = random.Random(seed)
     cases = []

@@ -17,7 +17,8 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.data.gsm8k import GSM8K_TEST_PROBLEMS
-from azlib.evaluation import MIN_SEEDS_FOR_INTERVAL, compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.evaluation import compare, evaluate, load_records
+from azlib.statistics import MIN_SEEDS_FOR_INTERVAL, comparison_table, pass_at_k
 from azlib.models.generation import Backend, Resource
 from azlib.models.loading import free_memory
 from azlib.prompts import PROMPT_TOKENS, chat_prompt

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from azlib.data.rows import Row
-from azlib.evaluation import mean_difference
+from azlib.statistics import mean_difference
 from azlib.prompts import chat_prompt
 from azlib.grpo import PolicyUpdate, Rollout
 from azlib.models.generation import Backend

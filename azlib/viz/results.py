@@ -9,7 +9,7 @@ import textwrap
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from azlib.evaluation import wilson_interval
+from azlib.statistics import wilson_interval
 
 SET_TITLES = {"heldout": "held-out (training wordings)", "transfer": "transfer (wordings never trained on)",
               "gsm8k": "GSM8K (easiest test problems)"}

@@ -19,7 +19,7 @@ from azlib.games.countdown.play import Episode, LineSearch, play_episodes, searc
 from azlib.games.countdown.policy import Policy
 from azlib.games.countdown.rules import State, problem_text
 from azlib.games.countdown.settings import CountdownSearchSettings
-from azlib.evaluation import compare_outcomes, holm
+from azlib.statistics import compare_outcomes, holm
 from azlib.mcts.search import search
 
 BUDGETS = (300, 600, 1200)  # characters per problem

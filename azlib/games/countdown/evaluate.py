@@ -16,7 +16,7 @@ from azlib.games.countdown.play import Episode, play_episodes, play_greedy, play
 from azlib.games.countdown.policy import Policy
 from azlib.games.countdown.rules import State, legal_lines, legal_moves, problem_text, solvable, step
 from azlib.games.countdown.settings import CountdownSearchSettings, EvalSettings
-from azlib.evaluation import pass_at_k
+from azlib.statistics import pass_at_k
 
 METHODS = ("greedy", "sample", "best_of", "mcts", "mcts_oracle")
 

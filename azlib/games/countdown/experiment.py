@@ -23,7 +23,7 @@ from azlib.games.countdown.policy import Policy, PolicyValueNet
 from azlib.games.countdown.problems import heldout
 from azlib.games.countdown.rules import State
 from azlib.games.countdown.settings import ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings
-from azlib.evaluation import compare_outcomes, comparison_table
+from azlib.statistics import compare_outcomes, comparison_table
 from azlib.settings import GPTShape
 
 SPLITS = ("seen", "unseen")
