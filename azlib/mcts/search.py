@@ -57,7 +57,8 @@ class Environment(Protocol):
 
     def widen(self, states: Sequence[Any], rng: random.Random) -> list[Expansion]:
         """More children for states this environment expanded before, whose expansion was not complete (only asked
-        with SearchSettings.widen_after): each state's whole list, the children it gave before first and in the
+        with SearchSettings.widen_after; an environment whose expansions are complete, as tic-tac-toe's and the text
+        search's, leaves it out): each state's whole list, the children it gave before first and in the
         same order (their priors may change), then the new ones; the value as before, the tokens of this draw."""
 
     def terminal_value(self, state: Any) -> float:
