@@ -1,6 +1,5 @@
-"""Notebook 05's experiment as a library: does the tree help? Calibrate the task for the base student,
-train every arm to one token budget for several seeds, answer an in-template held-out set and a transfer
-set, and compare with statistics that separate methods. No plotting (the notebook draws)."""
+"""Notebook 05's experiment as a library, does the tree help?: calibrate the task, train every arm to one token budget
+over seeds, answer held-out and transfer sets, compare with statistics. No plotting (the notebook draws)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""One Monte Carlo tree search for games and for text: select (PUCT, UCT or Gumbel), expand a batch of
-leaves with ONE environment call (and widen, where the settings ask, with one more), back up. Pure function of
-environment, roots, settings and rng.
-
-The shape follows mctx: `search(env, roots, settings, rng) -> [SearchResult(action, action_weights, tree)]`, its
-rules functions that the search calls (a Q transform, a score, or Gumbel MuZero's policy), named by the settings
-(Q_TRANSFORMS, RULES). Many roots (problems) are searched in lock-step, and each step may take several leaves per
-tree (virtual loss; PUCT and UCT), so a text environment turns a whole step into one batched generate call.
-"""
+"""One Monte Carlo tree search for games and text, shaped as mctx's: select (PUCT, UCT or Gumbel), expand a batch of
+leaves with one environment call, back up. A pure function of environment, roots, settings and rng."""
 
 from __future__ import annotations
 
