@@ -22,7 +22,7 @@ from jupyter_client.manager import AsyncKernelManager
 from tqdm.auto import tqdm
 from traitlets import Type
 
-from azlib.lab import config, stored_notebooks
+from azlib.lab import stored_notebooks
 from azlib.lab.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
 from azlib.paths import repo_path
 from azlib.lab.preflight import gpu_notebooks, require
