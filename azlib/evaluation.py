@@ -1,5 +1,5 @@
-"""Accuracy of a model on rows of the kit's schema, through the generation interface: protocols, per-problem JSONL
-records, and two evaluations' paired comparison (its statistics are azlib.statistics). No training."""
+"""Accuracy of a model on rows of the kit's schema through the generation interface: protocols, per-problem JSONL
+records, two evaluations' paired comparison (its statistics: azlib.statistics). No training."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Notebook 05's experiment in one figure: accuracy per model on each evaluation set, and the comparisons with their
-intervals and Holm's p, as azlib.lab.tree_vs_sampling and azlib.statistics computed them (no statistic computed here)."""
+intervals and Holm's p, as azlib.lab.tree_vs_sampling and azlib.statistics computed them (none computed here)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Countdown at test time, every method's generated characters counted: greedy, independent samples (best-of-N with
-the exact final check, and at the search's own token count by unbiased pass@k), the search with the learned value
-and with the oracle; and the learned value judged as a verifier of partial states against the exact oracle, on
-the states its own samples reach and on those random legal moves reach (the value gate)."""
+"""Countdown at test time, every method's generated characters counted (greedy, best-of-N, pass@k at the search's
+count, the search with the learned value or the oracle), and the learned value as a verifier of partial states."""
 
 from __future__ import annotations
 
