@@ -1,9 +1,5 @@
-"""Prompt bandits: a tabular softmax policy answers each prompt with a short sequence of tokens.
-A hand-checkable model of GRPO, REINFORCE and PPO (every expectation is exact); not a language model.
-
-Shapes: R independent runs (seeds) are trained at once; P prompts; K answer tokens; answers of
-length L; the policy has one row of K logits per (prompt, answer prefix) state, S = sum_{l<L} K^l.
-"""
+"""Prompt bandits: a tabular softmax policy answers each prompt with a short sequence of tokens. A hand-checkable model
+of GRPO, REINFORCE and PPO (every expectation is exact); not a language model."""
 
 from __future__ import annotations
 
@@ -18,7 +14,9 @@ from azlib import grpo
 
 @dataclass(frozen=True)
 class Bandit:
-    """Reward 1 when every token of the answer is the prompt's correct one, else 0 (a verifier)."""
+    """Reward 1 when every token of the answer is the prompt's correct one, else 0 (a verifier). Shapes throughout:
+    R runs (seeds) trained at once, P prompts, K answer tokens, answers of length L, and S = sum_{l<L} K^l states,
+    one row of K logits per (prompt, answer prefix)."""
 
     correct: torch.Tensor  # [P, L] correct token per prompt and position
     num_tokens: int  # K

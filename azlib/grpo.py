@@ -1,19 +1,5 @@
-"""The student's update: GRPO as in the papers and in TRL (group-normalised advantages, the clipped-
-ratio token loss with a k3 KL to the reference, four aggregations), or imitation of verified answers.
-
-    A_i = (r_i - mean(r_group)) / (std(r_group) + 1e-4)             (Bessel std, as TRL)
-    loss_t = -min(ratio_t A_i, clip(ratio_t, 1 - eps_low, 1 + eps_high) A_i) + beta ratio_t k3_t
-    ratio_t = exp(logp_t - logp_old_t),  k3_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1
-    (the ratio on the KL term makes its gradient the unbiased reverse-KL one, DeepSeek-V3.2; TRL 1.16's
-    default; kl_ratio_correction=False gives the DeepSeekMath form)
-    grpo: mean over a sequence's tokens, then over sequences;  bnpo, dapo: sum / active tokens;
-    dr_grpo: sum / (sequences x max_completion_length);  reward_weighted: the original system's reward-weighted
-    log-likelihood, -A_i mean_t logp_t (no ratio, no clip), plus the same KL term.
-    Log-probs are those of the sampling distribution: logits / temperature (as TRL). The temperature and the
-    length cap (max_completion_length) are how the answers were sampled (azlib.settings.AnswerSampling),
-    which the update is given beside its own settings.
-    sft (expert iteration, rejection-sampling fine-tuning): -sum_t logp_t / tokens over verified answers.
-"""
+"""The student's update: GRPO as in the papers and in TRL (group-normalised advantages, the clipped-ratio token loss
+with a k3 KL to the reference, four aggregations), or imitation of verified answers. Formulas at each function."""
 
 from __future__ import annotations
 
@@ -29,7 +15,8 @@ from azlib.settings import AnswerSampling, GRPOSettings
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: str = "group", eps: float = 1e-4,
                      clip: float | None = None) -> torch.Tensor:
-    """Reward minus its group's mean, divided by the group's (or the batch's) Bessel std + eps."""
+    """Reward minus its group's mean, divided by the group's (or the batch's) Bessel std + eps, as TRL:
+    A_i = (r_i - mean(r_group)) / (std(r_group) + 1e-4)."""
     advantages = torch.empty_like(rewards)
     stds = torch.ones_like(rewards)
     for g in groups.unique():
@@ -60,7 +47,12 @@ class LossParts(NamedTuple):
 
 
 def token_losses(logp, old_logp, ref_logp, advantages, settings: GRPOSettings) -> LossParts:
-    """Per-token loss [B, T] before aggregation; advantages [B] (one per sequence) or [B, T] (per token)."""
+    """Per-token loss [B, T] before aggregation; advantages [B] (one per sequence) or [B, T] (per token):
+        loss_t = -min(ratio_t A, clip(ratio_t, 1 - eps_low, 1 + eps_high) A) + beta ratio_t k3_t
+        ratio_t = exp(logp_t - logp_old_t),  k3_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1
+    The ratio on the KL term makes its gradient the unbiased reverse-KL one (DeepSeek-V3.2; TRL 1.16's default);
+    kl_ratio_correction=False gives the DeepSeekMath form. reward_weighted, the original system's: -A logp_t (no
+    ratio, no clip) plus the same KL term. Log-probs are the sampling distribution's, logits / temperature (as TRL)."""
     a = advantages if advantages.dim() == 2 else advantages.unsqueeze(1)
     ratio = torch.exp(logp - old_logp)
     if settings.loss_type == "reward_weighted":
@@ -78,7 +70,9 @@ def token_losses(logp, old_logp, ref_logp, advantages, settings: GRPOSettings) -
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, settings: GRPOSettings, *, batch_sequences: int,
               batch_tokens: float, max_completion_length: int) -> torch.Tensor:
     """This micro-batch's share of the loss of the whole batch (batch_sequences, batch_tokens over
-    all micro-batches), so that the shares add up to the full-batch loss."""
+    all micro-batches), so that the shares add up to the full-batch loss. grpo and reward_weighted: mean over a
+    sequence's tokens, then over sequences; bnpo, dapo: sum / active tokens; dr_grpo: sum / (sequences x
+    max_completion_length)."""
     masked = per_token * mask
     if settings.loss_type in ("grpo", "reward_weighted"):
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / batch_sequences

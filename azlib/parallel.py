@@ -1,10 +1,5 @@
-"""Data parallelism on torchrun's process group (gloo on CPU, nccl on CUDA): the rank and world size, joining the
-group, each rank's share of a list, gathering what every rank made, summing gradients over ranks.
-
-Without torchrun (no WORLD_SIZE, or 1) there is one rank and every function is the one-process identity, so the
-training loops read the same either way. `torchrun --nproc_per_node=N -m azlib train ...` starts N ranks. Work shared
-out whole instead (`azlib experiment`: whole trainings, nothing exchanged) leaves the group: independent_process().
-"""
+"""Data parallelism on torchrun's process group (gloo on CPU, nccl on CUDA): rank, each rank's share, gathers, summed
+gradients. Without torchrun there is one rank and each function is the one-process identity, so loops read the same."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Text conventions every layer shares: the kit's chat prompt, a partial answer to continue, the hint
-teacher's prompt, and the answer line a finished answer ends with. What a reward or a search makes of
-them lives with it."""
+"""Text conventions every layer shares: the kit's chat prompt, a partial answer to continue, the hint teacher's prompt,
+the answer line a finished answer ends with. What a reward or a search makes of them lives with it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A whole answer as the student sampled it: its token ids (what training reads), their log-probs, the text decoded
-from them once, and its reward, scored once when it is made. The text search (azlib.games.text.env) and the forking
-tree (azlib.games.text.forking) both make their answers here; the update's record (azlib.grpo.Rollout) holds the
-answer it trains. A foundation module: it imports only the backends (azlib.models.generation) and the rewards."""
+"""A whole answer as the student sampled it: token ids (what training reads), log-probs, text decoded once, reward
+scored once. The text search and the forking tree make their answers here; azlib.grpo.Rollout holds one to train."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The library's settings types, with the plain rules read off them: the one home of their defaults, bounds,
-choices and help. The components that read them: sampling (the answers of a run), the search (azlib.mcts), the
-search over text and the forking tree (azlib.games.text), the server's limits (azlib.models.serve), the update
-(azlib.grpo), LoRA (azlib.models.student), the training loop (azlib.training), notebook 05's arms
-(azlib.lab.tree_vs_sampling), RLT's teacher (azlib.rlt), AlphaZero on tic-tac-toe (azlib.games.tictactoe_alphazero),
-the referee (azlib.referee). Elsewhere: notebook 08's in azlib.games.countdown.settings (its package's), and beside
-their one user the original system's reward weights (azlib.rewards.RewardWeights) and a teacher
-(azlib.teachers.TeacherSpec); azlib.training.TrainerSettings gathers a training run's sections from here.
-Imports no azlib module, so that every layer may import it and azlib.lab.config reads it without model libraries."""
+"""The library's settings types, the one home of their defaults, bounds, choices and help, each read by its component
+(azlib.training.TrainerSettings gathers a run's). Imports no azlib module, so that every layer may import it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """How good each step check (azlib.rewards.step_checks) is as a verifier of whole answers: its precision and recall
-against the final answer's correctness, per chain length, on recorded answers. Reads answers; generates nothing.
-
-An answer passes a step check when it writes at least one equation and every one passes; it passes "complete" when
-it is finished and its chain is whole by the text alone (azlib.rewards.step_checks.answer_complete). Precision:
-of the answers that pass, the share that are right (what a search that trusts the check keeps); recall: of the
-right answers, the share that pass (what it loses).
-"""
+against the final answer's correctness, per chain length, on recorded answers. Reads answers; generates nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from azlib.data.rows import Row
-from azlib.evaluation import wilson_interval
+from azlib.statistics import wilson_interval
 from azlib.rewards import complete_answer, extract_answer, is_correct
 from azlib.rewards.step_checks import STEP_CHECKS, answer_complete, answer_passes, check_steps
 
@@ -57,7 +51,9 @@ def check_records(records: Iterable[dict], rows: Sequence[Row]) -> list[CheckedA
 def precision_table(answers: Sequence[CheckedAnswer], checks: Sequence[str] = ANSWER_CHECKS) -> list[dict]:
     """Per chain length (and "all") and check: answers, right ones, the share of written equations that are
     arithmetically right, answers passing, precision and recall with 95% Wilson intervals (precision is None
-    when nothing passes, recall when nothing is right)."""
+    when nothing passes, recall when nothing is right). Precision: of the answers that pass, the share that are
+    right (what a search that trusts the check keeps); recall: of the right answers, the share that pass (what it
+    loses)."""
     groups: dict[object, list[CheckedAnswer]] = defaultdict(list)
     for a in answers:
         groups[a.steps].append(a)

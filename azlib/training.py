@@ -1,10 +1,5 @@
-"""The training loop of notebook 04: per step, search (or sample) a few problems, turn them into a
-training signal, take one GRPO (or imitation) step, log, and checkpoint atomically so a killed run resumes.
-
-Checkpoints (`<folder>/checkpoints/step-NNNNNN/`): adapter weights, optimiser state, step, data
-position, tokens generated. Randomness is derived from (seed, step), so the step number restores it:
-a resumed seeded CPU run takes exactly the steps an uninterrupted one would have taken.
-"""
+"""The training loop of notebook 04: per step, search (or sample) a few problems, turn them into a training signal,
+take one GRPO (or imitation) step, log, and checkpoint atomically so a killed run resumes."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import json
 import time
 from pathlib import Path
 
-from azlib.evaluation import wilson_interval
+from azlib.statistics import wilson_interval
 from azlib.paths import REPO_ROOT
 
 TABLE_FIGURE = "step-check-precision.png"

@@ -24,7 +24,7 @@ LAYERS = {
     "search and games": ("azlib.mcts", "azlib.games", "azlib.teachers", "azlib.evaluation",
                          "azlib.step_check_precision"),
     "foundations": ("azlib", "azlib.models", "azlib.rewards", "azlib.data", "azlib.sampled_answer", "azlib.prompts",
-                    "azlib.parallel", "azlib.optional_packages", "azlib.paths", "azlib.settings"),
+                    "azlib.statistics", "azlib.parallel", "azlib.optional_packages", "azlib.paths", "azlib.settings"),
 }
 
 

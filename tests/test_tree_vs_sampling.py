@@ -209,7 +209,7 @@ def test_the_reported_comparisons_are_each_arm_against_the_tree_then_against_the
 
 
 def test_the_verdict_gives_no_interval_below_three_seeds_and_no_gap_for_a_tie():
-    from azlib.evaluation import comparison_table
+    from azlib.statistics import comparison_table
     from azlib.lab.tree_vs_sampling import verdict
 
     def rows(seeds):

@@ -1,6 +1,5 @@
-"""AlphaZero on tic-tac-toe: a small policy-value net, self-play and rounds through the kit's one AlphaZero loop
-(azlib.mcts.selfplay, azlib.mcts.rounds), training on the search's targets and the outcomes, an arena against the
-best net, and an exact grade against minimax."""
+"""AlphaZero on tic-tac-toe: a small policy-value net through the kit's one AlphaZero loop (azlib.mcts.selfplay,
+learn, rounds), an arena against the best net, and an exact grade against minimax. Not the game (tictactoe.py)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""azlib's command line: the notebooks (run, notebooks), headless training (train, experiment, referee), the GPU
-plan, the preflight (check), a server.
-
-run: the notebooks under a profile into one run folder, after the preflight. notebooks: the same at their defaults,
-stored back into notebooks/ with their outputs (`make notebooks`). check: the preflight alone, what this machine lacks
-for the profile's notebooks, each with its fix. train, experiment, referee: notebook 04's training, 05's
-arms x seeds and 07's arms from the library's defaults and the profile, no notebook read; under `torchrun
---nproc_per_node=N -m azlib ...` data-parallel, the arms shared out and DDP respectively. All four take
-`--set NAME=VALUE ...` over the profile. plan: each notebook's predicted GPU memory and time. serve: a local OpenAI-compatible server.
-`python -m azlib COMMAND --help` lists a command's flags. Parses, hands over."""
+"""azlib's command line: notebooks (run, notebooks), headless training (train, experiment, referee), plan, check, serve.
+It parses and hands over; `python -m azlib COMMAND --help` lists a command's flags."""
 
 from __future__ import annotations
 

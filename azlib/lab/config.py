@@ -1,9 +1,5 @@
 """Typed parameters of every notebook, profiles that set them, env-var overrides, validation. Not model code: it
-imports settings types only (azlib.settings, azlib.games.countdown.settings), which hold the components' defaults.
-
-A parameter that configures one library component is a *section*: a dict of that component's settings
-(`search` = SearchSettings' fields, `grpo` = GRPOSettings', ...), checked by the settings type itself.
-Profiles and env overrides change single fields of a section; the rest keep the notebook's values."""
+imports settings types only (azlib.settings, azlib.games.countdown.settings), which hold the components' defaults."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Graders for the notebooks' exercises: each `check_<name>(fn)` calls the learner's function on fresh random
-inputs, compares it with azlib's own implementation, and prints whether it passed or, for the first random input
-that differs, that input, the learner's output beside azlib's, and a hint at the idea; `concept_check(key, letter)`
-grades a multiple-choice concept check, never printing the right letter. Not the answers: the worked solutions and
-the letters are in notebooks/solutions.py.
-
-A stub that raises NotImplementedError is "not done yet" and nothing fails, so a notebook runs top to bottom
-before its exercises are done. `seed` is for tests; a learner's run draws new cases each time.
-"""
+"""Graders for the notebooks' exercises (`check_<name>(fn)`: fn against azlib's own on fresh random inputs; `seed`
+is for tests) and concept checks (`concept_check`). Not the answers: those are in notebooks/solutions.py."""
 
 from __future__ import annotations
 
@@ -394,8 +387,8 @@ def check_kl_gradient(fn: Callable, seed: int | None = None) -> Grade:
 # -- 05: the Wilson interval and the exact McNemar test (azlib.evaluation) ---------------------------
 
 def check_wilson(fn: Callable[..., tuple[float, float]], seed: int | None = None) -> Grade:
-    """fn(correct, n, z) -> (low, high), azlib.evaluation.wilson_interval."""
-    from azlib.evaluation import wilson_interval
+    """fn(correct, n, z) -> (low, high), azlib.statistics.wilson_interval."""
+    from azlib.statistics import wilson_interval
 
     rng = random.Random(seed)
     cases = []
@@ -411,8 +404,8 @@ def check_wilson(fn: Callable[..., tuple[float, float]], seed: int | None = None
 
 
 def check_mcnemar(fn: Callable[[int, int], float], seed: int | None = None) -> Grade:
-    """fn(only_a, only_b) -> the two-sided exact McNemar p-value, azlib.evaluation.mcnemar_exact."""
-    from azlib.evaluation import mcnemar_exact
+    """fn(only_a, only_b) -> the two-sided exact McNemar p-value, azlib.statistics.mcnemar_exact."""
+    from azlib.statistics import mcnemar_exact
 
     rng = random.Random(seed)
     cases = []

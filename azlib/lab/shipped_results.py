@@ -1,6 +1,5 @@
-"""The results the repository ships (`benchmarks/results/`), read back with what wrote them: each folder holds its
-results and a `provenance.json`. Reads only; running notebooks, training and evaluating are the runner's and
-azlib.lab.tree_vs_sampling's."""
+"""The results the repository ships (`benchmarks/results/`), each folder read back with its `provenance.json`. Reads
+only: running and training are azlib.lab.runner's and azlib.lab.tree_vs_sampling's."""
 
 from __future__ import annotations
 

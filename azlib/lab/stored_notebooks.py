@@ -1,6 +1,5 @@
-"""The notebooks as the repository shows them: executed at their parameters cells' defaults, with a record of what
-ran (the code's digest, the commit, minutes, peak memory), so a reader sees outputs before running anything and a
-test can tell when the code moved on without them. Executing is azlib.lab.runner's; this module stores and checks."""
+"""The notebooks as the repository shows them, executed at their defaults with a record of what ran (code digest,
+commit, minutes, peak memory), so a test can tell when the code moved on. Executing is azlib.lab.runner's."""
 
 from __future__ import annotations
 

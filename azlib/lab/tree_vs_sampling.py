@@ -1,6 +1,5 @@
-"""Notebook 05's experiment as a library: does the tree help? Calibrate the task for the base student,
-train every arm to one token budget for several seeds, answer an in-template held-out set and a transfer
-set, and compare with statistics that separate methods. No plotting (the notebook draws)."""
+"""Notebook 05's experiment as a library, does the tree help?: calibrate the task, train every arm to one token budget
+over seeds, answer held-out and transfer sets, compare with statistics. No plotting (the notebook draws)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,8 @@ from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_st
                         task_problems)
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.data.gsm8k import GSM8K_TEST_PROBLEMS
-from azlib.evaluation import MIN_SEEDS_FOR_INTERVAL, compare, comparison_table, evaluate, load_records, pass_at_k
+from azlib.evaluation import compare, evaluate, load_records
+from azlib.statistics import MIN_SEEDS_FOR_INTERVAL, comparison_table, pass_at_k
 from azlib.models.generation import Backend, Resource
 from azlib.models.loading import free_memory
 from azlib.prompts import PROMPT_TOKENS, chat_prompt

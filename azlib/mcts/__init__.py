@@ -1,6 +1,5 @@
-"""Monte Carlo tree search: one search (azlib.mcts.search), its tree and AlphaZero's loop: self-play
-(azlib.mcts.selfplay), the update (azlib.mcts.learn) and the rounds (azlib.mcts.rounds). Knows nothing of language models; the games it plays live in
-azlib.games."""
+"""Monte Carlo tree search: one search (search), its tree, and AlphaZero's loop (selfplay, learn, rounds). Knows
+nothing of language models; the games it plays live in azlib.games."""
 
 from azlib.mcts.search import (Child, Environment, Expansion, SearchResult, search, selection_terms, tree_after,
                                 visit_weights)

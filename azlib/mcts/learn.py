@@ -1,7 +1,5 @@
-"""AlphaZero's update, shared by the games: passes over the training examples in shuffled minibatches, one optimiser
-step on each, the loss the game's own (tic-tac-toe: the board net's (z - v)^2 - pi . log p; Countdown: the text net's
-loss over written characters, azlib.games.countdown.arms). Self-play, which makes the examples, is
-azlib.mcts.selfplay."""
+"""AlphaZero's update, shared by the games: passes over the examples in shuffled minibatches, an optimiser step on
+each, the loss the game's own. Not self-play (azlib.mcts.selfplay), which makes the examples."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""AlphaZero's rounds, shared by the games: each round the acting net plays (self-play through azlib.mcts.selfplay,
-or a baseline's sampling), what it played joins a replay window of the latest rounds, and the learner updates on the
-window (through azlib.mcts.learn). Tic-tac-toe (azlib.games.tictactoe_alphazero: a window of 20 rounds, the trained
-net kept only if it wins an arena) and Countdown (azlib.games.countdown.arms: a window of one round, every arm's
-round at a budget of generated characters) run through this one loop."""
+"""AlphaZero's rounds, shared by the games: play, keep a replay window of the latest rounds, learn on it, log a row.
+Tic-tac-toe keeps 20 rounds and an arena; Countdown's arms one round each, at a budget of generated characters."""
 
 from __future__ import annotations
 

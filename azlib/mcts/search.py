@@ -1,12 +1,5 @@
-"""One Monte Carlo tree search for games and for text: select (PUCT, UCT or Gumbel), expand a batch of
-leaves with ONE environment call (and widen, where the settings ask, with one more), back up. Pure function of
-environment, roots, settings and rng.
-
-The shape follows mctx: `search(env, roots, settings, rng) -> [SearchResult(action, action_weights, tree)]`, its
-rules functions that the search calls (a Q transform, a score, or Gumbel MuZero's policy), named by the settings
-(Q_TRANSFORMS, RULES). Many roots (problems) are searched in lock-step, and each step may take several leaves per
-tree (virtual loss; PUCT and UCT), so a text environment turns a whole step into one batched generate call.
-"""
+"""One Monte Carlo tree search for games and text, shaped as mctx's: select (PUCT, UCT or Gumbel), expand a batch of
+leaves with one environment call, back up. A pure function of environment, roots, settings and rng."""
 
 from __future__ import annotations
 
@@ -57,7 +50,8 @@ class Environment(Protocol):
 
     def widen(self, states: Sequence[Any], rng: random.Random) -> list[Expansion]:
         """More children for states this environment expanded before, whose expansion was not complete (only asked
-        with SearchSettings.widen_after): each state's whole list, the children it gave before first and in the
+        with SearchSettings.widen_after; an environment whose expansions are complete, as tic-tac-toe's and the text
+        search's, leaves it out): each state's whole list, the children it gave before first and in the
         same order (their priors may change), then the new ones; the value as before, the tokens of this draw."""
 
     def terminal_value(self, state: Any) -> float:

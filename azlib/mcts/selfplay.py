@@ -1,11 +1,5 @@
-"""AlphaZero's self-play, for any game behind the Environment protocol: every game played to its end with a search
-before each move, and each move recorded with what AlphaZero trains on, the search's target (Silver et al. 2018;
-mctx's `action_weights`: the visit shares, or Gumbel's improved policy, whatever temperature chose the move).
-
-The games run in lock-step: at each round, the live games that share an environment and search settings are
-searched in one call, so a net-valued environment is called once per search step for all of them. Tic-tac-toe
-(azlib.games.tictactoe_alphazero) and Countdown (azlib.games.countdown.play) play through this one loop; each turns
-the recorded moves into its own net's training rows."""
+"""AlphaZero's self-play for any game behind the Environment protocol: games to their ends in lock-step, a search
+before each move, each move recorded with the search's target (mctx's `action_weights`). Not the update (learn.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Fair batching for the local server: a request's n samples are rows, each row is generated in turns of at
-most `turn_tokens` new tokens, and each turn takes a bounded share of rows from every request in rotation, so
-one large request cannot hold the model while ordinary ones wait. Not the HTTP layer (azlib.models.serve)."""
+"""Fair batching for the local server: a request's n samples are rows, generated in turns of at most `turn_tokens`
+tokens, each turn a bounded share of every request's rows in rotation. Not the HTTP layer (azlib.models.serve)."""
 
 from __future__ import annotations
 

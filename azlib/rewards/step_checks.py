@@ -1,15 +1,5 @@
-"""Step checks: every written equation `a op b = c` of an answer, found and judged by pure string work in linear
-time (one pass over the characters, then one over the tokens found). Never evaluates model text; scores no answer.
-
-Three checks, each stricter than the one before:
-- "arithmetic": `a op b` is `c` exactly (a quotient may be written rounded to the decimals shown);
-- "traced": also, each operand is a number of the problem's text or the result of an earlier equation;
-- "reference": arithmetic right and the result is a value of the reference solution's chain (its equations'
-  results and its final answer: the arithmetic task's `info.solution` lines, GSM8K's `<<48/2=24>>` marks).
-The first two read the text alone (a test-time verifier); the third reads the reference (a training-time one).
-`answer_complete` is a whole-answer rule from the text alone: the steps form one chain (each uses the previous
-result) over exactly the numbers the problem states, and the final answer is the last step's result.
-"""
+"""Step checks: every written equation `a op b = c` of an answer, found and judged (arithmetic, traced, or in the
+reference chain) by pure string work in linear time. Never evaluates model text; scores no answer."""
 
 from __future__ import annotations
 
@@ -160,7 +150,9 @@ def reference_values(solution: str) -> set[str]:
 
 def check_steps(text: str, prompt: str, solution: str | None = None) -> list[Step]:
     """Each equation of `text` with its verdicts: arithmetic; traced (both operands among the problem's numbers
-    and the results written before it); in the reference chain (None without a `solution`)."""
+    and the results written before it); in the reference chain (None without a `solution`: the arithmetic task's
+    `info.solution` lines, GSM8K's with its `<<48/2=24>>` marks). The first two read the text alone (a test-time
+    verifier), the third the reference (a training-time one)."""
     known, values = problem_numbers(prompt), None if solution is None else reference_values(solution)
     steps = []
     for e in equations(text):

@@ -1,6 +1,5 @@
-"""azlib's rewards with TRL's reward-function signature, f(prompts, completions, **columns) -> floats,
-for users who train with TRL's GRPOTrainer, and the checks that let such a function (a learner's own) join
-azlib's training (azlib.training.Trainer.add_reward). Thin adapters; the rewards themselves live beside."""
+"""azlib's rewards with TRL's reward-function signature, f(prompts, completions, **columns) -> floats, and the checks
+that let such a function join azlib's training (Trainer.add_reward). Thin adapters; the rewards live beside."""
 
 from __future__ import annotations
 

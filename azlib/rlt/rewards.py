@@ -1,15 +1,5 @@
-"""RLT's teacher rewards (Cetin et al. 2025, "Reinforcement Learning Teachers of Test Time Scaling",
-sec. 3.2): how well an explanation lets a frozen student reproduce the solution, and how natural it is
-to that student. Formulas on per-token log-probs from the generation interface's score(); no training.
-
-    r_SS(t) = mean_i log pi_S(s_i | q, t, s_<i) + alpha * min_i log pi_S(s_i | q, t, s_<i)
-    r_KL(t) = mean_j kl_j + alpha * max_j kl_j,   kl_j = log pi_T(t_j | q, s, t_<j) - log pi_S(t_j | q, t_<j)
-    r(t)    = r_SS(t) - lambda * r_KL(t)          (published: alpha = 0.01, lambda = 3)
-
-The min and max terms stop a single badly-explained solution token (or a single explanation token the
-student finds absurd) from hiding in an average. kl_j is the per-token log-ratio on the explanation
-the teacher actually wrote (a one-sample estimate of the KL between the two views, as in the paper).
-"""
+"""RLT's teacher rewards (Cetin et al. 2025, sec. 3.2): how well an explanation lets a frozen student reproduce the
+solution, and how natural it is to that student. Formulas on score()'s per-token log-probs; no training."""
 
 from __future__ import annotations
 
@@ -38,15 +28,17 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def solution_reward(logp_solution: torch.Tensor, mask: torch.Tensor, alpha: float = ALPHA) -> torch.Tensor:
-    """r_SS [B]: mean + alpha * min of the student's log-probs of the solution tokens (after q and t)."""
+    """r_SS [B]: mean + alpha * min of the student's log-probs of the solution tokens (after q and t); the min keeps
+    a single badly explained solution token from hiding in the average."""
     lowest = logp_solution.masked_fill(mask == 0, float("inf")).min(-1).values
     return _masked_mean(logp_solution, mask) + alpha * torch.where(mask.sum(-1) > 0, lowest, torch.zeros_like(lowest))
 
 
 def kl_reward(logp_teacher: torch.Tensor, logp_student: torch.Tensor, mask: torch.Tensor,
               alpha: float = ALPHA) -> torch.Tensor:
-    """r_KL [B]: mean + alpha * max over the explanation tokens of kl_j = log pi_T - log pi_S.
-    An empty explanation has r_KL = 0."""
+    """r_KL [B]: mean + alpha * max over the explanation tokens of kl_j = log pi_T - log pi_S, on the explanation
+    the teacher wrote (a one-sample estimate of the KL between the two views, as in the paper); the max keeps a
+    single token the student finds absurd from hiding in the average. An empty explanation has r_KL = 0."""
     kl = logp_teacher - logp_student
     highest = kl.masked_fill(mask == 0, float("-inf")).max(-1).values
     return _masked_mean(kl, mask) + alpha * torch.where(mask.sum(-1) > 0, highest, torch.zeros_like(highest))

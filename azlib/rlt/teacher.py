@@ -1,12 +1,5 @@
-"""Training an RLT teacher with azlib's GRPO (Cetin et al. 2025, sec. 3): the teacher (a LoRA `Student`)
-sees a question and its reference solution and writes an explanation; its reward is `rewards.py`'s
-r = r_SS - lambda r_KL under a frozen student. Then students are fine-tuned (SFT) on the explanations.
-Not the student's own RL (that is azlib.training) and not a new GRPO: the teacher's step is PolicyUpdate.step.
-
-The student reads  chat(q) -> assistant: "<explanation t>\n<solution s>"  (the paper's think/solution
-format, in the kit's chat prompt), both when scoring explanations and when it is fine-tuned on them;
-at test time it gets chat(q) alone and writes its own explanation and solution.
-"""
+"""Training an RLT teacher (Cetin et al. 2025, sec. 3) with azlib's GRPO, then students fine-tuned on its explanations.
+Not the student's own RL (azlib.training) nor a new GRPO: the teacher's step is PolicyUpdate.step."""
 
 from __future__ import annotations
 
@@ -15,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from azlib.data.rows import Row
-from azlib.evaluation import mean_difference
+from azlib.statistics import mean_difference
 from azlib.prompts import chat_prompt
 from azlib.grpo import PolicyUpdate, Rollout
 from azlib.models.generation import Backend

@@ -1,6 +1,5 @@
-"""Teachers: an ensemble of backends proposing right and wrong continuations (ensemble: the calls and the
-benching; weights: who is asked; backends: the engines; presets: the tiers), and the terminal checker that says
-when an answer is complete."""
+"""Teachers: an ensemble of backends proposing right and wrong continuations (ensemble, weights, backends, presets), and
+the terminal checker that says when an answer is complete."""
 
 from azlib.teachers.checker import TerminalChecker, rule_verdict
 from azlib.teachers.ensemble import PERSONAS, Proposal, TeacherEnsemble, teacher_messages

@@ -1,6 +1,5 @@
-"""The teachers' engines: one backend per TeacherSpec, local models loaded once and shared (the student's too,
-passed in `shared`, keyed by model name), remote teachers as OpenAI-compatible clients. It starts no servers (a
-loopback teacher's server is its caller's, as in notebook 03) and closes what it opened, never what it was given."""
+"""The teachers' engines: one backend per TeacherSpec, local models loaded once and shared (the student's too, via
+`shared`), remote ones as OpenAI-compatible clients. Starts no servers; closes what it opened, not what it was given."""
 
 from __future__ import annotations
 

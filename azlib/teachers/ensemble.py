@@ -1,10 +1,5 @@
-"""The teacher ensemble: several backends propose "right" and "wrong" continuations of partial answers, drawn
-by the adaptive weights of azlib.teachers.weights, with per-teacher call stats and benching of failing teachers.
-
-A teacher whose call fails (a BackendError, after its backend's own retries) is benched for `bench_seconds` and its
-requests go to the others; any other error is a bug and stops the search. Presets: azlib.teachers.presets;
-engines: azlib.teachers.backends.
-"""
+"""The teacher ensemble: several backends propose "right" and "wrong" continuations of partial answers, drawn by the
+weights of azlib.teachers.weights, with per-teacher call stats and failing teachers benched."""
 
 from __future__ import annotations
 
@@ -117,7 +112,8 @@ class TeacherEnsemble(Resource):
                 seed: int | None = None, per_node: int | None = None) -> list[list[Proposal]]:
         """contexts: (question, partial answer) per node; per_node teachers each (default: the ensemble's).
         Each chosen teacher gets ONE batched call for all its nodes and both labels; teachers run
-        concurrently. Failed requests go once to others."""
+        concurrently. A teacher whose call fails (a BackendError, after its backend's own retries) is benched for
+        `bench_seconds` and its requests go once to others; any other error is a bug and stops the search."""
         out: list[list[Proposal]] = [[] for _ in contexts]
         asks: dict[str, list[int]] = {}
         for i in range(len(contexts)):

@@ -1,10 +1,5 @@
-"""The ensemble's weight rule: which teachers a node asks.
-
-Each teacher keeps an exponential moving average `score` of the mean value backed up through the children it
-proposed in a search (`credit`), updated once per search with step `ema_rate`. Teachers are drawn per node with
-probability `(1 - floor) * softmax(score / temperature) + floor / K` among the K ready ones (not benched); a
-teacher never credited counts as the mean of the others' scores.
-"""
+"""The ensemble's weight rule: which teachers a node asks, each teacher's score an exponential moving average of the
+values backed up through the children it proposed. Not the calls (azlib.teachers.ensemble)."""
 
 from __future__ import annotations
 
@@ -32,7 +27,9 @@ class TeacherWeights:
             self.value_sums.setdefault(name, 0.0)
 
     def probabilities(self, ready: Sequence[str] | None = None) -> dict[str, float]:
-        """The probability each teacher is drawn with (0 for those not in `ready`; all are ready by default)."""
+        """The probability each teacher is drawn with, (1 - floor) * softmax(score / temperature) + floor / K over the
+        K `ready` ones (not benched; all by default), 0 for the others. A teacher never credited counts as the mean
+        of the others' scores."""
         ready = list(self.names if ready is None else ready)
         known = [self.scores[n] for n in ready if self.scores[n] is not None]
         fill = sum(known) / len(known) if known else 0.0
@@ -57,8 +54,9 @@ class TeacherWeights:
         return chosen
 
     def credit(self, values: dict[str, list[float]], ready: Sequence[str] | None = None) -> dict[str, float]:
-        """values: per teacher, the backed-up values of the children it proposed in one search. Moves each
-        credited teacher's score by ema_rate toward their mean; returns (and records) the new probabilities."""
+        """values: per teacher, the backed-up values of the children it proposed in one search (called once per
+        search). Moves each credited teacher's score by ema_rate toward their mean; returns (and records) the new
+        probabilities."""
         for name in self.names:
             got = values.get(name)
             if not got:

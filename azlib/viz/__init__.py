@@ -1,7 +1,5 @@
-"""Visualisation: training and evaluation curves, an experiment's accuracies and comparisons, a run's headline
-numbers beside the shipped run's, Countdown's arms and methods (notebook 08), search trees (static SVG and a
-JupyterLab widget), and widgets to play with (the bandit's knobs as sliders, tic-tac-toe against the net). Draws
-only; every number it shows was computed elsewhere in azlib."""
+"""Visualisation: curves, an experiment's comparisons, a run beside the shipped run, Countdown's figures, search trees
+(SVG and a JupyterLab widget) and widgets to play with. Draws only; every number it shows is computed elsewhere."""
 
 from azlib.viz.beside import plot_ensemble, plot_rlt, plot_training
 from azlib.viz.countdown import (describe_countdown_node, plot_beside, plot_curves, plot_learning, plot_methods,

@@ -1,7 +1,5 @@
-"""A notebook run's headline numbers beside the shipped run's (azlib.lab.shipped_results.shipped_metrics): notebook 03's teacher
-weights and right/wrong children, notebook 04's reward and accuracy over its training, notebook 06's teacher reward
-and students. Draws the numbers each notebook records
-in metrics.json; computes no statistic itself."""
+"""A notebook run's headline numbers (its metrics.json) beside the shipped run's (azlib.lab.shipped_results), for
+notebooks 03, 04 and 06. Draws the numbers each notebook records; computes no statistic itself."""
 
 from __future__ import annotations
 

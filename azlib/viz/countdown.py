@@ -1,7 +1,5 @@
-"""Notebook 08's pictures: each arm's learning curve against generated characters, the test-time methods side by
-side, the learned value's precision as a verifier over training, the solve rate against compute per problem (the
-test-time curves), and a Countdown search's nodes coloured by the exact oracle (solvable, dead, refused). Draws
-only: the numbers come from azlib.games.countdown."""
+"""Notebook 08's pictures: learning curves against generated characters, test-time methods, the value as a verifier,
+solve rate against compute, searches coloured by the exact oracle. Draws only: numbers from azlib.games.countdown."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Tic-tac-toe against a trained AlphaZero net, in the notebook: a 3x3 board of buttons, the net answering each
-move with its search's move. Draws and wires buttons only; the game is azlib.games.tictactoe.Match, the
-player azlib.games.tictactoe_alphazero.NetPlayer."""
+"""Tic-tac-toe against a trained AlphaZero net in the notebook: a 3x3 board of buttons, the net answering each move by
+its search. Draws and wires buttons only: the game is azlib.games.tictactoe.Match, the player is NetPlayer."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Notebook 05's experiment in one figure: accuracy per model on each evaluation set, and the comparisons with their
-intervals and Holm's p. Draws what azlib.lab.tree_vs_sampling and azlib.evaluation computed; computes no statistic itself."""
+intervals and Holm's p, as azlib.lab.tree_vs_sampling and azlib.statistics computed them (none computed here)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from azlib.evaluation import wilson_interval
+from azlib.statistics import wilson_interval
 
 SET_TITLES = {"heldout": "held-out (training wordings)", "transfer": "transfer (wordings never trained on)",
               "gsm8k": "GSM8K (easiest test problems)"}

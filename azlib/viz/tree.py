@@ -1,7 +1,5 @@
-"""Search trees as pictures: one SVG drawing, saved with each run and shown by an interactive widget for JupyterLab
-(a slider replays the search simulation by simulation; click a node for its N, Q, prior and Q + U; prune to the most
-visited children; colour by Q or by a kind of node, such as who proposed a text chunk). Draws only: the tree, its
-replay and the selection scores come from azlib.mcts."""
+"""Search trees as pictures: an SVG drawing saved with each run, and a JupyterLab widget that replays the search and
+shows each node's N, Q, prior and Q + U. Draws only: the tree, its replay and the scores come from azlib.mcts."""
 
 from __future__ import annotations
 

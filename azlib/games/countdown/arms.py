@@ -1,17 +1,5 @@
-"""How the Countdown policy learns: the start by imitation of solver-written solutions, then one of four arms at the
-same count of generated characters per iteration:
-
-    rft               sample `group_size` episodes per problem, imitate the solved ones (expert iteration)
-    grpo              the same samples, binary reward, group-normalised advantages (azlib.grpo's loss)
-    alphazero         self-play with MCTS over the model's lines, the value head at the leaves; the policy imitates
-                      the root's visit shares over its candidate lines (AlphaZero: -pi . log p)
-    alphazero_oracle  the same with the exact solvability oracle as the leaf value (what a perfect value buys)
-
-Every arm trains the value head on its own episodes' outcomes (BCE at each state's text: P(solved from here)), so
-that each can be searched at test time; the AlphaZero arms also on what their searches' trees say of every state
-they expanded (a solved end below it, or every legal line below it searched to an end without one). Only the
-model's characters carry the policy loss; the rules' never do.
-"""
+"""How the Countdown policy learns: the start by imitation of solver-written solutions, then one of four arms (rft,
+grpo, alphazero, alphazero_oracle; `train_arm`) at equal generated characters per iteration. Not the play (play.py)."""
 
 from __future__ import annotations
 
@@ -223,8 +211,12 @@ class ProblemStream:
 def train_arm(arm: str, start: Policy, settings: ArmSettings, search: CountdownSearchSettings, stream: ProblemStream,
               seed: int, evaluate: Callable[[Policy], dict] | None = None) -> ArmRun:
     """`settings.iterations` rounds (azlib.mcts.rounds, a window of one round) of: spend `tokens_per_iteration`
-    generated characters on the arm's way of playing, then update on what it played. `evaluate` (if given) is called
-    on the policy after every round."""
+    generated characters on the arm's way of playing, then update on what it played. rft imitates the solved ones of
+    `group_size` samples a problem (expert iteration), grpo weighs them by group-normalised binary advantages,
+    alphazero imitates the root's visit shares of its self-play search (-pi . log p) with the value head at the
+    leaves, alphazero_oracle the same with the exact oracle as the leaf value. Every arm trains the value head on its
+    episodes' outcomes, the AlphaZero arms also on their trees' subtree labels; only the model's characters carry
+    the policy loss, the rules' never. `evaluate` (if given) is called on the policy after every round."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}: choose from {ARMS}")
     policy = Policy(copy.deepcopy(start.net), start.device, start.legal_only)

@@ -1,9 +1,5 @@
-"""The compute a test-time method spends on a problem, in the characters a model computes: every text it reads or
-writes (generates, scores, or reads where the rules wrote it), each character once, as a trie per problem and per
-net (the problem's text once, sibling lines sharing their prefix, a cached context never recomputed). A separate
-value net reading the same texts computes them again, so its trie is its own. Where a problem's first answer was
-found is recorded at the compute spent by then: the solve rate at any budget follows from one run.
-"""
+"""The compute a test-time method spends on a problem, in characters a model computes, each once: a trie per problem
+and per net (the problem once, sibling lines sharing their prefix); the solve rate at any budget from one run."""
 
 from __future__ import annotations
 

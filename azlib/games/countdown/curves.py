@@ -1,10 +1,5 @@
-"""Test-time curves: the solve rate against the compute spent per problem (the characters a model computes, each once:
-azlib.games.countdown.compute), every method stopped at its first answer by the exact check of the end. Best-of-k (k
-independent samples, in the order drawn) and the search over sampled or listed lines with a value: none, the policy's
-own head (self-play's), a separate reference net, or the exact oracle. One run per method gives every budget: a
-problem is solved at budget B when its first answer came at B characters or fewer. Each method against best-of-k
-by exact McNemar per problem at each budget, Holm over them all.
-"""
+"""Countdown's test-time curves: the solve rate against the characters computed per problem (compute.py), best-of-k
+against the search with each value, each method against best-of-k by exact McNemar per budget, Holm over all."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from azlib.games.countdown.play import Episode, LineSearch, play_episodes, searc
 from azlib.games.countdown.policy import Policy
 from azlib.games.countdown.rules import State, problem_text
 from azlib.games.countdown.settings import CountdownSearchSettings
-from azlib.evaluation import compare_outcomes, holm
+from azlib.statistics import compare_outcomes, holm
 from azlib.mcts.search import search
 
 BUDGETS = (300, 600, 1200)  # characters per problem

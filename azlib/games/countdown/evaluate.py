@@ -1,7 +1,5 @@
-"""Countdown at test time, every method's generated characters counted: greedy, independent samples (best-of-N with
-the exact final check, and at the search's own token count by unbiased pass@k), the search with the learned value
-and with the oracle; and the learned value judged as a verifier of partial states against the exact oracle, on
-the states its own samples reach and on those random legal moves reach (the value gate)."""
+"""Countdown at test time, every method's generated characters counted (greedy, best-of-N, pass@k at the search's
+count, the search with the learned value or the oracle), and the learned value as a verifier of partial states."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from azlib.games.countdown.play import Episode, play_episodes, play_greedy, play
 from azlib.games.countdown.policy import Policy
 from azlib.games.countdown.rules import State, legal_lines, legal_moves, problem_text, solvable, step
 from azlib.games.countdown.settings import CountdownSearchSettings, EvalSettings
-from azlib.evaluation import pass_at_k
+from azlib.statistics import pass_at_k
 
 METHODS = ("greedy", "sample", "best_of", "mcts", "mcts_oracle")
 

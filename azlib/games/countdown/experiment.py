@@ -1,7 +1,5 @@
-"""Notebook 08's comparison: one start by imitation, then every arm from that start at the same generated characters
-and every training seed, each trained policy evaluated on the held-out seen and unseen targets (greedy, best-of-N,
-the search); the arms compared across seeds (paired t, Holm; exact McNemar per seed: azlib.evaluation). The arms
-run in worker processes, one torch thread each."""
+"""Notebook 08's comparison: one start by imitation, every arm from it over training seeds in worker processes, each
+trained policy evaluated on held-out seen and unseen targets, the arms compared across seeds (azlib.statistics)."""
 
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ from azlib.games.countdown.policy import Policy, PolicyValueNet
 from azlib.games.countdown.problems import heldout
 from azlib.games.countdown.rules import State
 from azlib.games.countdown.settings import ARMS, ArmSettings, CountdownSearchSettings, EvalSettings, ImitationSettings
-from azlib.evaluation import compare_outcomes, comparison_table
+from azlib.statistics import compare_outcomes, comparison_table
 from azlib.settings import GPTShape
 
 SPLITS = ("seen", "unseen")

@@ -1,8 +1,5 @@
-"""Playing Countdown with the policy: independent episodes (sampling, greedy, best-of-N), and games played by
-`azlib.mcts.search` over the lines the model writes or over every legal line it scores (self-play in training, the
-search at test time). The rules write every result; every generated character is counted once. No update
-(azlib.games.countdown.arms).
-"""
+"""Playing Countdown with the policy: independent episodes (sampled, greedy) and games searched by azlib.mcts.search
+over the lines the model writes or every legal line it scores; the rules write every result. No update (arms.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The language-model policy that plays Countdown: a character-level GPT (azlib.models.gpt) with a value head on
-its last hidden state, AlphaZero's f(s) -> (p, v) over text. It samples the lines a model writes (batched, with a
-key-value cache), scores given lines, and values states. Not the search (azlib.games.countdown.play) nor the losses
-(azlib.games.countdown.arms).
-"""
+"""Countdown's policy and value, AlphaZero's f(s) -> (p, v) over text: a character-level GPT with a value head. Not the
+search (azlib.games.countdown.play) nor the losses (azlib.games.countdown.arms)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Countdown problems as Stream of Search's generator makes them (`countdown_generate.py`, `countdown.py`): targets
-10..100, a tenth of them held out as unseen targets (the same shuffle of Python's random at the seed their
-`scripts/gen_task.sh` passes, 4, so the same targets as theirs: 14 39 41 57 62 81 87 89 96), numbers drawn uniformly
-from 1..99 until the numbers reach the target exactly. A seeded generator, and the fixed held-out sets the kit ships
-as data. No model, no training.
-"""
+"""Countdown problems as Stream of Search's generator (`countdown_generate.py`) makes them, seeded, and the held-out
+sets the kit ships as data. No model, no training."""
 
 from __future__ import annotations
 
@@ -24,7 +20,7 @@ SPLIT_SEED = 4  # Stream of Search's: `countdown_generate.py --seed 4` in their 
 @cache
 def target_split() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(seen, unseen) targets: 10..100 shuffled by random.seed(SPLIT_SEED), the first tenth unseen (Stream of Search's
-    val_target split at their seed)."""
+    val_target split at their seed: 14 39 41 57 62 81 87 89 96, as theirs)."""
     rng = random.Random(SPLIT_SEED)
     targets = list(range(MIN_TARGET, MAX_TARGET + 1))
     rng.shuffle(targets)

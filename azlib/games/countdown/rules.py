@@ -1,12 +1,5 @@
-"""Countdown's exact rules (Stream of Search, Gandhi et al. 2024): the numbers left and the target, a move
-`a op b` that the rules apply (or refuse), the exact solvability oracle and solver, and the one text format and
-parser of a written move. Plain Python, no model: the world that the language model plays in.
-
-A state is the target and the numbers left, in the order the rules keep them (the two operands removed, the result
-appended, as Stream of Search's `countdown.py` does). A move is legal only when both operands are among the numbers
-left (two different ones) and the result is a non-negative integer: a - b with a >= b, a / b with b > 0 dividing a.
-The problem is solved when one number is left and it is the target (every number used once).
-"""
+"""Countdown's exact rules (Stream of Search, Gandhi et al. 2024): states, moves applied or refused, the exact oracle
+and solver, and the one text format and parser of a written move. Plain Python, no model."""
 
 from __future__ import annotations
 
@@ -24,6 +17,9 @@ MAX_MOVE_CHARS = 14  # the longest line MOVE_PATTERN accepts, plus its end mark:
 
 
 class State(NamedTuple):
+    """The target and the numbers left, in the rules' order: a move's two operands removed, its result appended (as
+    Stream of Search's `countdown.py` does). Solved when the one number left is the target."""
+
     target: int
     numbers: tuple[int, ...]  # the numbers left, in the rules' order
 

@@ -1,6 +1,5 @@
-"""The knobs of notebook 08 (Countdown) but the policy's shape (azlib.settings.GPTShape): its start by imitation,
-the search, the training arms at equal tokens and the evaluation. Each field's default is its one home; light (no
-torch), so that the notebook schema imports it."""
+"""Notebook 08's settings types (imitation, search, arms, evaluation), each default's one home; the policy's shape is
+azlib.settings.GPTShape. Light (no torch), so that the notebook schema imports it."""
 
 from __future__ import annotations
 

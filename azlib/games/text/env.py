@@ -1,16 +1,5 @@
-"""Text as a search environment: a node is a partial answer, a child appends a step (a line, or a
-chunk of tokens) proposed by the student and, when given, "right" and "wrong" chunks from teachers.
-
-Two expansions. "rollout" (default; classic MCTS simulation): the student writes K complete answers
-from the leaf; each answer's first line becomes a child, valued by the answer's reward, so the search
-sees correctness before any node is terminal and every generated token ends in a checkable answer.
-"chunk" (the original system): children are `chunk_tokens`-long chunks and the leaf is valued by the reward of
-its partial text. One `expand` call serves every leaf of every problem: one batched student generate,
-one batched call per asked teacher, one batched student score of the teachers' chunks.
-A state is token ids: the student continues a leaf from its problem's prompt ids and the leaf's own ids (`context`),
-as the forking tree continues a prefix, never from its text re-encoded; a teacher writes text, so its chunk is
-encoded once and those ids are the step the student scores and trains on. A state's text is decoded from its ids.
-"""
+"""Text as a search environment: a node is a partial answer (its token ids), a child appends a step (a line or a chunk)
+from the student and, when given, "right" and "wrong" chunks from teachers. Not the search (azlib.mcts.search)."""
 
 from __future__ import annotations
 
@@ -116,6 +105,11 @@ class TextEnv:
                              kind=self.reward, weights=self.weights, **scoring)
 
     def expand(self, states: Sequence[TextState], rng: random.Random) -> list[Expansion]:
+        """Every leaf of every problem at once: one batched student generate, one batched call per asked teacher, one
+        batched student score of the teachers' chunks. Expansion "rollout" (classic MCTS simulation): K complete
+        answers from the leaf, each answer's first line a child valued by its reward, so every generated token ends
+        in a checkable answer; "chunk" (the original system): `chunk_tokens`-long chunks, the leaf valued by the
+        reward of its partial text."""
         s, sampling = self.settings, self.sampling
         self.calls += 1
         questions = [self.problems[st.answer.problem]["prompt"] for st in states]

@@ -1,10 +1,5 @@
-"""The explorer a training run uses: `explore(indices, seed)` turns problems into an Exploration, the rollouts
-one update trains on and what the step's log counts. Not the update (azlib.grpo), not the loop (azlib.training).
-
-TreeExplorer runs the MCTS search over text (train.signal "answers", "paths", "siblings", "visits"); ForkExplorer
-grows forking trees ("forked", "treerl"; "independent" is a forking tree with no forks). `explorer` builds the
-explorer of one `train.signal` (azlib.settings.EXPLORER_OF): the run's, unless `signal` names another.
-"""
+"""The explorer a training run uses: `explore(indices, seed)` turns problems into an Exploration, the rollouts one
+update trains on and what the step's log counts. Not the update (azlib.grpo), not the loop (azlib.training)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""A forking tree over whole answers (TreeRL's EPTree, Hou et al. 2025, sec. 3): each problem gets G
-independent answers, then rounds of continuations forked where the student was least sure (or at an answer's
-first step that fails a step check), sharing the prefix before that point. Not MCTS (no value-guided descent);
-with 0 rounds it is G independent answers (signal "independent").
-The forks may be written by a hint teacher (the student reading the reference solution) and trained
-without the hint: STaR's rationalization inside the tree; or by the teacher ensemble (azlib.teachers), whose
-"right" and "wrong" continuations of the student's prefix are the original system's teachers in the tree.
-
-Every generated token belongs to exactly one node and every rollout ends in a leaf that is a whole,
-checkable answer, scored once: nothing is discarded, so each token is counted once. A node's value is
-the mean reward of the answers under it (TreeRL's V(s)); azlib.games.text.signals turns leaves into training signals.
-"""
+"""A forking tree over whole answers (TreeRL's EPTree, Hou et al. 2025, sec. 3): G answers, then continuations forked
+where the student was least sure, each sharing its prefix. Not MCTS: no value-guided descent."""
 
 from __future__ import annotations
 

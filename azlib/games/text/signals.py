@@ -1,28 +1,5 @@
-"""Training signals: what a problem's searched tree (or its independent answers) turns into for one update, as Rollouts
-(azlib.grpo): a whole answer (the Answer itself) or a sibling step, with its prompt ids, completion ids as sampled,
-reward and group from creation, so GRPO trains on it as it is. Not the search, not the update.
-
-- "answers" (default): every complete answer the search wrote for a problem (its rollouts and
-  finished terminals) forms the problem's group, scored by the reward (correctness by default). The
-  tree decides where answers are sampled from; each answer is a whole, checkable, EOS-ended text.
-- "paths" (the original system): the root-to-leaf paths of the tree, finished or not, each scored with the
-  reward of its text (the original system's weighted sum: HRE at terminals, discounted PRE, penalties).
-- "siblings" (TreeRPO-style): the children of each expanded node form a group, scored by their
-  backed-up value Q; the prompt is the question's ids plus the node's partial answer's ids, as the search sampled
-  the children after them (TextEnv.context).
-- "visits" (AlphaZero-style): the same sibling groups, scored by their share of the visits.
-- "independent": G independent samples per problem, no tree: the GRPO and RFT baseline.
-- "forked": the G samples, then continuations forked from them (azlib.games.text.forking, TreeRL's EPTree):
-  every answer of a problem's forking tree in one group, scored by the reward.
-- "treerl": the same answers, each token with TreeRL's advantage from the tree's node values (the mean
-  reward of the answers under a node): global (V(s) - V(root)) plus local (V(s) - V(parent)), so a
-  wrong branch off a good prefix is blamed for its own tokens, not for the prefix.
-With update "sft" (expert iteration) only the verified answers (finished and correct) are kept
-and imitated: with a tree's signals that is distillation of the search's best answers (ReST-MCTS style),
-with "independent" it is rejection-sampling fine-tuning.
-A reward function with TRL's signature (a learner's own) adds its value to each whole answer's reward
-(`with_rewards`); imitation then keeps each problem's verified answers with the best total (`best_verified`).
-"""
+"""Training signals: a problem's searched tree, forking tree or independent answers as Rollouts (azlib.grpo) for one
+update, with ids as sampled, reward and group from creation. Not the search, not the update."""
 
 from __future__ import annotations
 
@@ -47,7 +24,8 @@ SCORABLE_SIGNALS = ("answers", "paths", "independent", "forked")
 def tree_groups(results: Sequence[SearchResult], env: TextEnv, kind: SignalKind = "answers") -> list[Rollout]:
     """Groups from searched trees (one result per problem): whole answers, paths, or sibling steps.
     Answers and paths: one group per result, keyed by its position; sibling steps: one per expanded node, each
-    step's ids after the ids its node's children were sampled after (TextEnv.context), with no Answer."""
+    step's ids after the ids its node's children were sampled after (TextEnv.context), with no Answer, rewarded by
+    its Q ("siblings", TreeRPO-style) or its share of the visits ("visits", AlphaZero-style)."""
     out: list[Rollout] = []
     backend, sibling_groups = env.student, 0
     for g, result in enumerate(results):
@@ -86,7 +64,8 @@ def answer_rollout(backend, group: int, prompt_ids: list[int], answer: Answer,
 
 def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "treerl"] = "answers") -> list[Rollout]:
     """One group per problem: every answer of its forking tree. "treerl" also gives each answer token its
-    TreeRL advantage (global + local, from the tree's node values), which GRPO then uses as it is."""
+    TreeRL advantage (global + local, from the tree's node values: a wrong branch off a good prefix is blamed for
+    its own tokens, not for the prefix), which GRPO then uses as it is."""
     out = []
     for g, tree in enumerate(trees):
         per_token = tree_advantages(tree) if kind == "treerl" else {}
@@ -97,7 +76,8 @@ def forked_groups(trees: Sequence[ForkTree], backend, kind: Literal["answers", "
 
 def verified(rollouts: Sequence[Rollout]) -> list[Rollout]:
     """The finished, correct answers, each solution once per problem (texts compared in lower case, runs of white
-    space as one space): what expert iteration imitates."""
+    space as one space): what expert iteration imitates (with a tree's signals, distillation of the search's best
+    answers, ReST-MCTS style; with "independent", rejection-sampling fine-tuning)."""
     seen, out = set(), []
     for r in rollouts:
         if r.correct and (key := (r.answer.problem, " ".join(r.answer.text.lower().split()))) not in seen:
