@@ -34,7 +34,7 @@ from azlib.paths import REPO_ROOT
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("main", "all"), default="main",
-                        help="main: base, tree and RFT; all: every arm of azlib.lab.tree_vs_sampling.ARMS, tree and RFT first (so an "
+                        help="main: base, tree and RFT; all: every arm of azlib.settings.ARMS, tree and RFT first (so an "
                              "interrupted run has the main comparison), with the embedded teacher ensemble for tree_teachers")
     parser.add_argument("--steps", type=int, default=None, help="arithmetic steps per problem (default: the profile's)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply the profile's token budget")

@@ -384,7 +384,7 @@ def check_kl_gradient(fn: Callable, seed: int | None = None) -> Grade:
                   "(the product rule; d ratio / d log pi = ratio). The sum simplifies a lot.")
 
 
-# -- 05: the Wilson interval and the exact McNemar test (azlib.evaluation) ---------------------------
+# -- 05: the Wilson interval and the exact McNemar test (azlib.statistics) ---------------------------
 
 def check_wilson(fn: Callable[..., tuple[float, float]], seed: int | None = None) -> Grade:
     """fn(correct, n, z) -> (low, high), azlib.statistics.wilson_interval."""
