@@ -1,5 +1,5 @@
 """The library's settings types, the one home of their defaults, bounds, choices and help, each read by its component
-(azlib.training.TrainerSettings gathers a run's). Imports no azlib module, so that every layer may import it."""
+(TrainerSettings gathers a training run's). Imports no azlib module, so that every layer may import it."""
 
 from __future__ import annotations
 
@@ -252,6 +252,29 @@ class TrainSettings:
 # A training run's search: a solved subtree is not entered again, and an unvisited child is valued at its parent
 # (SearchSettings' own defaults, raw Q and no skipping, are the game searches').
 TRAINING_SEARCH = SearchSettings(skip_solved=True, q_transform="parent_value")
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """Every setting of a training run (azlib.training.Trainer), one section per component, none written into
+    another. How the run samples its answers is `train`'s (see `sampling`), and its reward is `train.reward`."""
+
+    train: TrainSettings = TrainSettings()
+    search: SearchSettings = TRAINING_SEARCH
+    text: TextSearchSettings = TextSearchSettings()
+    fork: ForkSettings = ForkSettings()  # signals "forked" and "treerl" ("independent": the same with no forks)
+    grpo: GRPOSettings = GRPOSettings()
+    lora: LoraSettings = LoraSettings()
+
+    @property
+    def sampling(self) -> AnswerSampling:
+        """The run's answers, as the search, the forks and the update all read them: train's temperature, no
+        top-p (the update's log-probs are of softmax(logits / T) alone), and train's answer length; the
+        original system's chunked search ends an answer at depth x chunk instead."""
+        t = self.train
+        chunked = self.text.expansion == "chunk" and EXPLORER_OF[t.signal] == "tree"
+        length = self.text.chunk_tokens * self.search.max_depth if chunked else t.max_new_tokens
+        return AnswerSampling(temperature=t.temperature, top_p=1.0, max_new_tokens=length)
 
 
 def asks_teachers(signal: str, writer: str) -> bool:

@@ -28,8 +28,7 @@ from azlib.models.student import Student
 from azlib.parallel import barrier, gather, shard, world
 from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_reward_function, reward_name
 from azlib.paths import CHECKPOINT_PREFIX, saved_checkpoints
-from azlib.settings import (EXPLORER_OF, TRAINING_SEARCH, AnswerSampling, ForkSettings, GRPOSettings, LoraSettings,
-                            SearchSettings, TextSearchSettings, TrainSettings)
+from azlib.settings import TrainerSettings
 
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.
@@ -38,29 +37,6 @@ RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_ever
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing a file or does not load."""
-
-
-@dataclass(frozen=True)
-class TrainerSettings:
-    """Every setting of a training run, one section per component, none written into another. How the run
-    samples its answers is `train`'s (see `sampling`), and its reward is `train.reward`."""
-
-    train: TrainSettings = TrainSettings()
-    search: SearchSettings = TRAINING_SEARCH
-    text: TextSearchSettings = TextSearchSettings()
-    fork: ForkSettings = ForkSettings()  # signals "forked" and "treerl" ("independent": the same with no forks)
-    grpo: GRPOSettings = GRPOSettings()
-    lora: LoraSettings = LoraSettings()
-
-    @property
-    def sampling(self) -> AnswerSampling:
-        """The run's answers, as the search, the forks and the update all read them: train's temperature, no
-        top-p (the update's log-probs are of softmax(logits / T) alone), and train's answer length; the
-        original system's chunked search ends an answer at depth x chunk instead."""
-        t = self.train
-        chunked = self.text.expansion == "chunk" and EXPLORER_OF[t.signal] == "tree"
-        length = self.text.chunk_tokens * self.search.max_depth if chunked else t.max_new_tokens
-        return AnswerSampling(temperature=t.temperature, top_p=1.0, max_new_tokens=length)
 
 
 @dataclass(frozen=True)

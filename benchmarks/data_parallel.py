@@ -28,7 +28,8 @@ from azlib.data import arithmetic_problems
 from azlib.grpo import GRPOSettings
 from azlib.models import DEFAULT_MODEL
 from azlib.models.student import LoraSettings, Student
-from azlib.training import Trainer, TrainerSettings, TrainSettings
+from azlib.settings import TrainerSettings, TrainSettings
+from azlib.training import Trainer
 
 
 def timed(function, clock: dict):

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 from azlib.lab import config
 from azlib.lab.config import ParamsError
 from azlib.settings import AnswerSampling, SearchSettings, TextSearchSettings
-from azlib.training import TrainerSettings, TrainSettings
+from azlib.settings import TrainerSettings, TrainSettings
 
 NB01 = config.NOTEBOOKS_DIR / "01_toy_bandit_grpo.ipynb"
 

@@ -14,7 +14,8 @@ from azlib.sampled_answer import Answer
 from azlib.grpo import Rollout
 from azlib.games.text.signals import best_verified, with_rewards
 from azlib.rewards import RewardBreakdown, call_reward, correctness_reward
-from azlib.training import Trainer, TrainerSettings, TrainSettings
+from azlib.settings import TrainerSettings, TrainSettings
+from azlib.training import Trainer
 
 ROWS = [{"prompt": "What is 2 + 3?", "answer": "5", "info": {"id": "a"}},
         {"prompt": "What is 4 * 2?", "answer": "8", "info": {"id": "b"}}]

@@ -25,7 +25,8 @@ from azlib.models.student import LoraSettings, Student
 from azlib.models import DEFAULT_MODEL
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.games.text.explorers import accuracy_column
-from azlib.training import Trainer, TrainerSettings, TrainSettings, _replayed
+from azlib.settings import TrainerSettings, TrainSettings
+from azlib.training import Trainer, _replayed
 
 
 def breakdown(reward: float) -> RewardBreakdown:

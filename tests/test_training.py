@@ -30,7 +30,8 @@ from azlib.settings import AnswerSampling, ForkSettings, SearchSettings, TextSea
 from azlib.teachers import TeacherEnsemble, TeacherSpec
 from azlib.games.text.explorers import accuracy_column
 from azlib.lab.from_params import trainer_from_params, training_problems
-from azlib.training import CheckpointError, Trainer, TrainerSettings, TrainSettings
+from azlib.settings import TrainerSettings, TrainSettings
+from azlib.training import CheckpointError, Trainer
 from conftest import tiny_grpo
 
 pytestmark = pytest.mark.model  # every test trains or loads the embedded student

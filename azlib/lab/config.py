@@ -260,7 +260,7 @@ class EngineParams(NotebookParams):
 
 class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
     """Notebook 04 (and the training half of 05): MCTS -> rewards -> GRPO on a LoRA student. The sections
-    search, text, grpo, lora and train are azlib.training.TrainerSettings', consumed as they are."""
+    search, text, grpo, lora and train are azlib.settings.TrainerSettings', consumed as they are."""
 
     generation: Literal["hf", "vllm", "server"] = Field(
         "hf", description="the student generates with azlib's hf decode loop, through a vLLM engine in this "

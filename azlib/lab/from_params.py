@@ -47,7 +47,8 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, 
     trainer_from_params(...) as trainer:`): its student and teachers may hold engines of their own."""
     from azlib.models.student import Student  # the model libraries load when a trainer is made, not before
     from azlib.teachers import TeacherEnsemble, chosen_teachers
-    from azlib.training import Trainer, TrainerSettings
+    from azlib.settings import TrainerSettings
+    from azlib.training import Trainer
 
     specs = chosen_teachers(params.teachers, params.teacher_tier)
     if params.fork.writer == "teachers" and not specs:

@@ -16,7 +16,7 @@ from azlib.prompts import PROMPT_TOKENS
 from azlib.settings import arm_asks_teachers
 from azlib.teachers import chosen_teachers
 from azlib.lab.from_params import GENERATION_MAX_MODEL_LEN
-from azlib.training import TrainerSettings
+from azlib.settings import TrainerSettings
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}

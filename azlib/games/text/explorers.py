@@ -93,7 +93,7 @@ class ForkExplorer:
 def explorer(settings, backend: Backend, problems: Sequence[Row], signal: SignalKind, *,
              teachers: TeacherEnsemble | None = None, checker: TerminalChecker | None = None,
              weights: RewardWeights = RewardWeights()) -> TreeExplorer | ForkExplorer:
-    """The explorer of `signal` under a run's settings (azlib.training's TrainerSettings)."""
+    """The explorer of `signal` under a run's settings (azlib.settings.TrainerSettings)."""
     if signal != settings.train.signal:  # the sampling (a chunked search's length) follows the signal
         settings = replace(settings, train=replace(settings.train, signal=signal))
     t = settings.train
