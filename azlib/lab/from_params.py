@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
+from azlib.data import task_problems
 from azlib.data.rows import Row
 from azlib.games.countdown.experiment import CountdownSetup
 from azlib.parallel import local_device
 from azlib.referee.data import CharCorpus
 from azlib.referee.train import Arms, arm_specs
-from azlib.settings import GPTSettings
+from azlib.settings import GPTSettings, TrainerSettings
 
 if TYPE_CHECKING:
     from azlib.training import Trainer
@@ -25,8 +26,6 @@ GENERATION_MAX_MODEL_LEN = 4096  # tokens of one sequence in the student's vLLM 
 
 def training_problems(params) -> tuple[list[Row], str]:
     """The training rows a TrainingParams names, and a note when GSM8K was unreachable (gsm8k_fallback)."""
-    from azlib.data import task_problems
-
     return task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
                          fallback=params.gsm8k_fallback, steps=tuple(params.arithmetic_steps))
 
@@ -47,7 +46,6 @@ def trainer_from_params(params, folder: str | Path, problems: Sequence[Row], *, 
     trainer_from_params(...) as trainer:`): its student and teachers may hold engines of their own."""
     from azlib.models.student import Student  # the model libraries load when a trainer is made, not before
     from azlib.teachers import TeacherEnsemble, chosen_teachers
-    from azlib.settings import TrainerSettings
     from azlib.training import Trainer
 
     specs = chosen_teachers(params.teachers, params.teacher_tier)

@@ -12,11 +12,11 @@ from typing import Sequence
 
 from tqdm.auto import tqdm
 
-from azlib.data import (DataUnavailable, Row, arithmetic_problems, easiest_by_steps, load_gsm8k,
-                        task_problems)
+from azlib.data import DataUnavailable, Row, arithmetic_problems, easiest_by_steps, load_gsm8k
 from azlib.data.arithmetic import STEP_COUNTS
 from azlib.data.gsm8k import GSM8K_TEST_PROBLEMS
 from azlib.evaluation import compare, evaluate, load_records
+from azlib.lab import from_params
 from azlib.statistics import MIN_SEEDS_FOR_INTERVAL, comparison_table, pass_at_k
 from azlib.models.generation import Backend, Resource
 from azlib.models.loading import free_memory
@@ -35,8 +35,7 @@ def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
     GSM8K's test problems with the fewest calculation steps. An unreadable GSM8K is an error unless
     params.gsm8k_fallback (then arithmetic problems, or no "gsm8k" set, with a note)."""
     steps, n = tuple(params.arithmetic_steps), params.eval_problems
-    problems, note = task_problems(params.task, params.gsm8k, "train", params.num_train_problems, seed=params.seed,
-                                   fallback=params.gsm8k_fallback, steps=steps)
+    problems, note = from_params.training_problems(params)
     sets: dict[str, list[Row]] = {}
     if problems[0]["info"].get("source") == "arithmetic":
         seen = {r["info"]["solution"] for r in problems}  # the chain itself, whatever its wording
@@ -241,16 +240,16 @@ class Experiment:
                                   token_budget=p.train.token_budget)  # its adapter to train/adapter/
             tokens, log = peer.tokens, peer.log
         else:
-            from azlib.lab.from_params import trainer_from_params
-
             fork, train = arm_settings(arm, p.fork, p.train.signal)
             # only the arms that ask teachers open their engines (the run's teachers are theirs)
             asks = arm_asks_teachers(arm, p.fork, p.train.signal)
             arm_params = p.model_copy(update={"seed": seed, "fork": fork} if asks else
                                       {"seed": seed, "fork": fork, "teacher_tier": "none", "teachers": []})
             # what the trainer opens of its own closes when the block ends, however it ends
-            with trainer_from_params(arm_params, folder / "train", self.problems, engine=engines.student(),
-                                     teacher_engines=engines.teachers() if asks else None, **train) as trainer:
+            with from_params.trainer_from_params(arm_params, folder / "train", self.problems,
+                                                 engine=engines.student(),
+                                                 teacher_engines=engines.teachers() if asks else None,
+                                                 **train) as trainer:
                 log = trainer.run(resume=(folder / "train").exists(), progress=False)
                 tokens = trainer.tokens
                 trainer.student.save_adapter(_adapter(folder))
@@ -429,10 +428,8 @@ def instrument(params) -> Backend:
     generate with (the adapters as LoRA ids), else the hf decode loop. Notebook 05's models, notebook 06's students."""
     from azlib.models import make_backend
     from azlib.parallel import local_device
-    from azlib.lab.from_params import generation_engine
-
     if params.generation == "vllm":
-        return make_backend("vllm", params.model, lora_rank=params.lora.r, **generation_engine(params))
+        return make_backend("vllm", params.model, lora_rank=params.lora.r, **from_params.generation_engine(params))
     device = local_device(params.device)
     backend = make_backend("hf", params.model, dtype=params.dtype, device=device)
     if device.startswith("cuda"):  # batches sized by half the memory free now, for the longest answers it writes

@@ -9,6 +9,8 @@ import torch
 
 from azlib.data import DataUnavailable, arithmetic_problems, load_gsm8k
 
+HELD_OUT_SHARE = 0.1  # the last tenth of the corpus's rows: the validation text
+
 
 def _row_text(row) -> str:
     return f"Q: {row['prompt']}\nA: {row['info']['solution']}\n\n"
@@ -69,7 +71,7 @@ def load_corpus(source: str = "auto", max_chars: int | None = None, arithmetic_r
                                   "arithmetic text)") from err
         rows, name = arithmetic_problems(arithmetic_rows, seed=0), "arithmetic"
         note = f"GSM8K unavailable ({err}); the corpus is azlib.data.arithmetic_problems text instead"
-    cut = int(len(rows) * 0.9)
+    cut = int(len(rows) * (1 - HELD_OUT_SHARE))
     train_text = "".join(_row_text(r) for r in rows[:cut])
     val_text = "".join(_row_text(r) for r in rows[cut:])
     if max_chars is not None:
