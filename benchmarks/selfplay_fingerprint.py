@@ -4,8 +4,8 @@ the update or the games leaves what they play and learn unchanged: tic-tac-toe's
 lines widened with the learned value, listed lines with the oracle) and an alphazero, an rft and a grpo update on
 what they played (azlib.games.countdown.arms.Learner), from fixed seeds and untrained nets, one torch thread; then
 two rounds of each game's whole loop (tic-tac-toe's `alphazero`, each Countdown arm's `train_arm`), their histories
-less their seconds. The updates are recorded by their weights' sums (and Countdown's by its logged losses). Prints the SHA-256 of the JSON
-(run it before and after the change); --out writes the JSON, to find where two runs part.
+less their seconds. The updates are recorded by their weights' sums (and Countdown's by its logged losses). Prints
+the SHA-256 of the JSON (run it before and after the change); --out writes the JSON, to find where two runs part.
 
     .venv/bin/python benchmarks/selfplay_fingerprint.py [--out loops.json]
 """
@@ -31,6 +31,11 @@ from azlib.settings import AlphaZeroSettings, GPTShape
 
 def weights(net: torch.nn.Module) -> list[float]:
     return [float(p.detach().double().sum()) for p in net.parameters()]
+
+
+def untimed(history: list[dict]) -> list[dict]:
+    """A loop's rows without their seconds (the one field that differs from run to run)."""
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
 
 
 def loops() -> dict:
@@ -59,7 +64,6 @@ def loops() -> dict:
     out["countdown_rft"] = learner.rft([e for g in groups for e in g], rng)
     out["countdown_grpo"] = learner.grpo(groups, rng)
     out["countdown_trained"] = weights(policy.net)
-    untimed = lambda history: [{k: v for k, v in row.items() if k != "seconds"} for row in history]  # noqa: E731
     best, history = alphazero(AlphaZeroSettings(iterations=2, games_per_iteration=4, simulations=8, arena_games=2,
                                                 batch_size=32, replay_iterations=2), seed=8, grade_every=2)
     out["ttt_loop"] = untimed(history) + [weights(best)]
