@@ -596,6 +596,25 @@ def test_alphazero_targets_and_symmetries():
         assert board[block] == "." and ttt.minimax(ttt.play(board, block)) == 0 and z == 0.0
 
 
+def test_alphazero_samples_its_first_exploratory_moves_then_plays_the_most_visited():
+    """exploratory_moves = 2: a move on a board with fewer than 2 marks is sampled from the visit shares, every
+    later one is the most visited (the first of them on a tie, as the search decides)."""
+    import torch
+
+    from azlib.games import tictactoe_alphazero as az
+
+    torch.manual_seed(0)
+    env = az.NetTicTacToe(az.PolicyValueNet())
+    games = az.play_games([(env, env)] * 12, AlphaZeroSettings(simulations=16, exploratory_moves=2),
+                          random.Random(0), noise=False)
+    off_top = {True: 0, False: 0}  # moves not the most visited, while exploring and after
+    for moves, end in games:
+        for (board, pi), after in zip(moves, [b for b, _ in moves[1:]] + [end]):
+            move = next(m for m in range(9) if board[m] != after[m])
+            off_top[9 - board.count(".") < 2] += move != pi.index(max(pi))
+    assert off_top[False] == 0, "after the exploratory moves, the most visited"
+    assert off_top[True] >= 2, "the first two moves sampled: some are not the most visited"
+
 def test_alphazero_random_openings():
     """Self-play games open with 0..random_opening random moves, untrained on; 0 keeps the empty board."""
     from azlib.games import tictactoe_alphazero as az
