@@ -477,12 +477,25 @@ def _referee_plan(notebook: str, params) -> NotebookPlan:
         work=(Work("training (all arms)", arms * params.train.steps * tokens, GPT_CHARS),))
 
 
+def _countdown_plan(notebook: str, params) -> NotebookPlan:
+    """Notebook 08 on a GPU: each worker process (one when workers is 0) holds its CUDA context and a policy-value
+    GPT of 12 L d^2 parameters in fp32 with its gradients and AdamW state. Its time is not predicted: no GPU run of
+    notebook 08 has measured a rate."""
+    processes = max(params.workers, 1)
+    n = 12 * params.policy.n_layer * params.policy.n_embd ** 2
+    return NotebookPlan(notebook, f"{processes} processes, each a GPT of {n / 1e6:.1f}M parameters (time not "
+                                  "predicted: no GPU measurement)",
+                        (Part(f"{processes} x (fp32 weights + gradients + AdamW state)", processes * n * 16),
+                         Part(f"{processes} CUDA contexts (measured)", processes * CUDA_CONTEXT_GIB * GIB)))
+
+
 def notebook_plan(notebook: str, params) -> NotebookPlan:
     """The plan of one notebook under its resolved parameters."""
     if notebook == "01_toy_bandit_grpo" or getattr(params, "device", "cuda") != "cuda":
         return NotebookPlan(notebook, "on the CPU: no GPU parts")
     builders = {"02_mcts_tree": _search_plan, "03_teacher_ensemble": _search_plan, "04_gsm8k_run": _training_plan,
-                "05_base_vs_trained": _training_plan, "06_rlt_teachers": _rlt_plan, "07_referee_rl": _referee_plan}
+                "05_base_vs_trained": _training_plan, "06_rlt_teachers": _rlt_plan, "07_referee_rl": _referee_plan,
+                "08_countdown_alphazero": _countdown_plan}
     return builders[notebook](notebook, params)
 
 
