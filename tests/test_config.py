@@ -201,8 +201,10 @@ def test_generation_through_a_server_is_refused_where_the_student_must_score_its
     assert config.validate("04_gsm8k_run", {**values, "teacher_tier": "none"}).generation == "server"
     five = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "05_base_vs_trained.ipynb"), **served,
             "teacher_tier": "cpu"}
-    with pytest.raises(ParamsError, match="arms mcts: generation 'server' cannot"):
+    with pytest.raises(ParamsError, match="arm mcts: generation 'server' cannot"):
         config.validate("05_base_vs_trained", {**five, "arms": ["tree", "mcts"]})
+    answers = {"train": {**five["train"], "signal": "answers"}}  # a search signal that no arm of these trains by
+    assert config.validate("05_base_vs_trained", {**five, **answers, "arms": ["tree", "rft"]}).arms == ["tree", "rft"]
     assert config.validate("05_base_vs_trained", {**five, "arms": ["tree", "rft"]}).arms == ["tree", "rft"]
 
 

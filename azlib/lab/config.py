@@ -308,13 +308,17 @@ class TrainingParams(StudentParams, SearchParams, GSM8KParams, EngineParams):
         """A tier of them or a list of served ones (whether a run asks them is azlib.settings.asks_teachers)."""
         return self.teacher_tier != "none" or bool(self.teachers)
 
+    def asking_teachers(self) -> list[str]:
+        """What in this run asks the teachers, by its parameter (the signal, or the forks' writer): none, one."""
+        return [f"train.signal {self.train.signal}"] if asks_teachers(self.train.signal, self.fork.writer) else []
+
     @model_validator(mode="after")
     def _server(self) -> TrainingParams:
         if self.generation == "server" and not self.generation_url.startswith(("http://", "https://")):
             raise ValueError("generation 'server' needs generation_url, the vLLM server's base URL "
                              f"(http://host:port/v1), got {self.generation_url!r}")
-        if self.generation == "server" and self.has_teachers and asks_teachers(self.train.signal, self.fork.writer):
-            raise ValueError(SERVER_CANNOT_SCORE)
+        if self.generation == "server" and self.has_teachers and (asking := self.asking_teachers()):
+            raise ValueError(f"{', '.join(asking)}: {SERVER_CANNOT_SCORE}")
         return self
 
 
@@ -358,10 +362,11 @@ class BaseVsTrainedParams(TrainingParams):
         if "tree_teachers" in self.arms and not self.has_teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
                              "(cpu, vllm, ...) or teachers, not neither")
-        asking = [arm for arm in self.arms if arm_asks_teachers(arm, self.fork, self.train.signal)]
-        if self.generation == "server" and self.has_teachers and asking:
-            raise ValueError(f"arms {', '.join(asking)}: {SERVER_CANNOT_SCORE}")
         return self
+
+    def asking_teachers(self) -> list[str]:
+        """The arms that ask the teachers (each arm sets its own signal; the run's train.signal is none of theirs)."""
+        return [f"arm {arm}" for arm in self.arms if arm_asks_teachers(arm, self.fork, self.train.signal)]
 
 
 class RefereeRLParams(GSM8KParams):
