@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import itertools
-import math
 import os
 import typing
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter,
-                      ValidationError, field_validator, model_validator)
+                      ValidationError, model_validator)
 
 from azlib.games.countdown.settings import (ARMS as COUNTDOWN_ARMS, ArmSettings, CountdownSearchSettings, EvalSettings,
                                       ImitationSettings)
@@ -80,7 +79,7 @@ def section(settings: type, fixed: tuple[str, ...] = ()) -> Any:
     default. `fixed` fields may not be set here (the run derives them from other parameters)."""
     hints = typing.get_type_hints(settings)
     fields = [f.name for f in dataclasses.fields(settings) if f.name not in fixed]
-    checks = {name: TypeAdapter(hints[name], config=ConfigDict(strict=True)) for name in fields}
+    checks = {name: TypeAdapter(hints[name], config=ConfigDict(strict=True, allow_inf_nan=False)) for name in fields}
 
     def build(value: Any) -> Any:
         if isinstance(value, settings):
@@ -95,8 +94,6 @@ def section(settings: type, fixed: tuple[str, ...] = ()) -> Any:
                 checks[name].validate_python(x)
             except ValidationError as err:
                 raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {x!r})") from None
-            if isinstance(x, float) and not math.isfinite(x):
-                raise ValueError(f"{name}: must be finite")
         try:
             return settings(**value)
         except ValidationError as err:  # its bounds and its own checks (__post_init__), named as the checks above
@@ -139,20 +136,13 @@ DataSource = Annotated[str, AfterValidator(_existing_data_source)]
 
 
 class NotebookParams(BaseModel):
-    """Fields every notebook has. Strict: a YAML "0.1" is not a float, an unknown key is an error."""
+    """Fields every notebook has. Strict: a YAML "0.1" is not a float, an unknown key is an error, a number is
+    finite."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     seed: int = Field(0, ge=0, description="seed of every random draw in the notebook")
     output_dir: str = Field(min_length=1, description="run folder; relative paths are under the repo root")
-
-    @field_validator("*")
-    @classmethod
-    def _finite(cls, value: Any) -> Any:
-        numbers = value if isinstance(value, (list, tuple)) else [value]
-        if any(isinstance(x, float) and not math.isfinite(x) for x in numbers):
-            raise ValueError("must be finite")
-        return value
 
 
 class ToyBanditParams(NotebookParams):
