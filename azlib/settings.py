@@ -38,7 +38,6 @@ class AnswerSampling:
     max_new_tokens: Annotated[int, Ge(1)] = 256
 
 
-
 # -- the search (azlib.mcts.search) ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -105,7 +104,6 @@ class TextSearchSettings:
     chunk_tokens: Annotated[int, Ge(1)] = 16  # "chunk" expansion, and teachers' chunks
 
 
-
 # -- the forking tree (azlib.games.text.forking) ----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -139,7 +137,6 @@ class ForkSettings:
     writer: Literal["student", "hint", "teachers"] = "student"
 
 
-
 # -- the server's limits (azlib.models.serve) -------------------------------------------------------------------
 
 def _limit(default, help: str):
@@ -169,9 +166,7 @@ class ServeLimits:
     turn_tokens: Annotated[int, Ge(1)] = _limit(32, "new tokens per row per turn: longer answers take several turns")
 
 
-
 # -- the update (azlib.grpo) ------------------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class GRPOSettings:
@@ -198,7 +193,6 @@ class GRPOSettings:
     optimizer: Literal["adamw", "adamw_8bit"] = "adamw"
 
 
-
 # -- LoRA (azlib.models.student) --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -210,7 +204,6 @@ class LoraSettings:
     alpha: Annotated[int, Ge(1)] = 32
     dropout: Annotated[float, Ge(0), Lt(1)] = 0.05
     target_modules: str | tuple[str, ...] = "all-linear"
-
 
 
 # -- the training loop (azlib.training) ---------------------------------------------------------------------------
@@ -246,7 +239,6 @@ class TrainSettings:
     token_budget: Annotated[int, Ge(1)] | None = None  # stop once this many tokens were generated (equal budgets)
     reference_refresh: Annotated[int, Ge(1)] = 50  # steps between reference snapshots (reference="snapshot")
     seed: int = 0
-
 
 
 # A training run's search: a solved subtree is not entered again, and an unvisited child is valued at its parent
@@ -339,7 +331,6 @@ class RLTSettings:
     max_explanation_tokens: Annotated[int, Ge(1)] = 64
     temperature: Annotated[float, Gt(0)] = 0.7
 
-
     @property
     def sampling(self) -> AnswerSampling:
         """The explanations' sampling, which the teacher's update reads: log-probs at their temperature, dr_grpo's
@@ -420,7 +411,6 @@ class RefereeRLSettings:
     reward_scale: Annotated[float, Gt(0)] = 100.0
     reward_clamp: Annotated[float, Gt(0)] = 1.5  # the largest reward at a position; larger ones scaled down
     advantage: Literal["reward", "group"] = "reward"  # A = r (avataRL), or A = r - mean over the candidates
-
 
 
 @dataclass(frozen=True)
