@@ -3,8 +3,8 @@ Not public API: SUPPORTED and `problems()` (tests/test_hf_internals.py) make an 
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import pkgutil
 from contextlib import contextmanager
 
 import torch
@@ -200,24 +200,9 @@ def caches_kept_under_checkpointing(model):
 
 # -- the check -------------------------------------------------------------------------------------
 
-def _resolve(dotted: str):
-    """The object a dotted name names: the longest importable module, then attributes (a method looked up on
-    its class: a plain function with `self`; a classmethod: bound, without `cls`)."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for name in parts[cut:]:
-            obj = getattr(obj, name)
-        return obj
-    raise ImportError(f"no module in {dotted}")
-
-
 def _signature_problem(dotted: str, expected: tuple[str, ...]) -> str | None:
     try:
-        signature = inspect.signature(_resolve(dotted))
+        signature = inspect.signature(pkgutil.resolve_name(dotted))
     except (ImportError, AttributeError) as err:
         return f"{dotted} is gone ({type(err).__name__}: {err})"
     params = list(signature.parameters)
@@ -241,7 +226,7 @@ def problems() -> list[str]:
     found += [p for dotted, expected in RELIED_ON.items() if (p := _signature_problem(dotted, expected))]
     for dotted in ATTRIBUTES:
         try:
-            _resolve(dotted)
+            pkgutil.resolve_name(dotted)
         except (ImportError, AttributeError):
             found.append(f"{dotted} is gone")
     keys = torch.zeros(1, 1, 2, 4)
