@@ -103,7 +103,7 @@ def test_a_notebooks_defaults_read_local_data_only(notebook, profile, monkeypatc
 
     def source() -> tuple[str, str]:
         if notebook == "07_referee_rl":
-            corpus, note = load_corpus(params.gsm8k, max_chars=10_000, arithmetic_rows=200, fallback=True)
+            corpus, note = load_corpus(params.gsm8k, max_chars=10_000, max_rows=200, fallback=True)
             return corpus.source, note
         rows, note = task_problems(params.task, params.gsm8k, "train", 4, seed=0, fallback=True)
         return rows[0]["info"].get("source", "arithmetic"), note
@@ -132,7 +132,7 @@ def test_the_referee_corpus_falls_back_to_arithmetic_text_only_where_allowed(tmp
 
     with pytest.raises(DataUnavailable, match=r"missing/train.jsonl does not exist.*gsm8k_fallback is off"):
         load_corpus(str(tmp_path / "missing"), fallback=False)
-    corpus, note = load_corpus(str(tmp_path / "missing"), max_chars=10_000, arithmetic_rows=200, fallback=True)
+    corpus, note = load_corpus(str(tmp_path / "missing"), max_chars=10_000, max_rows=200, fallback=True)
     assert corpus.source == "arithmetic" and note.startswith("GSM8K unavailable")
 
 

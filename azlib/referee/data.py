@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from azlib.data import DataUnavailable, arithmetic_problems, load_gsm8k
+from azlib.data import task_problems
 
 HELD_OUT_SHARE = 0.1  # the last tenth of the corpus's rows: the validation text
 
@@ -57,20 +57,13 @@ def _windows(data: torch.Tensor, starts: torch.Tensor, block_size: int) -> tuple
     return x, y
 
 
-def load_corpus(source: str = "auto", max_chars: int | None = None, arithmetic_rows: int = 20_000, *,
+def load_corpus(source: str = "auto", max_chars: int | None = None, max_rows: int = 20_000, *,
                 fallback: bool) -> tuple[CharCorpus, str]:
-    """GSM8K's train split as text (the last tenth of its rows held out), from `source` ("auto":
-    the kit's copy, a folder, or "hub": a download); with `fallback`, arithmetic_problems text when GSM8K cannot be read (else
-    DataUnavailable naming the source). Returns the corpus and a note ("" when GSM8K)."""
-    note = ""
-    try:
-        rows, name = load_gsm8k(source, split="train"), "gsm8k"
-    except DataUnavailable as err:
-        if not fallback:
-            raise DataUnavailable(f"{err} (gsm8k_fallback is off: the run stops rather than train on "
-                                  "arithmetic text)") from err
-        rows, name = arithmetic_problems(arithmetic_rows, seed=0), "arithmetic"
-        note = f"GSM8K unavailable ({err}); the corpus is azlib.data.arithmetic_problems text instead"
+    """GSM8K's train split as text (the last tenth of its rows held out; its 7,473 rows are under `max_rows`), from
+    `source` ("auto": the kit's copy, a folder, or "hub": a download); with `fallback`, arithmetic problems' text
+    when GSM8K cannot be read (azlib.data.task_problems). Returns the corpus and a note ("" when GSM8K)."""
+    rows, note = task_problems("gsm8k", source, "train", max_rows, seed=0, fallback=fallback)
+    name = "arithmetic" if note else "gsm8k"
     cut = int(len(rows) * (1 - HELD_OUT_SHARE))
     train_text = "".join(_row_text(r) for r in rows[:cut])
     val_text = "".join(_row_text(r) for r in rows[cut:])
@@ -78,5 +71,5 @@ def load_corpus(source: str = "auto", max_chars: int | None = None, arithmetic_r
         train_text, val_text = train_text[:max_chars], val_text[:max(max_chars // 10, 4096)]
     chars = sorted(set(train_text) | set(val_text))
     index = {c: i for i, c in enumerate(chars)}
-    enc = lambda t: torch.tensor([index[c] for c in t], dtype=torch.long)  # noqa: E731
-    return CharCorpus(name, chars, enc(train_text), enc(val_text)), note
+    train, val = (torch.tensor([index[c] for c in text], dtype=torch.long) for text in (train_text, val_text))
+    return CharCorpus(name, chars, train, val), note
