@@ -190,3 +190,23 @@ def test_gsm8k_from_the_hub_is_named_until_both_splits_are_in_the_cache(empty_hu
         "ok       data openai/gsm8k: GSM8K for 04, in the Hugging Face cache"]
     assert not lines(preflight.checks("smoke", resolved("smoke", "04"), REPO_ROOT / "outputs"), "data"), \
         "the kit's own copy is not asked for"
+
+
+def test_a_damaged_shipped_result_stops_the_run_before_the_notebook_that_draws_it(tmp_path, monkeypatch):
+    """Notebook 08 draws the shipped Countdown run beside its own after training every arm: a metrics.json cut
+    short is named by the preflight, and the run stops before the training, not after it."""
+    from azlib.lab import shipped_results
+
+    damaged = tmp_path / "countdown-cpu"
+    shutil.copytree(shipped_results.COUNTDOWN, damaged)
+    (damaged / "metrics.json").write_text((damaged / "metrics.json").read_text()[:300])
+    assert lines(preflight.checks("smoke", resolved("smoke", "08"), tmp_path), "shipped results") == [
+        "ok       shipped results: read back for 08"]
+    monkeypatch.setattr(shipped_results, "COUNTDOWN", damaged)
+    [line] = lines(preflight.checks("smoke", resolved("smoke", "08"), tmp_path), "shipped results")
+    assert line.startswith("missing  shipped results countdown-cpu: ValueError: ") and "not valid JSON" in line
+    assert line.endswith("in 08; fix: git checkout -- benchmarks/results/countdown-cpu (the repository's copy)")
+    with pytest.raises(preflight.PreflightError, match="shipped results countdown-cpu"):
+        runner.run("smoke", only=["08"], out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    assert not lines(preflight.checks("smoke", resolved("smoke", "07"), tmp_path), "shipped results")

@@ -80,7 +80,8 @@ def checks(profile: str | None, resolved: dict[str, NotebookParams], out: Path) 
     gpu = gpu_notebooks(resolved)
     memory = gpu_memory() if gpu else None
     return [_cuda_check(profile, gpu, memory), *_package_checks(resolved), *_model_checks(resolved),
-            *_data_checks(resolved), _plan_check(resolved, gpu, memory), _disk_check(resolved, out)]
+            *_data_checks(resolved), *_shipped_checks(resolved), _plan_check(resolved, gpu, memory),
+            _disk_check(resolved, out)]
 
 
 def require(profile: str | None, resolved: dict[str, NotebookParams], out: Path) -> list[Check]:
@@ -270,6 +271,24 @@ def _data_checks(resolved: dict[str, NotebookParams]) -> list[Check]:
                   fix=f"python -c \"import datasets; datasets.load_dataset('{HUB_NAME}', '{HUB_CONFIG}')\" on a "
                       "machine with network (HF_HOME picks the cache), or --set gsm8k=<a folder holding train.jsonl "
                       "and test.jsonl>")]
+
+
+def _shipped_checks(resolved: dict[str, NotebookParams]) -> list[Check]:
+    """The shipped results each notebook draws beside its own (benchmarks/results/) read back whole."""
+    from azlib.lab.shipped_results import read_back
+
+    found = [(folder, why, stem) for stem in resolved for folder, why in read_back(stem)]
+    damaged: dict[Path, list[tuple[str, str]]] = {}
+    for folder, why, stem in found:
+        if why:
+            damaged.setdefault(folder, []).append((why, stem))
+    if not found:
+        return []
+    if not damaged:
+        return [Check("shipped results", f"read back for {_names(dict.fromkeys(stem for *_, stem in found))}")]
+    return [Check(f"shipped results {folder.name}", missing=_grouped(reasons),
+                  fix=f"git checkout -- benchmarks/results/{folder.name} (the repository's copy)")
+            for folder, reasons in damaged.items()]
 
 
 def _plan_check(resolved: dict[str, NotebookParams], gpu: list[str],

@@ -95,3 +95,24 @@ def shipped_metrics(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
     if hasattr(params, "task"):  # the task its settings name, where the run recorded none (a figure beside says it)
         section.setdefault("task", params.task)
     return section, made
+
+
+def read_back(notebook: str) -> list[tuple[Path, str]]:
+    """Each shipped folder `notebook` draws beside its own results, read back as the notebook reads it:
+    [(folder, what is wrong with it, "" when nothing)]. The runner's preflight asks before a notebook runs, so a
+    damaged folder stops the run before its work, not after it."""
+    readers = {"03_teacher_ensemble": [(TEACHER_ENSEMBLE, shipped_metrics)],
+               "04_gsm8k_run": [(TRAINING, shipped_metrics)],
+               "05_base_vs_trained": [(TREE_VS_SAMPLING, shipped_experiment),
+                                      (TREE_VS_SAMPLING, lambda f: read_json(Path(f) / "calibration.json"))],
+               "06_rlt_teachers": [(RLT, shipped_metrics)],
+               "08_countdown_alphazero": [(COUNTDOWN, shipped_metrics), (COUNTDOWN_CURVES, shipped_results)]}
+    found = []
+    for folder, read in readers.get(notebook, []):
+        try:
+            read(folder)
+            found.append((folder, ""))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            found.append((folder, f"{type(err).__name__}: {err}"))
+    return found
+
