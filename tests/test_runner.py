@@ -67,6 +67,21 @@ def test_a_failing_notebook_stops_the_run_and_keeps_its_partial_output(fake_kit,
     assert "| [02_broken](#02_broken) | failed: RuntimeError: boom |" in page and "03_never" not in page
 
 
+def test_a_run_into_a_folder_of_the_same_profile_keeps_its_other_notebooks(fake_kit):
+    out = fake_kit / "run"
+    assert runner.run("smoke", only=["01"], out=out) == 0
+    first = json.loads((out / "config.json").read_text())
+    assert runner.run("smoke", only=["03"], out=out) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert list(cfg["status"]) == ["01_ok", "03_never"] and cfg["status"]["01_ok"] == first["status"]["01_ok"]
+    assert set(cfg["notebooks"]) == {"01_ok", "03_never"} and cfg["status"]["03_never"]["git_commit"]
+    assert json.loads((out / "metrics.json").read_text()).keys() == {"01_ok", "03_never"}
+    assert "| [01_ok](#01_ok) | ok |" in (out / "index.md").read_text()
+    with pytest.raises(config.ParamsError, match="holds a run of profile smoke with --set nothing"):
+        runner.run(None, only=["01"], out=out)
+    with pytest.raises(config.ParamsError, match="holds a run of profile smoke"):
+        runner.run("smoke", only=["01"], out=out, assignments=["search.max_tokens=8"])
+
 def test_the_run_ends_with_a_page_of_its_numbers_figures_and_notebooks(fake_kit, monkeypatch, capsys):
     """index.md: per notebook its status, a link to the executed copy, its verdict once and its other numbers, and
     every figure it showed with a caption: a saved one from figures/ under its name and title, one only shown taken

@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 from traitlets import Type
 
 from azlib.lab import stored_notebooks
-from azlib.lab.config import NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, list_notebooks, parse_assignments, resolve
+from azlib.lab.config import (NOTEBOOKS_DIR, REPO_ROOT, NotebookParams, ParamsError, list_notebooks, parse_assignments,
+                              resolve)
 from azlib.paths import repo_path
 from azlib.lab.preflight import gpu_notebooks, require
 from azlib.lab.run_folder import RUNNER, RunFolder, git_commit, read_json, versions, write_json, write_page
@@ -42,6 +43,14 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
     resolved: dict[str, tuple[NotebookParams, dict[str, int]]] = {
         nb.stem: resolve(nb, profile, path, assignments) for nb in notebooks
     }
+    # A folder an earlier `azlib run` wrote keeps its other notebooks: only a run of the same profile and --set joins
+    # them, so the page reads as one run.
+    earlier = read_json(path / "config.json") if (path / "config.json").is_file() else {}
+    if earlier.get("launched_by") == RUNNER and (earlier.get("profile"), earlier.get("set")) != (
+            profile, parse_assignments(assignments)):
+        raise ParamsError(f"{path} holds a run of profile {earlier.get('profile') or 'defaults'} with --set "
+                          f"{earlier.get('set') or 'nothing'}: its notebooks and these would read as one run; run "
+                          "into another folder (--out), or with that profile and --set")
     # Then what this machine must hold for them (a GPU, packages, models, the memory plan, disk): a missing one
     # stops the run before any notebook starts.
     require(profile, {stem: params for stem, (params, _) in resolved.items()}, path)
@@ -58,10 +67,11 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
         "git_commit": git_commit(),
         "versions": versions(),
         "argv": sys.argv,
-        "env_overrides": {stem: overrides for stem, (_, overrides) in resolved.items() if overrides},
+        "env_overrides": {stem: o for stem, o in earlier.get("env_overrides", {}).items() if stem not in resolved}
+        | {stem: overrides for stem, (_, overrides) in resolved.items() if overrides},
         "set": parse_assignments(assignments),  # --set, over the profile and the environment, in every notebook
-        "notebooks": {stem: params.model_dump() for stem, (params, _) in resolved.items()},
-        "status": {},
+        "notebooks": earlier.get("notebooks", {}) | {stem: p.model_dump() for stem, (p, _) in resolved.items()},
+        "status": {stem: s for stem, s in earlier.get("status", {}).items() if stem not in resolved},
     }
     write_json(run_dir.config_path, config)
 
@@ -93,7 +103,7 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
             status = f"failed: {type(err).__name__}: {err}"
             failed = nb.name
         config["status"][nb.stem] = {"status": status, "seconds": round(time.perf_counter() - start, 1),
-                                     "peak_rss_mb": round(memory.peak / 2**20)}
+                                     "peak_rss_mb": round(memory.peak / 2**20), "git_commit": config["git_commit"]}
         write_json(run_dir.config_path, config)
         if failed:
             break
