@@ -338,3 +338,13 @@ def test_the_command_lines_set_overrides_the_profile_field_by_field(tmp_path):
                          ("steps", "write NAME=VALUE")]:
         with pytest.raises(ParamsError, match=named):
             config.resolve_library("04_gsm8k_run", "smoke", tmp_path, [wrong])
+
+
+def test_a_secret_in_a_teachers_options_is_refused_without_echoing_it():
+    values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / "03_teacher_ensemble.ipynb"), "output_dir": "x"}
+    teacher = {"name": "remote", "backend": "openai", "model": "m", "tier": "free",
+               "base_url": "http://127.0.0.1:9/v1", "options": {"api_key": "sk-LIVE-SECRET"}}
+    with pytest.raises(ParamsError) as err:
+        config.validate("03_teacher_ensemble", {**values, "teachers": [teacher]})
+    assert "options ['api_key'] would be written into the run's config.json" in str(err.value)
+    assert "sk-LIVE-SECRET" not in str(err.value)

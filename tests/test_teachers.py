@@ -258,3 +258,9 @@ def test_bad_teacher_specs_are_refused():
         tier_teachers("gold")
     specs = tier_teachers("free")
     assert {s.api_key_env for s in specs} == {"OPENROUTER_API_KEY"} and all(s.backend == "openai" for s in specs)
+    url = "http://127.0.0.1:9/v1"
+    for secret in ("api_key", "hf_token", "Password"):
+        with pytest.raises(ValueError, match=rf"options \['{secret}'\] would be written into the run's config.json"):
+            TeacherSpec(name="x", backend="openai", model="m", tier="free", base_url=url, options={secret: "sk-1"})
+    kept = {"max_num_batched_tokens": 4096, "gpu_memory_utilization": 0.2, "adapter": "teacher-lora"}
+    assert TeacherSpec(name="x", backend="vllm", model="m", tier="vllm", options=kept).options == kept

@@ -472,8 +472,9 @@ def validate(notebook: str, values: dict[str, Any]) -> NotebookParams:
         problems = []
         for e in err.errors():
             msg = "unknown parameter" if e["type"] == "extra_forbidden" else e["msg"]
-            if e["loc"]:
-                problems.append(f"  {'.'.join(str(p) for p in e['loc'])}: {msg} (got {e.get('input')!r})")
+            if e["loc"]:  # a section or a teacher is not echoed whole: it may hold what its own check refuses
+                got = "" if isinstance(e.get("input"), (dict, list)) else f" (got {e.get('input')!r})"
+                problems.append(f"  {'.'.join(str(p) for p in e['loc'])}: {msg}{got}")
             else:  # a check across parameters: its message names them
                 problems.append(f"  {msg.removeprefix('Value error, ')}")
         raise ParamsError(f"notebook {notebook}: invalid parameters\n" + "\n".join(problems)) from None

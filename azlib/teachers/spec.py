@@ -3,9 +3,14 @@ Validated when built (pydantic); the ensemble that runs teachers is azlib.teache
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# An option that names a secret (api_key, token, hf_token, password, ...): a spec is written into the run's config.json
+# and notebooks, so a secret is given by the name of its environment variable instead (api_key_env).
+SECRET_OPTION = re.compile(r"(^|_)(api_?key|key|secret|password|token|authorization)$", re.I)
 
 
 class TeacherSpec(BaseModel):
@@ -34,4 +39,7 @@ class TeacherSpec(BaseModel):
     def _remote_needs_url(self) -> TeacherSpec:
         if self.backend == "openai" and not self.base_url:
             raise ValueError(f"teacher {self.name}: backend 'openai' needs base_url")
+        if secrets := sorted(k for k in self.options if SECRET_OPTION.search(k)):
+            raise ValueError(f"teacher {self.name}: options {secrets} would be written into the run's config.json and "
+                             "notebooks; put the secret in an environment variable and name it in api_key_env")
         return self
