@@ -220,16 +220,22 @@ class Trainer(Resource):
         return log
 
     def _read_log(self, upto: int) -> list[dict]:
-        """The log lines of steps 1..upto; later lines (steps redone after a resume) are dropped."""
+        """The log lines of steps 1..upto; later lines (steps redone after a resume) are dropped, and so is a last
+        line a kill cut short (its step is taken again). A damaged line before others stops the resume, named."""
         if not self.log_path.exists():
             return []
-        kept = []
-        for line in self.log_path.read_text().splitlines():
+        kept, lines = [], self.log_path.read_text().splitlines()
+        for number, line in enumerate(lines, 1):
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:  # the line a kill cut short: its step is taken again
-                break
-            if record["step"] <= upto:
+                step = record["step"]
+            except (json.JSONDecodeError, TypeError, KeyError) as err:
+                if number == len(lines) and isinstance(err, json.JSONDecodeError):
+                    break
+                raise CheckpointError(f"{self.log_path}, line {number}, is not a step's record ({type(err).__name__}: "
+                                      f"{err}) and is not the last line, so no kill cut it short; repair or remove it "
+                                      "to resume") from None
+            if step <= upto:
                 kept.append(record)
         barrier()  # every rank has read the log before rank 0 rewrites it
         if world()[0] == 0:
@@ -306,6 +312,9 @@ class Trainer(Resource):
         if "config" not in state:
             raise CheckpointError(f"checkpoint {latest} holds no settings (state.json has no 'config'), so a resume "
                                   "cannot check them; start a new run")
+        if missing := [k for k in ("step", "position", "tokens", "updates", "replay") if k not in state]:
+            raise CheckpointError(f"checkpoint {latest} is damaged (state.json lacks {missing}); delete it to resume "
+                                  "from the one before")
         self._check_same_run(state, latest)
         saved_teachers = state.get("teachers")
         if bool(saved_teachers) != (self.teachers is not None):

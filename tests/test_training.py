@@ -406,6 +406,24 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
 
 
+
+def test_a_resume_drops_only_a_last_line_cut_short_and_names_any_other_damage(student, tmp_path):
+    trainer = small_trainer(student, tmp_path, steps=2, checkpoint_every=1)
+    trainer.run(progress=False)
+    log = trainer.log_path.read_text().splitlines()
+    trainer.log_path.write_text(f"{log[0]}\n{log[1][:20]}\n")  # a kill cut step 2's line short
+    resumed = small_trainer(student, tmp_path, steps=2, checkpoint_every=1).run(resume=True, progress=False)
+    assert [r["step"] for r in resumed] == [1] and trainer.log_path.read_text() == log[0] + "\n"
+    trainer.log_path.write_text(f"{log[0][:20]}\n{log[1]}\n")  # damaged, with a whole line after it
+    with pytest.raises(CheckpointError, match=r"train_log.jsonl, line 1, is not a step's record .* repair or remove"):
+        small_trainer(student, tmp_path, steps=2, checkpoint_every=1).run(resume=True, progress=False)
+    assert trainer.log_path.read_text() == f"{log[0][:20]}\n{log[1]}\n", "nothing rewritten"
+    latest = trainer.list_checkpoints()[-1]
+    state = json.loads((latest / "state.json").read_text())
+    (latest / "state.json").write_text(json.dumps({k: v for k, v in state.items() if k != "step"}))
+    with pytest.raises(CheckpointError, match=r"step-000002 is damaged \(state.json lacks \['step'\]\)"):
+        small_trainer(student, tmp_path, steps=2, checkpoint_every=1).run(resume=True, progress=False)
+
 def test_the_replay_comes_back_from_a_checkpoint_equal_answers_and_all(student, tmp_path):
     """The imitation replay is saved with each rollout's Answer (its RewardBreakdown inside) and the values reward
     functions added, and a resumed trainer reads back the same rollouts; each holds its tree's Answer, not a copy."""
