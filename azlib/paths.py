@@ -32,12 +32,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def saved_checkpoints(folder: str | Path) -> list[Path]:
-    """The whole checkpoints in a trainer's checkpoints/ folder, oldest step first (a partial one, still hidden
-    under its staging name, is none)."""
+    """The whole checkpoints in a trainer's checkpoints/ folder (step-NNNNNN), oldest step first (a partial one, still
+    hidden under its staging name, is none; nor is a folder of another name)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
+    return sorted(p for p in folder.iterdir()
+                  if p.name.startswith(CHECKPOINT_PREFIX) and p.name[len(CHECKPOINT_PREFIX):].isdigit() and p.is_dir())
 
 
 def checkpoint_step(checkpoint: Path) -> int:

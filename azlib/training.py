@@ -197,7 +197,7 @@ class Trainer(Resource):
             self.restore_latest()
         elif self.checkpoints.exists() or self.log_path.exists():
             raise CheckpointError(f"{self.folder} already holds a training run; pass resume=True to continue it "
-                                  "or choose another folder")
+                                  "(--resume on the command line) or choose another folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         log = self._read_log(upto=self.step)
         s, first = self.settings.train, world()[0] == 0  # under torchrun rank 0 writes the log and the checkpoints

@@ -55,6 +55,9 @@ def test_profile_with_an_unknown_key_fails_before_anything_runs(tmp_path, monkey
     monkeypatch.setattr(config, "PARAMS_DIR", tmp_path)
     with pytest.raises(ParamsError, match=r"unknown parameter\(s\) \['num_update'\] in params/smoke/01_toy_bandit_grpo"):
         config.resolve(NB01, "smoke", tmp_path / "run")
+    (tmp_path / "smoke" / "01_toy_bandit_grpo.yaml").write_text("num_updates: [10\n")
+    with pytest.raises(ParamsError, match=r"01_toy_bandit_grpo.yaml is not valid YAML: while parsing"):
+        config.resolve(NB01, "smoke", tmp_path / "run")
 
 
 def test_missing_profile_file_and_unknown_profile(tmp_path, monkeypatch):

@@ -162,6 +162,8 @@ def test_routes_keys_and_bodies_are_refused_in_openai_shape(refusing):
     assert exchange(refusing, b"PUT /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 501
     assert exchange(refusing, b"NOT A REQUEST LINE AT ALL\r\n\r\n")[0] == 400
     assert exchange(refusing, post_head("/v1/chat/completions", None)[:-2] + b"Content-Length: -5\r\n\r\n")[0] == 400
+    superscript = "Content-Length: \u00b2\r\n\r\n".encode("latin-1")  # a digit to str.isdigit, not to int()
+    assert exchange(refusing, post_head("/v1/chat/completions", None)[:-2] + superscript)[0] == 400
     assert refusing.batches == 0
 
 

@@ -412,6 +412,7 @@ def test_a_resume_drops_only_a_last_line_cut_short_and_names_any_other_damage(st
     trainer.run(progress=False)
     log = trainer.log_path.read_text().splitlines()
     trainer.log_path.write_text(f"{log[0]}\n{log[1][:20]}\n")  # a kill cut step 2's line short
+    (trainer.checkpoints / "step-final").mkdir()  # a folder of another name is no checkpoint
     resumed = small_trainer(student, tmp_path, steps=2, checkpoint_every=1).run(resume=True, progress=False)
     assert [r["step"] for r in resumed] == [1] and trainer.log_path.read_text() == log[0] + "\n"
     trainer.log_path.write_text(f"{log[0][:20]}\n{log[1]}\n")  # damaged, with a whole line after it

@@ -103,8 +103,10 @@ def _library_params(notebook: str, args):
 def _train(args) -> int:
     import torch
 
-    from azlib.parallel import init_from_env, world
     from azlib.lab.from_params import trainer_from_params, training_problems
+    from azlib.models.loading import ModelLoadError
+    from azlib.parallel import init_from_env, world
+    from azlib.training import CheckpointError
 
     params = _library_params("04_gsm8k_run", args)
     if params.custom_reward:
@@ -120,8 +122,11 @@ def _train(args) -> int:
     if note and rank == 0:
         print("NOTE:", note)
     # The student's engine (generation "vllm") and any teachers' engines stop when training ends, however it ends
-    with trainer_from_params(params, args.out.resolve() / "train-04", problems) as trainer:
-        log = trainer.run(resume=args.resume or params.resume)
+    try:
+        with trainer_from_params(params, args.out.resolve() / "train-04", problems) as trainer:
+            log = trainer.run(resume=args.resume or params.resume)
+    except (CheckpointError, ModelLoadError) as err:  # the folder or the model, named: refused, not a traceback
+        raise ParamsError(str(err)) from None
     if rank == 0:
         print(f"{size} process(es), {trainer.step} steps, {trainer.tokens} tokens generated; "
               f"last: {log[-1] if log else None}")
@@ -182,6 +187,8 @@ def _referee(args) -> int:
 def _serve(args) -> int:
     import os
 
+    from pydantic import ValidationError
+
     from azlib.models import make_backend
     from azlib.models.serve import BatchingServer
     from azlib.settings import ServeLimits
@@ -189,10 +196,15 @@ def _serve(args) -> int:
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:
         raise ParamsError(f"environment variable {args.api_key_env} is not set")
+    try:  # checked before the model loads
+        limits = ServeLimits(**{f.name: getattr(args, f.name) for f in fields(ServeLimits)})
+    except ValidationError as err:
+        first = err.errors()[0]
+        flag = f"--{str(first['loc'][0]).replace('_', '-')}: " if first["loc"] else ""
+        raise ParamsError(f"serve {flag}{first['msg']} (got {first.get('input')!r})") from None
     server = BatchingServer(make_backend("hf", args.model, dtype=args.dtype, device=args.device),
-                            args.served_model_name or args.model, args.host,
-                            args.port, api_key=key,
-                            limits=ServeLimits(**{f.name: getattr(args, f.name) for f in fields(ServeLimits)})).start()
+                            args.served_model_name or args.model, args.host, args.port, api_key=key,
+                            limits=limits).start()
     print(f"serving {args.model} at {server.url} (Ctrl-C stops)", flush=True)
     try:
         server.wait()

@@ -546,7 +546,10 @@ def load_profile(profile: str, notebook: str) -> dict[str, Any]:
     path = PARAMS_DIR / profile / f"{notebook}.yaml"
     if not path.is_file():
         raise ParamsError(f"profile {profile!r} has no file for notebook {notebook}: {path} is missing")
-    values = yaml.safe_load(path.read_text()) or {}
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(values, dict):
         raise ParamsError(f"{path}: expected a mapping of parameter names to values")
     return values

@@ -162,7 +162,7 @@ class BatchingServer:
                 length = self.headers.get("Content-Length")
                 if length is None:
                     raise ApiError(411, "a Content-Length header is required", code="length_required")
-                if not length.strip().isdigit():
+                if not (length.strip().isascii() and length.strip().isdigit()):  # "²" is a digit int() refuses
                     raise ApiError(400, f"bad Content-Length {length!r}", code="invalid_header")
                 if int(length) > limits.max_body_bytes:
                     raise ApiError(413, f"the body ({int(length)} bytes) is larger than this server's limit of "
