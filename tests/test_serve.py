@@ -149,6 +149,7 @@ def test_routes_keys_and_bodies_are_refused_in_openai_shape(refusing):
     assert refused(refusing.client.post("/embeddings", json=chat()), 404)["code"] == "unknown_url"
     unkeyed = httpx.post(f"{refusing.url}/chat/completions", json=chat(), timeout=10)
     assert refused(unkeyed, 401)["code"] == "invalid_api_key"
+    assert refused(httpx.get(f"{refusing.url}/models", timeout=10), 401)["code"] == "invalid_api_key"
     big = b'{"model": "smol", "prompt": "' + b"x" * SMALL.max_body_bytes + b'"}'
     assert refused(refusing.client.post("/completions", content=big), 413)["code"] == "request_too_large"
     started = time.monotonic()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import select
 import socket
@@ -119,9 +120,16 @@ class BatchingServer:
                 self._reply(code, ApiError(code, message, type=kind, code="http_error").body())
 
             def do_GET(self):
-                if self.path.rstrip("/") == "/v1/models":
-                    return self._reply(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
-                self._reply(404, ApiError(404, f"no route {self.path}", code="unknown_url").body())
+                if self.path.rstrip("/") != "/v1/models":
+                    return self._reply(404, ApiError(404, f"no route {self.path}", code="unknown_url").body())
+                if not self._authorized():
+                    return self._reply(401, ApiError(401, "missing or wrong API key", code="invalid_api_key").body())
+                self._reply(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+
+            def _authorized(self) -> bool:
+                """No key set, or this one's Bearer token is it (compared in constant time, as vLLM's server does)."""
+                given = self.headers.get("Authorization", "")
+                return not server.api_key or hmac.compare_digest(given.encode(), f"Bearer {server.api_key}".encode())
 
             def do_POST(self):
                 try:
@@ -139,7 +147,7 @@ class BatchingServer:
                 route = self.path.rstrip("/")
                 if route not in ("/v1/chat/completions", "/v1/completions"):
                     raise ApiError(404, f"no route {self.path}", code="unknown_url")
-                if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
+                if not self._authorized():
                     raise ApiError(401, "missing or wrong API key", code="invalid_api_key")
                 chat = route == "/v1/chat/completions"
                 request = parse_request(self._body(), chat=chat, model=server.model_name, max_n=limits.max_n,
