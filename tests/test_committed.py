@@ -147,6 +147,15 @@ def test_peak_memory_counts_the_children():
     assert 300 * 2**20 < memory.peak < 2 * 300 * 2**20
 
 
+
+def test_peak_memory_counts_a_spike_between_its_samples():
+    """300 MB held for a moment and freed, a second before the first sample: the child's own high-water mark."""
+    spike = "import time; b = bytearray(300 * 2**20); del b; time.sleep(1.5)"
+    with PeakMemory(interval=1.0) as memory:
+        subprocess.run([sys.executable, "-c", spike], check=True)
+    assert 300 * 2**20 < memory.peak < 2 * 300 * 2**20
+
+
 def test_a_stored_figure_is_a_smaller_png_of_the_same_picture(tmp_path):
     import base64
     import io

@@ -144,8 +144,9 @@ def store_notebooks(only: list[str] | None = None) -> int:
 
 
 class PeakMemory:
-    """The most resident memory this process's children held at once (the kernel and every process it started),
-    sampled twice a second while the block runs: `peak`, in bytes."""
+    """The most resident memory this process's children held at once (the kernel and every process it started):
+    `peak`, in bytes, sampled twice a second while the block runs, and at least any one child's own high-water mark
+    (Linux's VmHWM), so that a spike between two samples still counts."""
 
     def __init__(self, interval: float = 0.5):
         self.interval, self.peak = interval, 0
@@ -157,7 +158,9 @@ class PeakMemory:
             total = 0
             for child in psutil.Process().children(recursive=True):
                 try:
-                    total += child.memory_info().rss
+                    rss = child.memory_info().rss
+                    total += rss
+                    self.peak = max(self.peak, _high_water(child.pid, rss))
                 except psutil.Error:  # ended between the listing and the reading
                     pass
             self.peak = max(self.peak, total)
@@ -169,6 +172,15 @@ class PeakMemory:
     def __exit__(self, *exc) -> None:
         self._done.set()
         self._thread.join()
+
+
+def _high_water(pid: int, rss: int) -> int:
+    """A process's peak resident memory so far (VmHWM in /proc/<pid>/status), or `rss` where there is none."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return rss
 
 
 class _WakefulChannel(AsyncZMQSocketChannel):
