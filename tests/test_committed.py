@@ -147,13 +147,18 @@ def test_peak_memory_counts_the_children():
     assert 300 * 2**20 < memory.peak < 2 * 300 * 2**20
 
 
-
 def test_peak_memory_counts_a_spike_between_its_samples():
     """300 MB held for a moment and freed, a second before the first sample: the child's own high-water mark."""
     spike = "import time; b = bytearray(300 * 2**20); del b; time.sleep(1.5)"
     with PeakMemory(interval=1.0) as memory:
         subprocess.run([sys.executable, "-c", spike], check=True)
     assert 300 * 2**20 < memory.peak < 2 * 300 * 2**20
+    # a spike just before the child ends, no sample at all: its ru_maxrss, read in a fresh process (this one's
+    # earlier children set the bar it must pass)
+    ended = ("import subprocess, sys\nfrom azlib.lab.runner import PeakMemory\nwith PeakMemory(interval=60) as m:\n"
+             "    subprocess.run([sys.executable, '-c', 'b = bytearray(300 * 2**20)'], check=True)\nprint(m.peak)")
+    peak = int(subprocess.run([sys.executable, "-c", ended], check=True, capture_output=True, text=True).stdout)
+    assert 300 * 2**20 < peak < 2 * 300 * 2**20
 
 
 def test_a_stored_figure_is_a_smaller_png_of_the_same_picture(tmp_path):

@@ -615,6 +615,7 @@ def test_alphazero_samples_its_first_exploratory_moves_then_plays_the_most_visit
     assert off_top[False] == 0, "after the exploratory moves, the most visited"
     assert off_top[True] >= 2, "the first two moves sampled: some are not the most visited"
 
+
 def test_alphazero_random_openings():
     """Self-play games open with 0..random_opening random moves, untrained on; 0 keeps the empty board."""
     from azlib.games import tictactoe_alphazero as az

@@ -160,11 +160,11 @@ def test_notebook_07_holds_its_small_referee_beside_the_main_size_arms():
 
 
 def test_notebook_08_on_a_gpu_holds_a_gpt_per_worker_and_predicts_no_time():
-    """h100 with device=cuda: 2 workers, each 12 x 4 x 128^2 = 786,432 parameters x 16 bytes = 12,582,912 and a
-    CUDA context; no time, since no GPU run of notebook 08 measured a rate."""
+    """h100 with device=cuda: the kernel and 2 workers, each 12 x 4 x 128^2 = 786,432 parameters x 16 bytes =
+    12,582,912 and a CUDA context; no time, since no GPU run of notebook 08 measured a rate."""
     from azlib.lab.config import resolve_library
 
     params = resolve_library("08_countdown_alphazero", "h100", "outputs/plan", ["device=cuda"])[0]
     countdown = plan.notebook_plan("08_countdown_alphazero", params)
-    assert countdown.resident[0].bytes == 25_165_824 and countdown.resident[1].name.startswith("2 CUDA contexts")
+    assert countdown.resident[0].bytes == 37_748_736 and countdown.resident[1].name.startswith("3 CUDA contexts")
     assert countdown.hours() == 0 and "time not predicted" in countdown.models

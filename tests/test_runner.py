@@ -82,6 +82,30 @@ def test_a_run_into_a_folder_of_the_same_profile_keeps_its_other_notebooks(fake_
     with pytest.raises(config.ParamsError, match="holds a run of profile smoke"):
         runner.run("smoke", only=["01"], out=out, assignments=["search.max_tokens=8"])
 
+
+class ResumableParams(BudgetParams):
+    resume: bool = False
+
+
+def test_a_run_resumed_in_its_folder_joins_it_and_a_jupyterlab_folder_is_replaced(fake_kit, monkeypatch):
+    monkeypatch.setitem(config.NOTEBOOK_PARAMS, "01_ok", ResumableParams)
+    write_notebook(fake_kit / "notebooks" / "01_ok.ipynb",
+                   "seed = 0\nsearch = {'max_tokens': 16}\nresume = False\noutput_dir = 'x'", "print(resume)")
+    out = fake_kit / "run"
+    assert runner.run("smoke", only=["01"], out=out) == 0
+    assert runner.run("smoke", only=["01"], out=out, assignments=["resume=true"]) == 0, "--set resume continues it"
+    assert json.loads((out / "config.json").read_text())["set"] == {"resume": True}
+    lab = fake_kit / "lab"
+    lab.mkdir()
+    (lab / "config.json").write_text(json.dumps({"launched_by": "notebook", "notebooks": {"02_more": {}},
+                                                 "status": {"02_more": {"status": "ok", "seconds": 1.0}}}))
+    assert runner.run("smoke", only=["01"], out=lab) == 0
+    assert list(json.loads((lab / "config.json").read_text())["status"]) == ["01_ok"], "not read as one run"
+    (lab / "config.json").write_text("{not json")
+    with pytest.raises(config.ParamsError, match="the run folder's record is damaged"):
+        runner.run("smoke", only=["01"], out=lab)
+
+
 def test_the_run_ends_with_a_page_of_its_numbers_figures_and_notebooks(fake_kit, monkeypatch, capsys):
     """index.md: per notebook its status, a link to the executed copy, its verdict once and its other numbers, and
     every figure it showed with a caption: a saved one from figures/ under its name and title, one only shown taken

@@ -406,7 +406,6 @@ def test_an_existing_run_needs_resume_and_damage_is_named(student, tmp_path):
         small_trainer(student, tmp_path, steps=2).run(resume=True, progress=False)
 
 
-
 def test_a_resume_drops_only_a_last_line_cut_short_and_names_any_other_damage(student, tmp_path):
     trainer = small_trainer(student, tmp_path, steps=2, checkpoint_every=1)
     trainer.run(progress=False)
@@ -424,6 +423,7 @@ def test_a_resume_drops_only_a_last_line_cut_short_and_names_any_other_damage(st
     (latest / "state.json").write_text(json.dumps({k: v for k, v in state.items() if k != "step"}))
     with pytest.raises(CheckpointError, match=r"step-000002 is damaged \(state.json lacks \['step'\]\)"):
         small_trainer(student, tmp_path, steps=2, checkpoint_every=1).run(resume=True, progress=False)
+
 
 def test_the_replay_comes_back_from_a_checkpoint_equal_answers_and_all(student, tmp_path):
     """The imitation replay is saved with each rollout's Answer (its RewardBreakdown inside) and the values reward

@@ -211,4 +211,3 @@ def _serve(args) -> int:
     except KeyboardInterrupt:
         server.close()
     return 0
-

@@ -643,4 +643,3 @@ def _layered(notebook: str, defaults: dict[str, Any], profile: str | None, outpu
             raise ParamsError(f"--set {key}: notebook {notebook} has no section {section_name!r}; sections: "
                               f"{sorted(k for k, v in values.items() if isinstance(v, dict))}")
     return validate(notebook, values), overrides
-

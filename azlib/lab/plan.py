@@ -478,10 +478,10 @@ def _referee_plan(notebook: str, params) -> NotebookPlan:
 
 
 def _countdown_plan(notebook: str, params) -> NotebookPlan:
-    """Notebook 08 on a GPU: each worker process (one when workers is 0) holds its CUDA context and a policy-value
-    GPT of 12 L d^2 parameters in fp32 with its gradients and AdamW state. Its time is not predicted: no GPU run of
-    notebook 08 has measured a rate."""
-    processes = max(params.workers, 1)
+    """Notebook 08 on a GPU: the kernel (which trains the start and keeps it) and each worker process hold a CUDA
+    context and a policy-value GPT of 12 L d^2 parameters in fp32 with its gradients and AdamW state. Its time is not
+    predicted: no GPU run of notebook 08 has measured a rate."""
+    processes = params.workers + 1
     n = 12 * params.policy.n_layer * params.policy.n_embd ** 2
     return NotebookPlan(notebook, f"{processes} processes, each a GPT of {n / 1e6:.1f}M parameters (time not "
                                   "predicted: no GPU measurement)",

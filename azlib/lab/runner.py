@@ -4,6 +4,7 @@ ending with its page (index.md); parameters validated and the preflight run firs
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -43,14 +44,7 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
     resolved: dict[str, tuple[NotebookParams, dict[str, int]]] = {
         nb.stem: resolve(nb, profile, path, assignments) for nb in notebooks
     }
-    # A folder an earlier `azlib run` wrote keeps its other notebooks: only a run of the same profile and --set joins
-    # them, so the page reads as one run.
-    earlier = read_json(path / "config.json") if (path / "config.json").is_file() else {}
-    if earlier.get("launched_by") == RUNNER and (earlier.get("profile"), earlier.get("set")) != (
-            profile, parse_assignments(assignments)):
-        raise ParamsError(f"{path} holds a run of profile {earlier.get('profile') or 'defaults'} with --set "
-                          f"{earlier.get('set') or 'nothing'}: its notebooks and these would read as one run; run "
-                          "into another folder (--out), or with that profile and --set")
+    earlier = _earlier_run(path, profile, parse_assignments(assignments))
     # Then what this machine must hold for them (a GPU, packages, models, the memory plan, disk): a missing one
     # stops the run before any notebook starts.
     require(profile, {stem: params for stem, (params, _) in resolved.items()}, path)
@@ -116,6 +110,26 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
     return 0
 
 
+def _earlier_run(path: Path, profile: str | None, assigned: dict) -> dict:
+    """The config.json of an earlier `azlib run` into `path`, whose other notebooks this run keeps ({} for none, or
+    for a folder a JupyterLab run wrote, which this run replaces). Only a run of the same profile and --set joins
+    them (resume aside: --set resume=true continues a training), so that the page reads as one run."""
+    if not (path / "config.json").is_file():
+        return {}
+    try:
+        earlier = read_json(path / "config.json")
+    except ValueError as err:
+        raise ParamsError(f"{err}; the run folder's record is damaged: run into another folder (--out)") from None
+    if earlier.get("launched_by") != RUNNER:
+        return {}
+    before = {k: v for k, v in (earlier.get("set") or {}).items() if k != "resume"}
+    if (earlier.get("profile"), before) != (profile, {k: v for k, v in assigned.items() if k != "resume"}):
+        raise ParamsError(f"{path} holds a run of profile {earlier.get('profile') or 'defaults'} with --set "
+                          f"{before or 'nothing'}: its notebooks and these would read as one run; run into another "
+                          "folder (--out), or with that profile and --set")
+    return earlier
+
+
 def store_notebooks(only: list[str] | None = None) -> int:
     """`make notebooks`: run the notebooks at their parameters cells' defaults into outputs/<time>-notebooks and
     put each one that ran to its end, outputs and all, back into notebooks/ (azlib.lab.stored_notebooks), with its commit,
@@ -146,7 +160,7 @@ def store_notebooks(only: list[str] | None = None) -> int:
 class PeakMemory:
     """The most resident memory this process's children held at once (the kernel and every process it started):
     `peak`, in bytes, sampled twice a second while the block runs, and at least any one child's own high-water mark
-    (Linux's VmHWM), so that a spike between two samples still counts."""
+    (Linux's VmHWM while it lives, its ru_maxrss once it ended), so that a spike between two samples still counts."""
 
     def __init__(self, interval: float = 0.5):
         self.interval, self.peak = interval, 0
@@ -166,12 +180,18 @@ class PeakMemory:
             self.peak = max(self.peak, total)
 
     def __enter__(self) -> PeakMemory:
+        self._reaped = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._done.set()
         self._thread.join()
+        # a child that ended inside the block larger than any before it (its last half second unsampled): Linux's
+        # ru_maxrss of the ended children, in KiB
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        if reaped > self._reaped:
+            self.peak = max(self.peak, reaped * 1024)
 
 
 def _high_water(pid: int, rss: int) -> int:

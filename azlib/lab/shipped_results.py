@@ -98,7 +98,8 @@ def shipped_metrics(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
 
 
 def read_back(notebook: str) -> list[tuple[Path, str]]:
-    """Each shipped folder `notebook` draws beside its own results, read back as the notebook reads it:
+    """Each shipped folder `notebook` draws beside its own results, read as the notebook first reads it (its
+    provenance, its results file as JSON, the notebook's section; notebook 05's experiment loaded):
     [(folder, what is wrong with it, "" when nothing)]. The runner's preflight asks before a notebook runs, so a
     damaged folder stops the run before its work, not after it."""
     readers = {"03_teacher_ensemble": [(TEACHER_ENSEMBLE, shipped_metrics)],
@@ -112,7 +113,6 @@ def read_back(notebook: str) -> list[tuple[Path, str]]:
         try:
             read(folder)
             found.append((folder, ""))
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except Exception as err:  # whatever stops the reading is what the preflight reports
             found.append((folder, f"{type(err).__name__}: {err}"))
     return found
-

@@ -27,6 +27,7 @@ from azlib.settings import arm_asks_teachers, arm_settings
 
 EXPERIMENT_FOLDER = "05-experiment"  # its folder in a run folder (notebook 05, `python -m azlib experiment`)
 
+
 def task_sets(params) -> tuple[list[Row], dict[str, list[Row]], str]:
     """(training problems, held-out sets, a note). For the arithmetic task: "heldout", problems whose chain
     (numbers and operations) no training problem has, in the training wordings, and "transfer", the SAME
@@ -196,10 +197,11 @@ class Experiment:
         answers to the same problems (another azlib version or setting that draws other sets is an error)."""
         ids = {name: [r["info"]["id"] for r in rows] for name, rows in self.eval_sets.items()}
         path = self.folder / "eval_sets.json"
-        if path.exists() and json.loads(path.read_text()) != ids:
+        if not path.exists():
+            atomic_write_text(path, json.dumps(ids))  # whole or absent: processes sharing the folder read it
+        elif json.loads(path.read_text()) != ids:  # read only: a shipped folder is loaded without writing into it
             raise ValueError(f"{self.folder} holds answers to other held-out problems than these settings draw; "
                              "continue it with the settings (and azlib) that started it, or use another folder")
-        atomic_write_text(path, json.dumps(ids))  # whole or absent: processes sharing the folder read it
 
     def _evaluate(self, backend: Backend | None, folder: Path) -> dict[str, list[dict]]:
         """Each evaluation set's records in `folder`: read back where on disk, else answered by `backend` in one

@@ -17,7 +17,8 @@ class TeacherSpec(BaseModel):
     """One teacher of the ensemble (azlib.teachers). backend 'openai' needs base_url (a loopback server is
     started by whoever wants one, as notebook 03 does); its key comes only from the env var api_key_env."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # an error does not echo the spec: its options may hold a secret (refused below)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, hide_input_in_errors=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="short label used in tables and path records")
     backend: Literal["hf", "vllm", "openai"]
