@@ -85,7 +85,7 @@ def test_readme_notebooks_table_names_every_notebook():
 
 
 def test_readme_gives_each_notebooks_stored_run_time_and_memory():
-    """The quick-run minutes and peak GB in the README's table are those recorded in each stored notebook."""
+    """The quick-run minutes and peak GiB in the README's table are those recorded in each stored notebook."""
     section = README.read_text().split("## The notebooks", 1)[1].split("\n## ", 1)[0]
     for line in section.splitlines():
         cells = [c.strip() for c in line.split("|")[1:-1]]
@@ -95,7 +95,7 @@ def test_readme_gives_each_notebooks_stored_run_time_and_memory():
         nb = nbformat.read(config.NOTEBOOKS_DIR / f"{name.group(0)}.ipynb", as_version=4)
         record = nb.metadata[stored_notebooks.RECORD]["executed"]
         assert (float(cells[2]), float(cells[3])) == (round(record["minutes"], 1),
-                                                      round(record["peak_rss_mb"] / 1000, 1)), name.group(0)
+                                                      round(record["peak_rss_mb"] / 1024, 1)), name.group(0)
 
 
 HISTORY = re.compile(r"\bissues?\s+#?\d+\b|(?<![\w&/#])#\d+\b|\bthe (?:previous|first|second) run\b|\bwe changed\b"

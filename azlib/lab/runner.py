@@ -153,7 +153,7 @@ def store_notebooks(only: list[str] | None = None) -> int:
             print(f"not stored {stem}: {err}", file=sys.stderr)
             code = 1
             continue
-        print(f"stored {stem}: {status['seconds'] / 60:.1f} min, peak {status['peak_rss_mb']} MB")
+        print(f"stored {stem}: {status['seconds'] / 60:.1f} min, peak {status['peak_rss_mb']} MiB")
     return code
 
 
