@@ -50,7 +50,7 @@ def test_the_h100_profile_on_a_machine_without_cuda_is_refused_naming_cuda_in_se
     cuda = [line for line in out.stdout.splitlines() if line.startswith("missing  CUDA")]
     assert cuda and "one H100 80 GB" in cuda[0] and "nvidia-smi" in cuda[0], out.stdout
     assert "notebooks 02, 03, 04, 05, 06, 07 of profile h100" in cuda[0]
-    assert seconds < 30, f"{seconds:.1f} s (6.5-6.9 s measured on 2 loaded cores; the goal is under 10)"
+    assert seconds < 30, f"{seconds:.1f} s (5.8-6.2 s measured on 2 quiet cores, the shipped results read; goal under 10)"
 
 
 @pytest.mark.parametrize("profile", ["smoke", "cpu"])
