@@ -351,3 +351,12 @@ def test_a_secret_in_a_teachers_options_is_refused_without_echoing_it():
         config.validate("03_teacher_ensemble", {**values, "teachers": [teacher]})
     assert "options ['api_key'] would be written into the run's config.json" in str(err.value)
     assert "sk-LIVE-SECRET" not in str(err.value)
+
+
+@pytest.mark.parametrize("notebook", ["05_base_vs_trained", "08_countdown_alphazero"])
+def test_a_repeated_seed_or_arm_is_refused(notebook):
+    values = {**config.notebook_defaults(config.NOTEBOOKS_DIR / f"{notebook}.ipynb"), "output_dir": "x"}
+    assert config.validate(notebook, values).seeds == values["seeds"]
+    for name in ("seeds", "arms"):
+        with pytest.raises(ParamsError, match=f"{name}"):
+            config.validate(notebook, {**values, name: values[name][:1] * 2})

@@ -8,6 +8,7 @@ import pytest
 
 from azlib.lab import config, runner
 from azlib.lab.cli import main
+from azlib.lab.run_folder import write_page
 
 
 def write_notebook(path, params_source, body_source):
@@ -77,6 +78,10 @@ def test_a_run_into_a_folder_of_the_same_profile_keeps_its_other_notebooks(fake_
     assert set(cfg["notebooks"]) == {"01_ok", "03_never"} and cfg["status"]["03_never"]["git_commit"]
     assert json.loads((out / "metrics.json").read_text()).keys() == {"01_ok", "03_never"}
     assert "| [01_ok](#01_ok) | ok |" in (out / "index.md").read_text()
+    assert " at commit " not in (out / "index.md").read_text(), "one commit: the page's header says it"
+    cfg["status"]["01_ok"]["git_commit"] = "0123abc"  # 01 ran at an earlier commit than the page's
+    (out / "config.json").write_text(json.dumps(cfg))
+    assert "minutes at commit `0123abc`:" in write_page(out).read_text()
     with pytest.raises(config.ParamsError, match="holds a run of profile smoke with --set nothing"):
         runner.run(None, only=["01"], out=out)
     with pytest.raises(config.ParamsError, match="holds a run of profile smoke"):

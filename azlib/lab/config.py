@@ -347,8 +347,8 @@ class BaseVsTrainedParams(TrainingParams):
     def _budget(self) -> BaseVsTrainedParams:
         if self.train.token_budget is None:
             raise ValueError("train.token_budget: every arm trains to one budget of generated tokens; set it")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError("seeds: each training seed once")
+        if len(set(self.seeds)) != len(self.seeds) or len(set(self.arms)) != len(self.arms):
+            raise ValueError("seeds and arms: each training seed and each arm once")
         if "tree_teachers" in self.arms and not self.has_teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
                              "(cpu, vllm, ...) or teachers, not neither")
@@ -442,6 +442,13 @@ class CountdownParams(NotebookParams):
     legal_only: bool = Field(True, description="the engine offers only legal lines, character by character (as "
                                                "AlphaZero masks illegal moves); false: the model may write any line "
                                                "and the rules refuse it (a loss)")
+
+    @model_validator(mode="after")
+    def _each_once(self) -> CountdownParams:
+        for name in ("seeds", "arms", "methods"):
+            if len(set(getattr(self, name))) != len(getattr(self, name)):
+                raise ValueError(f"{name}: each once (a repeated seed counts one run twice in the comparisons)")
+        return self
 
 
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
