@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from azlib.lab.config import NOTEBOOKS_DIR, resolve, resolve_library
+from azlib.lab import config
+from azlib.lab.config import resolve, resolve_library
 from azlib.lab.tree_vs_sampling import Experiment, task_sets
 from azlib.paths import REPO_ROOT
 from azlib.lab.run_folder import read_json
@@ -91,7 +92,8 @@ def shipped_metrics(folder: Path | str) -> tuple[dict[str, Any], Provenance]:
         raise ValueError(f"{folder / made.results} holds no section for {made.notebook}, the notebook its provenance "
                          "names")
     section = dict(recorded[made.notebook])
-    params, _ = resolve(NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, folder, made.set)
+    # the notebooks' folder read when asked (tests point it at a kit of their own)
+    params, _ = resolve(config.NOTEBOOKS_DIR / f"{made.notebook}.ipynb", made.profile, folder, made.set)
     if hasattr(params, "task"):  # the task its settings name, where the run recorded none (a figure beside says it)
         section.setdefault("task", params.task)
     return section, made
