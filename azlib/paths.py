@@ -19,6 +19,10 @@ def repo_path(path: str | Path) -> Path:
 CHECKPOINT_PREFIX = "step-"  # a training's checkpoints/step-NNNNNN folders
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing a file or does not load, or a training folder is not the run asked for."""
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

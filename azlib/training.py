@@ -27,16 +27,12 @@ from azlib.models.generation import Resource
 from azlib.models.student import Student
 from azlib.parallel import barrier, gather, shard, world
 from azlib.rewards import RewardBreakdown, RewardFunction, RewardWeights, check_reward_function, reward_name
-from azlib.paths import CHECKPOINT_PREFIX, saved_checkpoints
+from azlib.paths import CHECKPOINT_PREFIX, CheckpointError, saved_checkpoints
 from azlib.settings import TrainerSettings
 
 KEEP_CHECKPOINTS = 2
 # What a resumed run may change: how far it goes and how often it saves, not what it does.
 RESUMABLE_CHANGES = ("train.steps", "train.token_budget", "train.checkpoint_every")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing a file or does not load."""
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,15 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from azlib.data import DataUnavailable
 from azlib.lab.config import PROFILES, ParamsError
 from azlib.models import DEFAULT_MODEL
+from azlib.models.loading import ModelLoadError
+from azlib.paths import CheckpointError
+
+# What the user asked for, refused with its reason (a parameter, a plan that does not fit, a run folder or checkpoint
+# that is not the run asked for, a model or dataset that cannot be read): a message and exit status 2, no traceback
+REFUSALS = (ParamsError, CheckpointError, ModelLoadError, DataUnavailable)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 "referee": _referee, "experiment": _experiment, "serve": _serve}
     try:
         return handlers[args.command](args)
-    except ParamsError as err:  # what the user asked for is refused (a plan that does not fit too), with the reason
+    except REFUSALS as err:
         print(f"azlib: {err}", file=sys.stderr)
         return 2
 
@@ -104,9 +111,7 @@ def _train(args) -> int:
     import torch
 
     from azlib.lab.from_params import trainer_from_params, training_problems
-    from azlib.models.loading import ModelLoadError
     from azlib.parallel import init_from_env, world
-    from azlib.training import CheckpointError
 
     params = _library_params("04_gsm8k_run", args)
     if params.custom_reward:
@@ -122,11 +127,8 @@ def _train(args) -> int:
     if note and rank == 0:
         print("NOTE:", note)
     # The student's engine (generation "vllm") and any teachers' engines stop when training ends, however it ends
-    try:
-        with trainer_from_params(params, args.out.resolve() / "train-04", problems) as trainer:
-            log = trainer.run(resume=args.resume or params.resume)
-    except (CheckpointError, ModelLoadError) as err:  # the folder or the model, named: refused, not a traceback
-        raise ParamsError(str(err)) from None
+    with trainer_from_params(params, args.out.resolve() / "train-04", problems) as trainer:
+        log = trainer.run(resume=args.resume or params.resume)
     if rank == 0:
         print(f"{size} process(es), {trainer.step} steps, {trainer.tokens} tokens generated; "
               f"last: {log[-1] if log else None}")
