@@ -67,6 +67,12 @@ def _existing_data_source(value: str) -> str:
     return value
 
 
+def _each_once(value: list) -> list:
+    if len(set(value)) != len(value):
+        raise ValueError("each once: a repeated entry runs twice and counts twice in the comparisons")
+    return value
+
+
 def _arithmetic_steps(value: list[int]) -> list[int]:
     if not value or not set(value) <= set(STEP_COUNTS):
         raise ValueError(f"arithmetic problems have {min(STEP_COUNTS)} to {max(STEP_COUNTS)} steps")
@@ -128,6 +134,8 @@ RefereeReward = section(RefereeRLSettings)
 
 # Step counts of the easy arithmetic task's problems: a non-empty list within 1..4.
 ArithmeticSteps = Annotated[list[int], AfterValidator(_arithmetic_steps)]
+# Training seeds, arms, methods: a list that names each once.
+EachOnce = AfterValidator(_each_once)
 
 # A dataset parameter: "auto" (the kit's copy, azlib.data.gsm8k.LOCAL_DEFAULT), a folder (relative to the repo root)
 # that must exist, or "hub" (the one that downloads); where none can be read, gsm8k_fallback says whether the run
@@ -327,14 +335,15 @@ class BaseVsTrainedParams(TrainingParams):
 
     num_train_problems: int = Field(256, ge=1, description="training problems (cycled through)")
     arithmetic_steps: ArithmeticSteps = Field([1, 2], description="step counts of the arithmetic task, within 1..4")
-    arms: list[Literal[tuple(ARMS)]] = Field(
+    arms: Annotated[list[Literal[tuple(ARMS)]], EachOnce] = Field(
         ["tree", "rft"], min_length=1,
         description="arms (azlib.settings.ARMS): forking tree + imitation, forking tree + TreeRL GRPO, the tree's "
                     "allocation without prefixes, the tree with forks written by the hint teacher (the student "
                     "reading the reference solution), STaR's rationalization (the hint teacher's whole answers), the "
                     "tree with forks written by the teacher ensemble (teachers or teacher_tier), PUCT MCTS, "
                     "rejection-sampling fine-tuning, plain GRPO, TRL's GRPOTrainer")
-    seeds: list[int] = Field([0, 1], min_length=1, description="training seeds: every arm is trained once per seed")
+    seeds: Annotated[list[int], EachOnce] = Field([0, 1], min_length=1,
+                                                  description="training seeds: every arm is trained once per seed")
     calibration_problems: int = Field(0, ge=0, description="problems per step count in the calibration table (0: none, the shipped table only)")
     calibration_samples: int = Field(8, ge=1, description="sampled answers per problem for the calibration's pass@k")
     eval_problems: int = Field(16, ge=1, description="problems in each held-out set: in-template and transfer "
@@ -347,8 +356,6 @@ class BaseVsTrainedParams(TrainingParams):
     def _budget(self) -> BaseVsTrainedParams:
         if self.train.token_budget is None:
             raise ValueError("train.token_budget: every arm trains to one budget of generated tokens; set it")
-        if len(set(self.seeds)) != len(self.seeds) or len(set(self.arms)) != len(self.arms):
-            raise ValueError("seeds and arms: each training seed and each arm once")
         if "tree_teachers" in self.arms and not self.has_teachers:
             raise ValueError("arms: tree_teachers has the teacher ensemble write its forks; set teacher_tier "
                              "(cpu, vllm, ...) or teachers, not neither")
@@ -427,9 +434,11 @@ class CountdownParams(NotebookParams):
     at equal generated characters over seeds, every test-time method on held-out seen and unseen targets."""
 
     size: int = Field(ge=3, le=4, description="numbers per problem (3: the easy setting; 4: Stream of Search's)")
-    seeds: list[int] = Field(min_length=1, description="training seeds: every arm is trained once per seed")
-    arms: list[Literal[COUNTDOWN_ARMS]] = Field(min_length=1, description="rft, grpo, alphazero, alphazero_oracle")
-    methods: list[Literal["greedy", "sample", "best_of", "mcts", "mcts_oracle"]] = Field(
+    seeds: Annotated[list[int], EachOnce] = Field(min_length=1,
+                                                  description="training seeds: every arm is trained once per seed")
+    arms: Annotated[list[Literal[COUNTDOWN_ARMS]], EachOnce] = Field(
+        min_length=1, description="rft, grpo, alphazero, alphazero_oracle")
+    methods: Annotated[list[Literal["greedy", "sample", "best_of", "mcts", "mcts_oracle"]], EachOnce] = Field(
         min_length=1, description="test-time methods on the start and every trained policy")
     policy: CountdownPolicy = Field(description="azlib.settings.GPTShape fields but block_size: the GPT's shape")
     imitation: Imitation = Field(description="ImitationSettings fields: the start's solutions, steps and rate")
@@ -442,13 +451,6 @@ class CountdownParams(NotebookParams):
     legal_only: bool = Field(True, description="the engine offers only legal lines, character by character (as "
                                                "AlphaZero masks illegal moves); false: the model may write any line "
                                                "and the rules refuse it (a loss)")
-
-    @model_validator(mode="after")
-    def _each_once(self) -> CountdownParams:
-        for name in ("seeds", "arms", "methods"):
-            if len(set(getattr(self, name))) != len(getattr(self, name)):
-                raise ValueError(f"{name}: each once (a repeated seed counts one run twice in the comparisons)")
-        return self
 
 
 NOTEBOOK_PARAMS: dict[str, type[NotebookParams]] = {
