@@ -30,8 +30,7 @@ class CharCorpus:
         return len(self.chars)
 
     def encode(self, text: str) -> torch.Tensor:
-        index = {c: i for i, c in enumerate(self.chars)}
-        return torch.tensor([index[c] for c in text], dtype=torch.long)
+        return _encoded(self.chars, text)
 
     def decode(self, ids) -> str:
         return "".join(self.chars[i] for i in ids)
@@ -70,6 +69,10 @@ def load_corpus(source: str = "auto", max_chars: int | None = None, max_rows: in
     if max_chars is not None:
         train_text, val_text = train_text[:max_chars], val_text[:max(max_chars // 10, 4096)]
     chars = sorted(set(train_text) | set(val_text))
+    return CharCorpus(name, chars, _encoded(chars, train_text), _encoded(chars, val_text)), note
+
+
+def _encoded(chars: list[str], text: str) -> torch.Tensor:
+    """`text` as ids, one per character: its index in `chars`."""
     index = {c: i for i, c in enumerate(chars)}
-    train, val = (torch.tensor([index[c] for c in text], dtype=torch.long) for text in (train_text, val_text))
-    return CharCorpus(name, chars, train, val), note
+    return torch.tensor([index[c] for c in text], dtype=torch.long)
