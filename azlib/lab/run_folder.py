@@ -184,9 +184,9 @@ def write_page(folder: str | Path) -> Path:
         where = (f"[the executed notebook]({stem}.ipynb)" if executed.is_file()
                  else f"run interactively from notebooks/{stem}.ipynb")
         # a notebook run at another commit than the page's (a folder joined by a later run) says its own
-        commit = f" at commit `{s['git_commit']}`" if s.get("git_commit", config.get("git_commit")) != config.get(
-            "git_commit") else ""
-        lines += ["", f"## {stem}", "", f"{_cell(s['status'])}, {s['seconds'] / 60:.1f} minutes{commit}: {where}."]
+        ran_at = s.get("git_commit", config.get("git_commit"))
+        at = f" at commit `{ran_at}`" if ran_at != config.get("git_commit") else ""
+        lines += ["", f"## {stem}", "", f"{_cell(s['status'])}, {s['seconds'] / 60:.1f} minutes{at}: {where}."]
         if env := overrides.get(stem):
             lines += ["", "Environment overrides (over the profile): "
                       + ", ".join(f"`{k}={v}`" for k, v in env.items()) + "."]

@@ -44,7 +44,8 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
     resolved: dict[str, tuple[NotebookParams, dict[str, int]]] = {
         nb.stem: resolve(nb, profile, path, assignments) for nb in notebooks
     }
-    earlier = _earlier_run(path, profile, parse_assignments(assignments))
+    assigned = parse_assignments(assignments)
+    earlier = _earlier_run(path, profile, assigned)
     # Then what this machine must hold for them (a GPU, packages, models, the memory plan, disk): a missing one
     # stops the run before any notebook starts.
     require(profile, {stem: params for stem, (params, _) in resolved.items()}, path)
@@ -63,7 +64,7 @@ def run(profile: str | None, only: list[str] | None = None, out: Path | None = N
         "argv": sys.argv,
         "env_overrides": {stem: o for stem, o in earlier.get("env_overrides", {}).items() if stem not in resolved}
         | {stem: overrides for stem, (_, overrides) in resolved.items() if overrides},
-        "set": parse_assignments(assignments),  # --set, over the profile and the environment, in every notebook
+        "set": assigned,  # --set, over the profile and the environment, in every notebook
         "notebooks": earlier.get("notebooks", {}) | {stem: p.model_dump() for stem, (p, _) in resolved.items()},
         "status": {stem: s for stem, s in earlier.get("status", {}).items() if stem not in resolved},
     }
